@@ -1,0 +1,76 @@
+"""`repro` command line: a thin dispatcher over the parts of the package.
+
+  repro train [overrides] [--multirun]    one training run (Hydra overrides)
+  repro reproduce PAPER [scale=..] [..]   a paper's run set, then its report
+  repro report PAPER | all | compare ..   reports from runs read back from disk
+  repro runs ls | show RUN                offline wandb runs, read without a server
+  repro cost ...                          the network cost model by hand
+  repro calibrate ...                     fit latency/bandwidth to this machine's gloo
+  repro sweep SPEC | show SPEC | dashboard SPEC
+  repro jobs [--watch]                    SLURM jobs of reproductions and sweeps
+
+Any `UserError` ends the command with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import sys
+
+from repro.errors import UserError
+
+# command -> module whose `main(argv) -> int` implements it
+COMMANDS = {
+    "train": "repro.train.train_cli",
+    "reproduce": "repro.report.reproduce",
+    "report": "repro.report.report_cli",
+    "runs": "repro.track.runs_cli",
+    "cost": "repro.netmodel.cost_cli",
+    "calibrate": "repro.netmodel.calibrate",
+    "sweep": "repro.sweep.sweep_cli",
+    "jobs": "repro.cluster.jobs_cli",
+}
+
+
+def available() -> dict[str, str]:
+    return {c: m for c, m in COMMANDS.items() if importlib.util.find_spec(m) is not None}
+
+
+def usage() -> str:
+    return (__doc__ or "").split("\n\n")[1] if __doc__ else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print("usage: repro COMMAND [args]\n" + usage())
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    commands = available()
+    if cmd not in commands:
+        print(f"error: unknown command {cmd!r}; choose one of {sorted(commands)}", file=sys.stderr)
+        return 2
+    try:
+        return importlib.import_module(commands[cmd]).main(rest) or 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def expand_sweep(overrides: list[str]) -> list[list[str]]:
+    """Every combination of Hydra sweep values (a=1,2 b=x,y), as plain override lists."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = []
+    for raw, ov in zip(overrides, parsed, strict=True):
+        if ov.is_sweep_override():
+            key = ov.get_key_element()
+            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+        else:
+            choices.append([raw])
+    return [list(c) for c in itertools.product(*choices)]

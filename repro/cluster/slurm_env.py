@@ -1,0 +1,113 @@
+"""What the submitting side needs to know about the SLURM installation it talks to.
+
+These helpers back the clear one-line errors of issue 8's "bad input" list: `sbatch` not
+found (`sbatch_available`), an unknown partition or more tasks than it has
+(`partition_info`), and a job that failed on the node, shown with its log path and last
+lines (`job_log_tail`). They call the SLURM client tools and never the daemons' files, so
+they work the same on a real cluster's login node and on `scripts/slurm-local`'s cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UserError
+
+# Slurm 22.05's srun stopped reading SLURM_CPUS_PER_TASK, so without this line in the batch
+# script every task of the step gets one CPU (and, under task/affinity, is pinned to it).
+SRUN_CPUS_PER_TASK_SETUP = "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}"
+
+_GPU_GRES = re.compile(r"^gpu(?::[^:(,]+)?:(\d+)")
+
+
+def sbatch_available() -> bool:
+    """True when `sbatch` is on PATH, i.e. this machine can submit SLURM jobs."""
+    return shutil.which("sbatch") is not None
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which(args[0]) is None:
+        raise UserError(
+            f"{args[0]} not found: this machine has no SLURM client tools; "
+            "use cluster=local or submit from a SLURM login node"
+        )
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _gpus(gres: str) -> int:
+    """GPUs named in one node's GRES string, e.g. 'gpu:a100:4(S:0-1),gpu:v100:2' -> 6."""
+    total = 0
+    for item in gres.split(","):
+        match = _GPU_GRES.match(item.strip())
+        if match:
+            total += int(match.group(1))
+    return total
+
+
+def _known_partitions() -> list[str]:
+    out = _run(["sinfo", "-h", "-o", "%R"]).stdout
+    return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+
+def partition_info(name: str) -> dict[str, Any]:
+    """Size and state of SLURM partition `name`.
+
+    Returns `{"name", "state", "nodes", "cpus", "cpus_per_node", "gpus_per_node",
+    "node_list"}`: totals from `scontrol show partition`, and the smallest per-node CPU and
+    GPU counts from `sinfo -N` (a multi-task job must fit on its smallest node).
+    Raises `UserError` for an unknown partition, missing client tools or an unreachable
+    controller.
+    """
+    shown = _run(["scontrol", "-o", "show", "partition", name])
+    if shown.returncode != 0:
+        message = (shown.stderr or shown.stdout).strip()
+        if "not found" in message:
+            known = ", ".join(_known_partitions()) or "none"
+            raise UserError(f"cluster.partition={name}: no such SLURM partition (known: {known})")
+        raise UserError(f"scontrol show partition {name} failed: {message}")
+    fields = dict(
+        token.split("=", 1) for token in shown.stdout.split() if "=" in token
+    )
+    per_node = _run(["sinfo", "-h", "-N", "-p", name, "-o", "%c|%G"]).stdout.split()
+    cpus_per_node = [int(line.split("|")[0].rstrip("+")) for line in per_node]
+    gpus_per_node = [_gpus(line.split("|", 1)[1]) for line in per_node]
+    return {
+        "name": name,
+        "state": fields.get("State", "UNKNOWN"),
+        "nodes": int(fields.get("TotalNodes", "0")),
+        "cpus": int(fields.get("TotalCPUs", "0")),
+        "cpus_per_node": min(cpus_per_node, default=0),
+        "gpus_per_node": min(gpus_per_node, default=0),
+        "node_list": fields.get("Nodes", ""),
+    }
+
+
+def job_log_tail(path: str | os.PathLike[str], n: int = 20) -> str:
+    """The last `n` lines of a job's log file, or "" when the job never wrote one.
+
+    Reads backwards from the end in blocks, so a multi-gigabyte training log costs only
+    the bytes shown.
+    """
+    if n < 1:
+        raise UserError(f"job_log_tail n={n} must be >= 1")
+    file = Path(path)
+    if not file.is_file():
+        return ""
+    block = 8192
+    with file.open("rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        data = b""
+        position = end
+        # n lines need n newlines before them, plus possibly one ending the file.
+        while position > 0 and data.count(b"\n") <= n:
+            step = min(block, position)
+            position -= step
+            handle.seek(position)
+            data = handle.read(step) + data
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-n:])

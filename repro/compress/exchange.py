@@ -1,0 +1,133 @@
+"""Sparse gradient exchanges of Flexible Top-k, built only on `Collectives` calls.
+
+Three ways to average the workers' error-compensated gradients G (flat vectors):
+
+- AG-Topk (the paper's baseline): every worker sends its own Top-k (values and indices) by
+  one allgather; each worker sums all N sparse vectors into a dense one and divides by N.
+- AR-Topk (Algorithm 1): a leader's Top-k indices are broadcast; every worker takes its own
+  values of G at those indices; the values are allreduced, divided by N and scattered into
+  a dense vector. STAR-Topk picks the leader round robin (`star_leader`), VAR-Topk the
+  worker with the largest squared gradient norm (`var_leader`).
+- Dense: an allreduce-average of the whole G, what AR-Topk becomes at CR = 1.
+
+Wire format: indices travel at the same width as the values (int32 beside float32, int64
+beside float64), the byte count the paper's cost formulas assume (values and indices the same
+size). AG-Topk packs the indices' bits into the value dtype so (values, indices) is one
+allgather, as in the paper's single-allgather cost. Every exchange also carries this
+worker's two squared norms ||g_c||^2 and ||G||^2 (two extra entries in the allgather or
+allreduce message, no extra collective), so all workers learn the same global compression
+gain and a ratio controller fed by it decides identically everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from repro.compress.memory import gain_from_norms
+from repro.compress.topk import compress, decompress
+from repro.dist.collectives import Collectives, CommRecord
+
+_INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
+
+
+@dataclass
+class ExchangeResult:
+    """What one exchange gives this worker.
+
+    `average` is the dense averaged gradient (identical on every worker); `sent` the indices
+    of this worker's G that went out (the residual keeps everything else; None means all of
+    G was sent); `gain` the global ||g_c||^2 / ||G||^2 summed over workers.
+    """
+
+    average: torch.Tensor
+    sent: torch.Tensor | None
+    gain: float
+    records: list[CommRecord]
+
+
+def _index_dtype(x: torch.Tensor) -> torch.dtype:
+    width = x.element_size()
+    if width not in _INDEX_DTYPES or not x.is_floating_point():
+        raise ValueError(f"Top-k exchange supports float32 or float64 gradients, got {x.dtype}")
+    if x.numel() > torch.iinfo(_INDEX_DTYPES[width]).max:
+        raise ValueError(f"{x.numel()} entries do not fit indices of {_INDEX_DTYPES[width]}")
+    return _INDEX_DTYPES[width]
+
+
+def _norms(sent_values: torch.Tensor, compensated: torch.Tensor) -> torch.Tensor:
+    return torch.stack([sent_values.pow(2).sum(), compensated.pow(2).sum()])
+
+
+def ag_topk_exchange(
+    comm: Collectives,
+    compensated: torch.Tensor,
+    k: int,
+    layer_sizes: Sequence[int] | None = None,
+) -> ExchangeResult:
+    """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N."""
+    idx_dtype = _index_dtype(compensated)
+    values, indices = compress(compensated, k, layer_sizes)
+    packed = torch.cat(
+        [values, indices.to(idx_dtype).view(values.dtype), _norms(values, compensated)]
+    )
+    gathered, record = comm.allgather(packed)
+    all_indices = gathered[:, k : 2 * k].contiguous().view(idx_dtype).long()
+    total = torch.zeros_like(compensated)
+    total.index_add_(0, all_indices.reshape(-1), gathered[:, :k].reshape(-1))
+    gain = gain_from_norms(gathered[:, 2 * k].sum().item(), gathered[:, 2 * k + 1].sum().item())
+    return ExchangeResult(total / comm.world_size, indices, gain, [record])
+
+
+def ar_topk_exchange(
+    comm: Collectives,
+    compensated: torch.Tensor,
+    k: int,
+    leader: int,
+    algo: str = "ring",
+    layer_sizes: Sequence[int] | None = None,
+) -> ExchangeResult:
+    """AR-Topk (Algorithm 1): average of every worker's G on the leader's Top-k indices.
+
+    `algo` ("ring" or "tree") is the allreduce the policy chose; it is written into the
+    allreduce's record so the modeled clock charges that algorithm.
+    """
+    indices = torch.empty(k, dtype=_index_dtype(compensated), device=compensated.device)
+    if comm.rank == leader:
+        indices.copy_(compress(compensated, k, layer_sizes)[1])
+    records = [comm.broadcast(indices, leader)]
+    chosen = indices.long()
+    values = compensated[chosen]
+    message = torch.cat([values, _norms(values, compensated)])
+    records.append(replace(comm.allreduce(message), algo=algo))
+    average = decompress(message[:k] / comm.world_size, chosen, compensated.numel())
+    gain = gain_from_norms(message[k].item(), message[k + 1].item())
+    return ExchangeResult(average, chosen, gain, records)
+
+
+def dense_exchange(comm: Collectives, compensated: torch.Tensor, algo: str) -> ExchangeResult:
+    """Allreduce-average of the whole G (CR = 1): nothing is dropped, the gain is 1."""
+    average = compensated.clone()
+    record = replace(comm.allreduce(average, average=True), algo=algo)
+    return ExchangeResult(average, None, 1.0, [record])
+
+
+def star_leader(step: int, world_size: int) -> int:
+    """STAR-Topk: the leader goes round robin, step mod N."""
+    return step % world_size
+
+
+def var_leader(
+    comm: Collectives, grad_sq_norm: float, device: torch.device | str = "cpu"
+) -> tuple[int, CommRecord]:
+    """VAR-Topk: allgather each worker's ||G||^2 (N floats); the largest leads.
+
+    Every worker sees the same gathered vector, and argmax breaks ties toward the lowest
+    rank, so all workers agree on the leader.
+    """
+    gathered, record = comm.allgather(
+        torch.tensor([grad_sq_norm], dtype=torch.float32, device=device)
+    )
+    return int(torch.argmax(gathered.view(-1)).item()), record

@@ -1,0 +1,209 @@
+"""Compression-ratio controllers: a fixed ratio, or Flexible Top-k's multi-objective choice.
+
+Flexible Top-k (Tyagi & Swany 2023, Eq. 6) picks the ratio c that balances parallel
+efficiency (synchronization time t_sync(c), to minimise) against statistical efficiency
+(compression gain(c), to maximise) over c in [0.001, 0.1]:
+
+1. probe: train a few iterations at each candidate ratio from a snapshot and measure the
+   mean gain and the modeled sync time per step (done by the strategy; this module only sees
+   the numbers);
+2. fit: gain(c) = a + b ln c and t(c) = t0 + s c, each by least squares (`numpy.polyfit`,
+   degree 1). The time line is exact for one collective under the alpha-beta model (a
+   latency term plus bytes proportional to c); gain falls roughly linearly in ln c over
+   this range;
+3. solve: NSGA-II (Optuna's `NSGAIISampler`, seeded) minimising F = (t(c), 1/gain(c)), the
+   paper's two objectives, in an in-memory study driven by ask/tell, c sampled
+   log-uniformly in the bounds;
+4. pick: on the Pareto front, each objective divided by its largest value on the front, the
+   trial with the smallest weighted sum (default 0.6 time, 0.4 gain, as in the authors'
+   code). Scaling by the maximum, not min-max, keeps the network in the answer: when latency
+   dominates, t(c) is nearly flat relative to its size and the pick moves toward higher
+   ratios; min-max scaling would map every increasing line to the same [0, 1] ramp and make
+   the pick independent of the network.
+
+The controller re-probes when the gain moves by 10% or more from the reference gain (the
+first gain observed after a solve), and re-solves on the probed gains with recomputed sync
+times when the network changes. Pure: no communication, no model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import optuna
+
+from repro.errors import UserError
+
+DEFAULT_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
+DEFAULT_WEIGHTS = (0.6, 0.4)
+DEFAULT_BOUNDS = (0.001, 0.1)
+_GAIN_FLOOR = 1e-12  # a fitted line can dip below 0 far from the probes; a gain cannot
+
+
+def check_candidates(candidates: Sequence[float]) -> None:
+    """Candidate ratios must lie in (0, 1], and two distinct ones are needed to fit a line."""
+    if any(not 0 < c <= 1 for c in candidates):
+        raise UserError(f"method.candidates={list(candidates)} must all be in (0, 1]")
+    if len(set(candidates)) < 2:
+        raise UserError(f"method.candidates={list(candidates)} needs at least two distinct ratios")
+
+
+def check_weights(weights: Sequence[float]) -> None:
+    """(time weight, gain weight): two non-negative numbers summing to 1."""
+    if len(weights) != 2 or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-9:
+        raise UserError(
+            f"method.weights={list(weights)} must be two non-negative numbers "
+            "(time, gain) that sum to 1"
+        )
+
+
+def check_cr(cr: float) -> None:
+    if not 0 < cr <= 1:
+        raise UserError(f"method.cr={cr} must be in (0, 1]")
+
+
+class FixedRatio:
+    """The same ratio for the whole run; never probes or re-solves."""
+
+    def __init__(self, cr: float):
+        check_cr(cr)
+        self.cr = cr
+
+    def needs_probe(self, current_gain: float) -> bool:
+        return False
+
+    def needs_solve(self, link_changed: bool) -> bool:
+        return False
+
+    def state_dict(self) -> dict:
+        return {"cr": self.cr}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cr = state["cr"]
+
+
+@dataclass(frozen=True)
+class Curves:
+    """The fitted curves: gain(c) = gain_a + gain_b ln c, t(c) = time_a + time_b c."""
+
+    gain_a: float
+    gain_b: float
+    time_a: float
+    time_b: float
+
+    def gain(self, c: float) -> float:
+        return min(1.0, max(_GAIN_FLOOR, self.gain_a + self.gain_b * math.log(c)))
+
+    def time(self, c: float) -> float:
+        return self.time_a + self.time_b * c
+
+
+def fit_curves(probes: Mapping[float, tuple[float, float]]) -> Curves:
+    """Least-squares lines through {c: (gain, sync_seconds)}: gain on ln c, time on c."""
+    cs = np.array(sorted(probes), dtype=float)
+    gains = np.array([probes[c][0] for c in cs])
+    times = np.array([probes[c][1] for c in cs])
+    gain_b, gain_a = np.polyfit(np.log(cs), gains, 1)
+    time_b, time_a = np.polyfit(cs, times, 1)
+    return Curves(float(gain_a), float(gain_b), float(time_a), float(time_b))
+
+
+class MOORatioController:
+    """Eq. 6 of Flexible Top-k: probe candidates, fit, NSGA-II, weighted Pareto pick."""
+
+    def __init__(
+        self,
+        candidates: Sequence[float] = DEFAULT_CANDIDATES,
+        weights: Sequence[float] = DEFAULT_WEIGHTS,
+        bounds: tuple[float, float] = DEFAULT_BOUNDS,
+        trials: int = 200,
+        population: int = 20,
+        seed: int = 0,
+        reprobe_change: float = 0.1,
+    ):
+        check_candidates(candidates)
+        check_weights(weights)
+        low, high = bounds
+        if not 0 < low < high <= 1:
+            raise UserError(f"ratio bounds {bounds} must satisfy 0 < low < high <= 1")
+        if population < 2 or trials < population:
+            raise UserError(
+                f"NSGA-II needs population >= 2 and trials >= population, got "
+                f"population={population}, trials={trials}"
+            )
+        self.candidates = tuple(candidates)
+        self.weights = tuple(weights)
+        self.bounds = (low, high)
+        self.trials, self.population, self.seed = trials, population, seed
+        self.reprobe_change = reprobe_change
+        self.cr = max(self.candidates)
+        self.gains: dict[float, float] = {}
+        self.curves: Curves | None = None
+        self.reference_gain: float | None = None
+
+    def needs_probe(self, current_gain: float) -> bool:
+        """True before the first probe, and when the gain has moved by >= 10% since the solve.
+
+        The reference is the first gain reported after a solve rather than the fitted
+        gain at the chosen c, so a fitting error alone never triggers a re-probe.
+        """
+        if not self.gains:
+            return True
+        if self.reference_gain is None:
+            self.reference_gain = current_gain
+            return False
+        return abs(current_gain - self.reference_gain) >= self.reprobe_change * self.reference_gain
+
+    def needs_solve(self, link_changed: bool) -> bool:
+        """A network change moves the time curve: re-solve on the probed gains."""
+        return link_changed and bool(self.gains)
+
+    def solve(self, probes: Mapping[float, tuple[float, float]]) -> float:
+        """Choose and adopt c from {c: (mean gain, sync seconds per step)}; returns it."""
+        check_candidates(list(probes))
+        self.gains = {float(c): float(g) for c, (g, _) in probes.items()}
+        self.curves = fit_curves(probes)
+        self.cr = self._pareto_pick(self.curves)
+        self.reference_gain = None
+        return self.cr
+
+    def _pareto_pick(self, curves: Curves) -> float:
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-study INFO lines
+        try:
+            sampler = optuna.samplers.NSGAIISampler(population_size=self.population, seed=self.seed)
+            study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+            space = {"c": optuna.distributions.FloatDistribution(*self.bounds, log=True)}
+            for _ in range(self.trials):
+                trial = study.ask(space)
+                c = trial.params["c"]
+                study.tell(trial, [curves.time(c), 1.0 / curves.gain(c)])
+            front = study.best_trials
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        values = np.array([t.values for t in front])
+        score = _scaled(values[:, 0]) * self.weights[0] + _scaled(values[:, 1]) * self.weights[1]
+        return float(front[int(np.argmin(score))].params["c"])
+
+    def state_dict(self) -> dict:
+        return {
+            "cr": self.cr,
+            "gains": dict(self.gains),
+            "curves": None if self.curves is None else vars(self.curves).copy(),
+            "reference_gain": self.reference_gain,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cr = state["cr"]
+        self.gains = dict(state["gains"])
+        self.curves = None if state["curves"] is None else Curves(**state["curves"])
+        self.reference_gain = state["reference_gain"]
+
+
+def _scaled(x: np.ndarray) -> np.ndarray:
+    """Each value over the largest (all zeros when the largest is 0: nothing to trade)."""
+    top = np.abs(x).max()
+    return np.zeros_like(x) if top == 0 else x / top

@@ -1,0 +1,91 @@
+"""Top-k sparsification of a flat gradient vector: pure tensor code, no communication.
+
+Flexible Top-k (Tyagi & Swany 2023, Algorithm 1) compresses the whole model's gradient,
+flattened into one vector, by keeping the k = c * size entries of largest magnitude. The
+paper's Allgather baseline is layer-wise Top-k (each tensor compressed on its own); here the
+layer-wise option keeps the same total k, split across tensors in proportion to their sizes,
+so both options send exactly the same number of bytes at a given ratio and differ only in
+which entries they keep.
+
+Indices are global positions in the flat vector (int64, ready for indexing); the exchanges
+narrow them to the values' width for the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def k_for(numel: int, cr: float) -> int:
+    """Entries kept out of `numel` at ratio `cr`: floor(cr * numel), at least 1, at most numel."""
+    if numel < 1:
+        raise ValueError(f"cannot compress an empty vector (numel={numel})")
+    if not 0 < cr <= 1:
+        raise ValueError(f"compression ratio cr={cr} must be in (0, 1]")
+    return min(numel, max(1, int(cr * numel)))
+
+
+def layer_ks(layer_sizes: Sequence[int], k: int) -> list[int]:
+    """Split `k` over tensors in proportion to their sizes, summing to exactly `k`.
+
+    Largest-remainder rounding: every tensor gets floor(k * size / total), and the entries
+    left over go to the tensors with the largest fractional parts (earlier tensors first on
+    ties). A tensor's share can be 0 when k is small.
+    """
+    total = sum(layer_sizes)
+    if not 1 <= k <= total:
+        raise ValueError(f"k={k} must be in [1, {total}] for layers of {total} entries")
+    shares = [k * size // total for size in layer_sizes]
+    remainders = [(k * size) % total for size in layer_sizes]
+    # The remainders sum to (k - sum(shares)) * total and each is below total, so at least
+    # that many tensors have a non-zero remainder, hence a share below their size.
+    order = sorted(range(len(layer_sizes)), key=lambda i: -remainders[i])
+    for i in order[: k - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def compress(
+    x: torch.Tensor, k: int, layer_sizes: Sequence[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` entries of `x` (flat) with the largest magnitude: (values, indices).
+
+    With `layer_sizes` (the sizes of consecutive tensors making up `x`), each tensor keeps
+    its `layer_ks` share of k, selected within that tensor.
+    """
+    if x.dim() != 1:
+        raise ValueError(f"compress expects a flat vector, got shape {tuple(x.shape)}")
+    if layer_sizes is None:
+        indices = torch.topk(x.abs(), k, sorted=False).indices
+        return x[indices], indices
+    if sum(layer_sizes) != x.numel():
+        raise ValueError(f"layer sizes sum to {sum(layer_sizes)}, the vector has {x.numel()}")
+    parts = []
+    offset = 0
+    for size, share in zip(layer_sizes, layer_ks(layer_sizes, k), strict=True):
+        if share:
+            local = torch.topk(x[offset : offset + size].abs(), share, sorted=False).indices
+            parts.append(local + offset)
+        offset += size
+    indices = torch.cat(parts)
+    return x[indices], indices
+
+
+def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch.Tensor:
+    """A dense vector of `numel` zeros holding `values` at `indices`."""
+    dense = torch.zeros(numel, dtype=values.dtype, device=values.device)
+    dense[indices] = values
+    return dense
+
+
+def residual_after(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """What stays behind when `x[indices]` is sent: `x` with those entries zeroed.
+
+    Zeroing (rather than subtracting the sent part) makes residual + decompress(sent)
+    reproduce `x` bit for bit, since every entry is a sum with an exact zero.
+    """
+    residual = x.clone()
+    residual[indices] = 0
+    return residual

@@ -1,0 +1,190 @@
+"""Root config dataclasses, their Hydra ConfigStore registration, and composition.
+
+Every group (`workload/`, `method/`, `network/`, `tracking/`, `cluster/`) is backed by a typed
+dataclass registered beside the code it configures; `configs/` holds the YAML presets that
+extend those schemas. Composition is strict: an unknown key or a value of the wrong type
+fails in OmegaConf, and value ranges fail in each dataclass's `__post_init__` when the
+composed tree is turned into objects (`to_config`), before anything runs or is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from repro.cluster.config import ClusterConfig
+from repro.errors import UserError
+from repro.netmodel.compute import ComputeConfig
+from repro.netmodel.schedule import NetworkConfig
+from repro.strategies.base import MethodConfig, registered
+from repro.track.wandb_run import TrackingConfig
+from repro.train.optim import OptimConfig
+from repro.workload.data import DataConfig
+from repro.workload.workload import WorkloadConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
+# Keys that do not change what a run computes: left out of the run's identity hash, so that
+# a resumed run may change them (e.g. turn the progress bar off) without being refused.
+NON_IDENTITY_KEYS = ("run_dir", "runs_root", "tracking", "cluster", "trainer.progress")
+
+
+@dataclass
+class ExperimentConfig:
+    """Which reproduction a run belongs to. `label` names the run inside its run set."""
+
+    name: str = "default"
+    paper: str = "none"
+    scale: str = "small"
+    label: str = ""
+    group: str = ""
+
+    def __post_init__(self):
+        if self.scale not in ("tiny", "small", "paper"):
+            raise UserError(f"experiment.scale={self.scale!r} must be tiny, small or paper")
+
+
+@dataclass
+class TrainerConfig:
+    world_size: int = 1
+    batch_size: int = 32
+    steps: int = 1000
+    eval_every: int = 100
+    checkpoint_every: int = 200
+    device: str = "auto"
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.world_size < 1:
+            raise UserError(f"trainer.world_size={self.world_size} must be at least 1")
+        if self.batch_size < 1:
+            raise UserError(f"trainer.batch_size={self.batch_size} must be at least 1")
+        if self.steps < 1:
+            raise UserError(f"trainer.steps={self.steps} must be at least 1")
+        if self.eval_every < 1 or self.checkpoint_every < 1:
+            raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
+
+
+@dataclass
+class Config:
+    workload: WorkloadConfig = MISSING
+    method: MethodConfig = MISSING
+    network: NetworkConfig = MISSING
+    tracking: TrackingConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    seed: int = 0
+    run_dir: str = ""
+    runs_root: str = "runs"
+
+    def __post_init__(self):
+        n_train = self.workload.train_size()
+        if (n_train // self.trainer.world_size) // self.trainer.batch_size < 1:
+            raise UserError(
+                f"trainer.world_size={self.trainer.world_size} x trainer.batch_size="
+                f"{self.trainer.batch_size} needs more than the {n_train} training samples of "
+                f"workload={self.workload.name}; lower one of them"
+            )
+        check = getattr(self.method, "validate_world_size", None)
+        if check is not None:
+            check(self.trainer.world_size)
+
+    @property
+    def label(self) -> str:
+        return self.experiment.label or self.method.name
+
+
+ConfigStore.instance().store(name="base_config", node=Config)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """Turn a composed DictConfig into validated dataclasses (runs every __post_init__)."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ if isinstance(e.__cause__, UserError) else None
+        if cause is not None:
+            raise cause from None
+        raise UserError(_one_line(e)) from None
+
+
+def _one_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "reference_type"))]
+    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key")), "")
+    msg = keep[0] if keep else type(e).__name__
+    return f"{key}: {msg}" if key and key not in msg else msg
+
+
+def _check_group_choices(overrides: list[str]) -> None:
+    for ov in overrides:
+        key, _, value = ov.lstrip("+~").partition("=")
+        if key in GROUPS and value and value != "null":
+            for choice in value.split(","):
+                if not (CONFIG_DIR / key / f"{choice}.yaml").exists():
+                    known = sorted(p.stem for p in (CONFIG_DIR / key).glob("*.yaml"))
+                    raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")
+
+
+def compose_dict(overrides: list[str]) -> DictConfig:
+    """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors."""
+    registered()
+    _check_group_choices(overrides)
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            return hydra_compose(config_name="config", overrides=list(overrides))
+    except UserError:
+        raise
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__
+        if isinstance(cause, UserError):
+            raise cause from None
+        raise UserError(_one_line(e)) from None
+
+
+def compose(overrides: list[str]) -> Config:
+    return to_config(compose_dict(overrides))
+
+
+def as_dict(cfg: Config) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+def identity(cfg: Config) -> dict:
+    """The config minus keys that do not affect what is computed (see NON_IDENTITY_KEYS)."""
+    d = as_dict(cfg)
+    for key in NON_IDENTITY_KEYS:
+        parent, _, leaf = key.rpartition(".")
+        node = d
+        for part in parent.split(".") if parent else []:
+            node = node[part]
+        node.pop(leaf, None)
+    return d
+
+
+def config_hash(cfg: Config) -> str:
+    blob = json.dumps(identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def run_dir_of(cfg: Config) -> Path:
+    """`run_dir` if set, else runs/<experiment>/<label>-<config hash>: the same command
+    resumes the same run, and a changed config gets a new directory."""
+    if cfg.run_dir:
+        return Path(cfg.run_dir)
+    return Path(cfg.runs_root) / cfg.experiment.name / f"{cfg.label}-{config_hash(cfg)}"

@@ -1,0 +1,1 @@
+"""Process groups, launching, and the single module that talks to torch.distributed."""

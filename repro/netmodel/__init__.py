@@ -1,0 +1,1 @@
+"""The modeled network: alpha-beta collective costs, compute times, the modeled clock."""

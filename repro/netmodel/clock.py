@@ -1,0 +1,101 @@
+"""The modeled clock: every worker's time under the modeled network and compute model.
+
+Each worker's modeled time advances by its own compute time; a collective is a barrier,
+after which every worker's time is the slowest arrival plus the collective's alpha-beta cost
+(AdaComm's runtime model: a synchronous step costs E[max_i Y_i] + D).
+
+Every rank keeps the full vector (the trainer hands every rank all workers' compute times),
+so all ranks hold identical clocks and any rank can log or checkpoint it.
+
+Every record is charged as a barrier over all workers. That is exact for the lockstep
+exchanges used here: every worker issues the same sequence of collectives with the same
+sizes, so a world collective waits for the slowest worker by definition; collectives over
+disjoint sub-groups that run side by side (Adasum's pairwise levels, a split group per part)
+have equal costs, and once the sequence has connected all workers (the butterfly of
+distance-doubling reaches every rank after log2 n levels) each worker's time is the global
+maximum plus the summed costs, which is what charging each level as a world barrier gives.
+Only the intermediate times inside such a sequence differ, and those are never logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from repro.netmodel.cost import Link, record_cost
+
+if TYPE_CHECKING:
+    from repro.dist.collectives import CommRecord
+
+
+class ModeledClock:
+    """Modeled seconds per worker.
+
+    `link_fn()` returns the link in force now (e.g. the schedule's link for the current
+    epoch); `charge` uses it when no link is passed. `bytes_scale` multiplies every record's
+    bytes (see `NetworkConfig.bytes_scale`).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        link_fn: Callable[[], Link] | None = None,
+        bytes_scale: float = 1.0,
+    ):
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} must be >= 1")
+        if not (bytes_scale > 0):
+            raise ValueError(f"bytes_scale={bytes_scale} must be > 0")
+        self.world_size = world_size
+        self.link_fn = link_fn
+        self.bytes_scale = bytes_scale
+        self._times = np.zeros(world_size)
+        self.comm_seconds = 0.0
+
+    def advance_compute(self, times: Sequence[float] | np.ndarray) -> None:
+        """Add each worker's compute seconds for this step."""
+        step = np.asarray(times, dtype=float)
+        if step.shape != (self.world_size,):
+            raise ValueError(f"need {self.world_size} compute times, got shape {step.shape}")
+        if np.any(step < 0):
+            raise ValueError("compute times must be >= 0")
+        self._times += step
+
+    def charge(self, records: Sequence[CommRecord], link: Link | None = None) -> float:
+        """Charge each record as a barrier; returns the modeled seconds charged in total.
+
+        Records are charged in order: waiting for the slowest worker happens at the first
+        one, and each later one adds its own cost to every worker.
+        """
+        if link is None:
+            if self.link_fn is None:
+                raise ValueError("charge needs a link: pass one or give the clock a link_fn")
+            link = self.link_fn()
+        charged = 0.0
+        for record in records:
+            cost = record_cost(record, link, self.bytes_scale)
+            self._times[:] = self._times.max() + cost
+            charged += cost
+        self.comm_seconds += charged
+        return charged
+
+    def now(self) -> float:
+        """Modeled time of the slowest worker."""
+        return float(self._times.max())
+
+    def worker(self, i: int) -> float:
+        return float(self._times[i])
+
+    def state_dict(self) -> dict:
+        return {"times": self._times.tolist(), "comm_seconds": self.comm_seconds}
+
+    def load_state_dict(self, state: dict) -> None:
+        times = np.asarray(state["times"], dtype=float)
+        if times.shape != (self.world_size,):
+            raise ValueError(
+                f"clock state holds {times.shape[0]} workers, this run has {self.world_size}"
+            )
+        self._times = times
+        self.comm_seconds = float(state["comm_seconds"])

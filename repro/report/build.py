@@ -1,0 +1,134 @@
+"""`build_report`: read a reproduction's runs back from disk, check its claims, write the report.
+
+The runs come from `repro.track.runs.find_runs` (the files the runs wrote, never the memory
+of a training process). A reproduction is the run group `<paper>_<scale>`; one report covers
+exactly one scale, and a group whose runs disagree on the scale is refused rather than mixed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from repro.errors import UserError
+from repro.report.claims import SCALES, ClaimsFile, evaluate, load_claims
+from repro.report.page import assemble
+from repro.report.plots import draw_figure
+from repro.report.render import FigureOut, to_html, to_markdown
+from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of
+from repro.track.runs import find_runs
+
+
+def default_claims_dir() -> Path:
+    """`reports/claims/` of the source tree this package was installed from."""
+    return Path(__file__).resolve().parents[2] / "reports" / "claims"
+
+
+def select_runs(
+    runs: Sequence[Run], paper: str, scale: str | None, where: str
+) -> tuple[str, dict[str, Run], list[str]]:
+    """The scale, the runs of group `<paper>_<scale>` keyed by label, and notes on choices.
+
+    Refuses (UserError) when there is no such run, when several scales' groups exist and no
+    scale was chosen, and when runs of the group name different scales. Of several runs with
+    one label (a crashed run and its re-run) a finished one is kept over an unfinished one,
+    then the one that logged the most steps.
+    """
+    scales = [scale] if scale else list(SCALES)
+    groups = {f"{paper}_{s}": s for s in scales}
+    found = sorted({run.group for run in runs if run.group in groups})
+    if not found:
+        how = f"`repro reproduce {paper}" + (f" scale={scale}`" if scale else "`")
+        at = f" at scale {scale}" if scale else ""
+        raise UserError(f"no runs for {paper}{at} under {where}: run {how} first")
+    if len(found) > 1:
+        raise UserError(
+            f"runs of {paper} under {where} span groups {', '.join(found)}: pass "
+            f"--scale {'|'.join(groups[g] for g in found)} (a report never mixes scales)"
+        )
+    group = found[0]
+    members = [run for run in runs if run.group == group]
+    declared = {str(cfg(run, "experiment.scale", groups[group])) for run in members}
+    if declared != {groups[group]}:
+        raise UserError(
+            f"run group {group} under {where} mixes scales {', '.join(sorted(declared))}: "
+            "a report never mixes scales; move the odd runs to their own group"
+        )
+    chosen: dict[str, Run] = {}
+    notes: list[str] = []
+    for run in members:
+        label = label_of(run)
+        if label in chosen:
+            keep = max(chosen[label], run, key=_progress)
+            notes.append(f"several runs labelled '{label}': kept run {keep.run_id}")
+            chosen[label] = keep
+        else:
+            chosen[label] = run
+    return groups[group], dict(sorted(chosen.items(), key=lambda kv: natural_key(kv[0]))), notes
+
+
+def _progress(run: Run) -> tuple[bool, float]:
+    try:
+        return run.exit_code == 0, final_step(run)
+    except NotMeasurable:
+        return run.exit_code == 0, -1.0
+
+
+def natural_key(label: str) -> list:
+    """Sort key putting local_sgd_tau4 before local_sgd_tau16."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", label)]
+
+
+def render_report(
+    claims: ClaimsFile,
+    runs: dict[str, Run],
+    scale: str,
+    out_dir: Path,
+    *,
+    command: str,
+    notes: Sequence[str] = (),
+) -> Path:
+    """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`.
+
+    Returns the path of report.html. Figures that have nothing to draw are listed with the
+    reason instead of an image, so the page refers only to files that exist.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = evaluate(claims.claims, runs, scale)
+    figures = []
+    for spec in claims.figures:
+        caption = f"{spec.caption} {spec.clock_sentence()}".strip()
+        try:
+            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
+        except NotMeasurable as err:
+            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
+            continue
+        figures.append(FigureOut(spec.id, spec.title, caption, path.name))
+    page = assemble(claims, runs, scale, results, figures, [*notes, f"Regenerate: {command}"])
+    (out_dir / "report.md").write_text(to_markdown(page))
+    html_path = out_dir / "report.html"
+    html_path.write_text(to_html(page))
+    return html_path
+
+
+def build_report(
+    paper: str,
+    runs_root: Path,
+    out_dir: Path,
+    *,
+    scale: str | None = None,
+    claims_dir: Path | None = None,
+    command: str | None = None,
+) -> Path:
+    """Report for `paper` from the runs under `runs_root`, written into `out_dir`.
+
+    `command` is the command line the page names for regenerating it. Returns the path of
+    report.html (report.md and the PNGs lie beside it).
+    """
+    claims = load_claims(paper, claims_dir or default_claims_dir())
+    runs_root = Path(runs_root)
+    found = find_runs(runs_root, None) if runs_root.is_dir() else []
+    chosen_scale, runs, notes = select_runs(found, paper, scale, str(runs_root))
+    command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
+    return render_report(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes)

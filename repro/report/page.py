@@ -1,0 +1,163 @@
+"""The content of one paper's report page: setup, claims and final-metrics tables.
+
+Every report states the scale, data set, model, worker count, network model and the clocks,
+so that a number in the claims table can be read against the setup that produced it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from repro.report.claims import ClaimResult, ClaimsFile
+from repro.report.render import FigureOut, Page, Table, fmt
+from repro.report.series import Run, cfg, points
+
+CLOCKS_TEXT = (
+    "modeled: each worker's compute time (measured or sampled, compute.mode) plus every "
+    "collective's alpha-beta cost on the modeled network, a collective waiting for the slowest "
+    "worker (time/modeled_s); wall: measured on this machine (time/wall_s)"
+)
+
+
+def _distinct(runs: Mapping[str, Run], get: Callable[[Run], Any]) -> str:
+    values: list[str] = []
+    for run in runs.values():
+        text = fmt(get(run))
+        if text not in values:
+            values.append(text)
+    return ", ".join(values)
+
+
+def _network(run: Run) -> str:
+    net = cfg(run, "network", {}) or {}
+    text = (
+        f"{net.get('name', '?')}: latency {fmt(net.get('latency_ms'))} ms, bandwidth "
+        f"{fmt(net.get('bandwidth_gbps'))} Gbit/s, bytes x{fmt(net.get('bytes_scale', 1.0))}"
+    )
+    return text + (" (changes over time: schedule)" if net.get("phases") else "")
+
+
+def _compute(run: Run) -> str:
+    c = cfg(run, "compute", {}) or {}
+    parts = [str(c.get(k)) for k in ("mode", "dist") if c.get(k) is not None]
+    if c.get("mean_ms") is not None:
+        parts.append(f"mean {fmt(c['mean_ms'])} ms")
+    return " ".join(parts) or "—"
+
+
+def _workload(run: Run) -> str:
+    name = cfg(run, "workload.name")
+    extra = [str(cfg(run, f"workload.{k}")) for k in ("dataset", "model")]
+    extra = [e for e in extra if e != "None"]
+    return f"{name} ({', '.join(extra)})" if extra else str(name)
+
+
+def _optimizer(run: Run) -> str:
+    return f"{cfg(run, 'optim.name')}, lr {fmt(cfg(run, 'optim.lr'))}"
+
+
+def setup_table(runs: Mapping[str, Run], scale: str) -> Table:
+    rows = [
+        ["scale", scale],
+        ["run group", _distinct(runs, lambda r: r.group)],
+        ["data set / model", _distinct(runs, _workload)],
+        ["workers", _distinct(runs, lambda r: cfg(r, "trainer.world_size"))],
+        ["batch per worker", _distinct(runs, lambda r: cfg(r, "trainer.batch_size"))],
+        ["steps", _distinct(runs, lambda r: cfg(r, "trainer.steps"))],
+        ["network model", _distinct(runs, _network)],
+        ["compute model", _distinct(runs, _compute)],
+        ["optimizer", _distinct(runs, _optimizer)],
+        ["seeds", _distinct(runs, lambda r: cfg(r, "seed"))],
+        ["clocks", CLOCKS_TEXT],
+    ]
+    return Table("Setup", ["", "value"], rows)
+
+
+def _with_unit(value: Any, unit: str) -> str:
+    text = fmt(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{text} {unit}" if numeric and unit and text != "never reached" else text
+
+
+def claims_table(results: list[ClaimResult], scale: str) -> Table:
+    rows = [
+        [
+            r.claim.id,
+            r.claim.statement,
+            r.claim.source,
+            _with_unit(r.claim.published, r.claim.unit),
+            _with_unit(r.ours, r.claim.unit),
+            r.verdict,
+            scale,
+            r.note,
+        ]
+        for r in results
+    ]
+    headers = ["claim", "statement", "source", "published", "ours", "verdict", "scale", "how"]
+    return Table("Claims", headers, rows, verdict_col=5)
+
+
+def _last(run: Run, metric: str) -> Any:
+    ys = points(run, metric)[1]
+    return ys[-1] if ys else None
+
+
+def _status(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "incomplete (no exit record)"
+    return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
+
+
+def metrics_table(runs: Mapping[str, Run], name: Callable[[str], str]) -> Table:
+    rows = []
+    for label, run in runs.items():
+        sent = _last(run, "comm/bytes")
+        rows.append(
+            [
+                name(label),
+                label,
+                fmt(_last(run, "step")),
+                fmt(_last(run, "train/loss")),
+                fmt(_last(run, "test/acc")),
+                fmt(_last(run, "time/modeled_s")),
+                fmt(_last(run, "time/wall_s")),
+                fmt(None if sent is None else sent / 1e6),
+                _status(run.exit_code),
+                str(run.run_id),
+            ]
+        )
+    headers = [
+        "method",
+        "label",
+        "steps",
+        "final train loss",
+        "test acc",
+        "modeled time (s)",
+        "wall time (s)",
+        "payload sent (MB)",
+        "status",
+        "run id",
+    ]
+    return Table("Final metrics per run (last logged point)", headers, rows)
+
+
+def assemble(
+    claims: ClaimsFile,
+    runs: Mapping[str, Run],
+    scale: str,
+    results: list[ClaimResult],
+    figures: list[FigureOut],
+    notes: list[str],
+) -> Page:
+    verdicts = [r.verdict for r in results]
+    summary = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+    lines = [claims.citation, f"Scale: {scale}. Claims: {summary or 'none'}."]
+    return Page(
+        title=f"Reproduction report: {claims.title}",
+        lines=lines,
+        tables_before=[setup_table(runs, scale), claims_table(results, scale)],
+        figures=figures,
+        tables_after=[metrics_table(runs, claims.display_name)],
+        notes=notes,
+    )

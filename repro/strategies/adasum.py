@@ -1,0 +1,128 @@
+"""method=adasum: Horovod's delta flow with an Adasum (or sum / mean) combiner.
+
+Maleki et al., "Scaling Distributed Training with Adaptive Summation" (MLSys 2021), as run
+by Horovod's DistributedOptimizer with op=Adasum: each worker remembers its parameters,
+takes a local optimizer step on its own gradient (momentum, Adam or LAMB state never leaves
+the worker), and the per-tensor deltas p - start are combined across workers; every worker
+then sets p = start + combined. The learning rate is not scaled with the worker count (the
+Horovod docs suggest tuning it near 2-2.5x the best single-worker value instead).
+
+`combiner=sum|mean` runs the very same flow with a plain allreduce of the deltas, so that
+the comparison with Adasum changes nothing but the combining operator.
+
+The pure reference operator lives in `adasum_op` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hydra.core.config_store import ConfigStore
+
+from repro.dist.adasum_allreduce import adasum_allreduce, check_world_size
+from repro.dist.collectives import Collectives, CommRecord
+from repro.errors import UserError
+from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
+from repro.strategies.base import MethodConfig, StepInfo, register
+
+__all__ = [
+    "AdasumConfig",
+    "AdasumStrategy",
+    "adasum_pair",
+    "adasum_per_tensor",
+    "adasum_reduce",
+]
+
+COMBINERS = ("adasum", "sum", "mean")
+
+
+@dataclass
+class AdasumConfig(MethodConfig):
+    """`combiner`: how the workers' deltas are merged (adasum, sum, or mean)."""
+
+    name: str = "adasum"
+    combiner: str = "adasum"
+
+    def __post_init__(self) -> None:
+        if self.combiner not in COMBINERS:
+            raise UserError(
+                f"method.combiner={self.combiner!r} must be one of {', '.join(COMBINERS)}"
+            )
+
+    def validate_world_size(self, world_size: int) -> None:
+        """Refuse, before any worker starts, a worker count the combiner cannot serve.
+
+        The Adasum tree pairs rank r with r XOR 2^j, so it needs a power of two, as in
+        Horovod; sum and mean take any count.
+        """
+        if self.combiner == "adasum":
+            check_world_size(world_size)
+
+
+ConfigStore.instance().store(group="method", name="adasum_schema", node=AdasumConfig)
+
+
+@register("adasum", AdasumConfig)
+class AdasumStrategy:
+    """Local optimizer step, then per-tensor combination of the parameter deltas."""
+
+    def __init__(self, cfg: AdasumConfig, world_size: int):
+        cfg.validate_world_size(world_size)
+        self.cfg = cfg
+        self.world_size = world_size
+        self._params: list[torch.Tensor] = []
+        self._start: list[torch.Tensor] | None = None
+        self._comm: Collectives | None = None
+        self._last_bytes = 0
+
+    def setup(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: Collectives
+    ) -> None:
+        if comm.world_size != self.world_size:
+            raise ValueError(
+                f"strategy built for {self.world_size} workers, group has {comm.world_size}"
+            )
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._comm = comm
+
+    def after_backward(self, info: StepInfo) -> list[CommRecord]:
+        """Remember where this step starts; gradients stay local."""
+        self._start = [p.detach().clone() for p in self._params]
+        return []
+
+    @torch.no_grad()
+    def after_step(self, info: StepInfo) -> list[CommRecord]:
+        """Combine the local deltas and move every worker to start + combined."""
+        if self._start is None or self._comm is None:
+            raise RuntimeError("after_step needs setup() and after_backward() first")
+        deltas = [p - s for p, s in zip(self._params, self._start, strict=True)]
+        combined, records = self._combine(deltas, self._comm)
+        for p, s, d in zip(self._params, self._start, combined, strict=True):
+            torch.add(s, d, out=p)
+        self._start = None
+        self._last_bytes = sum(r.nbytes for r in records)
+        return records
+
+    def _combine(
+        self, deltas: list[torch.Tensor], comm: Collectives
+    ) -> tuple[list[torch.Tensor], list[CommRecord]]:
+        if self.cfg.combiner == "adasum":
+            return adasum_allreduce(deltas, comm)
+        flat = torch.cat([d.reshape(-1) for d in deltas])
+        rec = comm.allreduce(flat, average=self.cfg.combiner == "mean")
+        parts = flat.split([d.numel() for d in deltas])
+        return [p.view(d.shape) for p, d in zip(parts, deltas, strict=True)], [rec]
+
+    def metrics(self) -> dict[str, float | str]:
+        """`method/bytes`: payload bytes this worker contributed to the last combination."""
+        return {"method/combiner": self.cfg.combiner, "method/bytes": float(self._last_bytes)}
+
+    def state_dict(self) -> dict:
+        # Between steps the strategy holds nothing a resumed run would need: the start copy
+        # lives only from after_backward to after_step, and optimizer state is the trainer's.
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"adasum strategy has no state to load, got keys {sorted(state)}")

@@ -1,0 +1,148 @@
+"""method=local_sgd: periodic-averaging SGD (PASGD, Wang & Joshi 2018, Sec. 2).
+
+Every worker takes local optimizer steps on its own mini-batches; every `tau` local steps
+all models are averaged with one flattened allreduce. tau=1 is fully synchronous SGD (with
+plain SGD the averaged model equals the model after an averaged-gradient step).
+
+Momentum buffers stay local by default, as in the AdaComm author's later code;
+`momentum=average` averages them with the model, and `block_momentum > 0` applies a global
+(block) momentum to the averaged model change at each averaging (Chen & Huo 2016): with
+x_g the last global model, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - u.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hydra.core.config_store import ConfigStore
+
+from repro.dist.collectives import Collectives, CommRecord
+from repro.errors import UserError
+from repro.strategies.base import MethodConfig, StepInfo, register
+
+MOMENTUM_MODES = ("local", "average")
+
+
+@dataclass
+class LocalSGDConfig(MethodConfig):
+    name: str = "local_sgd"
+    tau: int = 4
+    momentum: str = "local"
+    block_momentum: float = 0.0
+
+    def __post_init__(self):
+        if self.tau < 1:
+            raise UserError(f"method.tau={self.tau} must be at least 1 (1 = synchronous SGD)")
+        if self.momentum not in MOMENTUM_MODES:
+            raise UserError(f"method.momentum={self.momentum!r} must be one of {list(MOMENTUM_MODES)}")
+        if not 0 <= self.block_momentum < 1:
+            raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
+
+
+ConfigStore.instance().store(group="method", name="local_sgd_schema", node=LocalSGDConfig)
+
+
+class ModelAverager:
+    """Averages parameters, float buffers (and optionally momentum) in one allreduce.
+
+    One extra slot carries the sum of this worker's losses since the last averaging, so the
+    loss averaged over workers and local steps arrives with the model at no extra cost.
+    """
+
+    def __init__(self, model, optimizer, comm: Collectives, cfg: LocalSGDConfig):
+        self.comm, self.optimizer, self.cfg = comm, optimizer, cfg
+        self.tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+        self.params = list(model.parameters())
+        self.global_model: torch.Tensor | None = None
+        self.velocity: torch.Tensor | None = None
+
+    def _momentum_buffers(self) -> list[torch.Tensor]:
+        if self.cfg.momentum != "average":
+            return []
+        bufs = []
+        for p in self.params:
+            state = self.optimizer.state.get(p, {})
+            buf = state.get("momentum_buffer", state.get("exp_avg"))
+            if buf is not None:
+                bufs.append(buf)
+        return bufs
+
+    def average(self, loss_sum: float, steps: int) -> tuple[CommRecord, float]:
+        """Average the models; returns the record and the loss averaged over workers and steps."""
+        tensors = self.tensors + self._momentum_buffers()
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+        model_numel = flat.numel()
+        flat = torch.cat([flat, torch.tensor([loss_sum / max(steps, 1)], dtype=flat.dtype)])
+        record = self.comm.allreduce(flat, average=True)
+        if self.cfg.block_momentum > 0:
+            flat[:model_numel] = self._block_momentum(flat[:model_numel])
+        offset = 0
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return record, float(flat[model_numel])
+
+    def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:
+        if self.global_model is None:
+            self.global_model = averaged.clone()
+            self.velocity = torch.zeros_like(averaged)
+            return averaged
+        self.velocity.mul_(self.cfg.block_momentum).add_(self.global_model - averaged)
+        self.global_model.sub_(self.velocity)
+        return self.global_model.clone()
+
+    def state_dict(self) -> dict:
+        return {"global_model": self.global_model, "velocity": self.velocity}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_model, self.velocity = state["global_model"], state["velocity"]
+
+
+@register("local_sgd", LocalSGDConfig)
+class LocalSGDStrategy:
+    """Fixed period: average every `tau` local steps."""
+
+    def __init__(self, cfg: LocalSGDConfig, world_size: int):
+        self.cfg, self.world_size = cfg, world_size
+        self.tau = cfg.tau
+        self.local_steps = 0
+        self.loss_sum = 0.0
+        self.last_avg_loss = float("nan")
+
+    def setup(self, model, optimizer, comm: Collectives) -> None:
+        self.averager = ModelAverager(model, optimizer, comm, self.cfg)
+
+    def after_backward(self, info: StepInfo) -> list[CommRecord]:
+        return []
+
+    def after_step(self, info: StepInfo) -> list[CommRecord]:
+        self.local_steps += 1
+        self.loss_sum += info.loss
+        if self.local_steps < self.tau:
+            return []
+        record, self.last_avg_loss = self.averager.average(self.loss_sum, self.local_steps)
+        self.on_average(info, self.last_avg_loss, self.local_steps)
+        self.local_steps, self.loss_sum = 0, 0.0
+        return [record]
+
+    def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
+        """Hook for subclasses that adapt tau; called on every rank with identical inputs."""
+
+    def metrics(self) -> dict[str, float]:
+        return {"method/tau": float(self.tau)}
+
+    def state_dict(self) -> dict:
+        return {
+            "tau": self.tau,
+            "local_steps": self.local_steps,
+            "loss_sum": self.loss_sum,
+            "last_avg_loss": self.last_avg_loss,
+            "averager": self.averager.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tau, self.local_steps = state["tau"], state["local_steps"]
+        self.loss_sum, self.last_avg_loss = state["loss_sum"], state["last_avg_loss"]
+        self.averager.load_state_dict(state["averager"])

@@ -1,0 +1,288 @@
+"""Flexible Top-k (Tyagi & Swany 2023): error-feedback Top-k over the cheapest collective.
+
+Each step, after backward: all gradients are flattened into one vector, the error-feedback
+residual is added (G = grad + residual), and G is exchanged at ratio c by AG-Topk or AR-Topk
+(STAR or VAR leader) as the collective policy picks, or by a dense allreduce when c = 1. The
+averaged gradient goes back into `p.grad`; what this worker did not send stays in its
+residual. The ratio is fixed (`cr_controller=fixed`) or chosen by the paper's
+multi-objective controller (`cr_controller=moo`, Eq. 6).
+
+Probing (moo only) needs one hook from the trainer, attached with `set_probe`:
+
+    probe(n_steps: int, per_step: Callable[[int], None]) -> None
+
+It snapshots the model (parameters and buffers), the optimizer state, the data position
+and the RNG states (torch, numpy, python); then n_steps times: draw the next batch,
+zero the gradients, forward, backward, call `per_step(i)` (which exchanges the gradients
+in `p.grad` and writes the averaged ones back), and take the optimizer step; then it
+restores the snapshot. All ranks call it at the same step (per_step communicates). The
+strategy itself saves and restores its residuals and the live step's `p.grad` around the
+probe, so after probing the training trajectory differs only by the chosen ratio. The
+probes' communication records are returned with the step's records (the modeled clock
+pays for probing, as the method does); the trainer should add the probe's compute time to
+the step's.
+
+NCCL: `nccl_env(cfg)` gives the environment that forces NCCL's allreduce algorithm for a
+fixed `ar_ring`/`ar_tree` choice. NCCL reads NCCL_ALGO once, when a communicator is
+created, so the launcher must set it before `init_process_group`; a per-step `auto`
+switch cannot reach NCCL and changes only the modeled charge (as on gloo, which never
+lets the caller choose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from hydra.core.config_store import ConfigStore
+
+from repro.compress.exchange import (
+    ExchangeResult,
+    ag_topk_exchange,
+    ar_topk_exchange,
+    dense_exchange,
+    star_leader,
+    var_leader,
+)
+from repro.compress.memory import ErrorFeedback
+from repro.compress.policy import COLLECTIVES, CollectivePolicy
+from repro.compress.ratio import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_WEIGHTS,
+    FixedRatio,
+    MOORatioController,
+    check_candidates,
+    check_cr,
+    check_weights,
+)
+from repro.compress.topk import k_for, residual_after
+from repro.dist.collectives import Collectives, CommRecord
+from repro.errors import UserError
+from repro.netmodel import cost
+from repro.netmodel.cost import Link
+from repro.strategies.base import MethodConfig, StepInfo, register
+
+ProbeFn = Callable[[int, Callable[[int], None]], None]
+
+CONTROLLERS = ("fixed", "moo")
+LEADERS = ("star", "var")
+_NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker
+
+
+@dataclass
+class TopKConfig(MethodConfig):
+    """`method=topk`. `bytes_scale` mirrors network.bytes_scale (interpolated in the yaml) so
+    the policy compares costs for the same message sizes the modeled clock charges."""
+
+    name: str = "topk"
+    cr: float = 0.01
+    cr_controller: str = "fixed"
+    collective: str = "auto"
+    leader: str = "star"
+    layerwise: bool = False
+    candidates: list[float] = field(default_factory=lambda: list(DEFAULT_CANDIDATES))
+    weights: list[float] = field(default_factory=lambda: list(DEFAULT_WEIGHTS))
+    probe_steps: int = 5
+    seed: int = 0
+    bytes_scale: float = 1.0
+
+    def __post_init__(self):
+        check_cr(self.cr)
+        if self.cr_controller not in CONTROLLERS:
+            raise UserError(
+                f"method.cr_controller={self.cr_controller!r} is unknown; choose one of "
+                f"{list(CONTROLLERS)}"
+            )
+        if self.collective not in COLLECTIVES:
+            raise UserError(
+                f"method.collective={self.collective!r} is unknown; choose one of "
+                f"{list(COLLECTIVES)}"
+            )
+        if self.leader not in LEADERS:
+            raise UserError(
+                f"method.leader={self.leader!r} is unknown; choose one of {list(LEADERS)}"
+            )
+        if self.cr == 1 and self.cr_controller == "fixed" and self.collective == "allgather":
+            raise UserError(
+                "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
+            )
+        check_candidates(self.candidates)
+        check_weights(self.weights)
+        if self.probe_steps < 1:
+            raise UserError(f"method.probe_steps={self.probe_steps} must be at least 1")
+        if not self.bytes_scale > 0:
+            raise UserError(f"method.bytes_scale={self.bytes_scale} must be > 0")
+
+
+ConfigStore.instance().store(group="method", name="topk_schema", node=TopKConfig)
+
+
+def nccl_env(cfg: TopKConfig) -> dict[str, str]:
+    """Environment forcing NCCL's allreduce algorithm for a fixed ring or tree choice.
+
+    Uses NCCL's per-collective form (NCCL >= 2.24) so that the allgather and broadcast keep
+    their own algorithms; empty for `auto` and `allgather`, which leave NCCL's tuner alone.
+    """
+    algo = {"ar_ring": "ring", "ar_tree": "tree"}.get(cfg.collective)
+    return {} if algo is None else {"NCCL_ALGO": f"allreduce:{algo}"}
+
+
+@register("topk", TopKConfig)
+class TopKStrategy:
+    def __init__(self, cfg: TopKConfig, world_size: int):
+        self.cfg = cfg
+        self.world_size = world_size
+        self.memory = ErrorFeedback()
+        self.policy = CollectivePolicy(cfg.collective)
+        self.controller: FixedRatio | MOORatioController = (
+            FixedRatio(cfg.cr)
+            if cfg.cr_controller == "fixed"
+            else MOORatioController(cfg.candidates, cfg.weights, seed=cfg.seed)
+        )
+        self.probe: ProbeFn | None = None
+        self._link: Link | None = None
+        self._window: list[float] = []
+        self._probe_due = cfg.cr_controller == "moo"
+        self._metrics: dict = {}
+
+    def setup(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: Collectives
+    ) -> None:
+        self.comm = comm
+        self.params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self.sizes = [p.numel() for _, p in self.params]
+        self.numel = sum(self.sizes)
+        element = self.params[0][1].element_size()
+        self.nbytes = self.numel * element * self.cfg.bytes_scale
+
+    def set_probe(self, probe: ProbeFn) -> None:
+        """The trainer's snapshot-and-restore runner (see the module docstring)."""
+        self.probe = probe
+
+    def after_backward(self, info: StepInfo) -> list[CommRecord]:
+        records: list[CommRecord] = []
+        link_changed = self._link is not None and info.link != self._link
+        self._link = info.link
+        if self._probe_due:
+            records += self._probe_and_solve(info)
+        elif self.controller.needs_solve(link_changed):
+            gains = self.controller.gains
+            self.controller.solve(
+                {c: (g, self._sync_seconds(c, info.link)) for c, g in gains.items()}
+            )
+        cr = self.controller.cr
+        result, step_records = self._exchange(info.step, cr, info.link)
+        records += step_records
+        self._metrics = {
+            "method/cr": cr,
+            "method/collective": self.policy.last,
+            "method/gain": result.gain,
+            "method/k": self.numel if cr == 1 else k_for(self.numel, cr),
+        }
+        self._watch_gain(result.gain)
+        return records
+
+    def after_step(self, info: StepInfo) -> list[CommRecord]:
+        return []
+
+    def metrics(self) -> dict:
+        return dict(self._metrics)
+
+    def _exchange(self, step: int, cr: float, link: Link) -> tuple[ExchangeResult, list]:
+        """One exchange of the compensated gradients in `p.grad`; averages written back."""
+        grads = {
+            name: (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+            for name, p in self.params
+        }
+        compensated = self.memory.compensate(grads)
+        flat = torch.cat([compensated[name] for name, _ in self.params])
+        collective = self.policy.choose(link, self.nbytes, cr, self.comm.world_size)
+        algo = "tree" if collective == "ar_tree" else "ring"
+        layers = self.sizes if self.cfg.layerwise else None
+        records: list[CommRecord] = []
+        if cr == 1:
+            result = dense_exchange(self.comm, flat, algo)
+        elif collective == "allgather":
+            result = ag_topk_exchange(self.comm, flat, k_for(self.numel, cr), layers)
+        else:
+            if self.cfg.leader == "var":
+                leader, record = var_leader(self.comm, flat.pow(2).sum().item(), flat.device)
+                records.append(record)
+            else:
+                leader = star_leader(step, self.comm.world_size)
+            result = ar_topk_exchange(self.comm, flat, k_for(self.numel, cr), leader, algo, layers)
+        records += result.records
+        if result.sent is None:
+            residual = torch.zeros_like(flat)
+        else:
+            residual = residual_after(flat, result.sent)
+        self.memory.update(dict(zip(grads, residual.split(self.sizes), strict=True)))
+        for (_, p), avg in zip(self.params, result.average.split(self.sizes), strict=True):
+            if p.grad is None:
+                p.grad = avg.view_as(p).clone()
+            else:
+                p.grad.copy_(avg.view_as(p))
+        return result, records
+
+    def _sync_seconds(self, cr: float, link: Link) -> float:
+        """Modeled seconds of one exchange at ratio `cr` on `link` (the time objective)."""
+        n = self.comm.world_size
+        choice = self.policy.decide(link, self.nbytes, cr, n)
+        seconds = self.policy.seconds(choice, link, self.nbytes, cr, n)
+        if self.cfg.leader == "var" and choice != "allgather":
+            seconds += cost.allgather(link, _NORM_BYTES * self.cfg.bytes_scale, n)
+        return seconds
+
+    def _probe_and_solve(self, info: StepInfo) -> list[CommRecord]:
+        """Probe every candidate ratio from the same snapshot, then solve Eq. 6."""
+        if self.probe is None:
+            raise RuntimeError(
+                "method.cr_controller=moo needs the trainer's probe hook (TopKStrategy.set_probe)"
+            )
+        live_grads = [None if p.grad is None else p.grad.clone() for _, p in self.params]
+        residuals = self.memory.state_dict()
+        records: list[CommRecord] = []
+        probes: dict[float, tuple[float, float]] = {}
+        for c in self.controller.candidates:
+            self.memory.load_state_dict(residuals)
+            gains: list[float] = []
+
+            def per_step(i: int, c: float = c, gains: list[float] = gains) -> None:
+                result, step_records = self._exchange(info.step + i, c, info.link)
+                gains.append(result.gain)
+                records.extend(step_records)
+
+            self.probe(self.cfg.probe_steps, per_step)
+            probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
+        self.memory.load_state_dict(residuals)
+        for (_, p), grad in zip(self.params, live_grads, strict=True):
+            p.grad = grad
+        self.controller.solve(probes)
+        self._probe_due = False
+        self._window.clear()
+        return records
+
+    def _watch_gain(self, gain: float) -> None:
+        """Average the gain over blocks of `probe_steps` steps and ask for a re-probe."""
+        self._window.append(gain)
+        if len(self._window) == self.cfg.probe_steps:
+            self._probe_due = self.controller.needs_probe(sum(self._window) / len(self._window))
+            self._window.clear()
+
+    def state_dict(self) -> dict:
+        link = None if self._link is None else (self._link.latency_s, self._link.bandwidth_Bps)
+        return {
+            "residuals": self.memory.state_dict(),
+            "controller": self.controller.state_dict(),
+            "window": list(self._window),
+            "probe_due": self._probe_due,
+            "link": link,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.memory.load_state_dict(state["residuals"])
+        self.controller.load_state_dict(state["controller"])
+        self._window = list(state["window"])
+        self._probe_due = state["probe_due"]
+        self._link = None if state["link"] is None else Link(*state["link"])

@@ -1,0 +1,215 @@
+"""Where a study lives, and how a restart tells a dead worker's trial from a live one.
+
+Two storages (issue 7, "Storage"):
+
+* Journal file (the default): `<out>/<name>/journal.log` through Optuna's `JournalStorage` with
+  `JournalFileBackend`. Workers on one machine share it. A journal has no heartbeat, so a trial
+  whose process was SIGKILLed would stay RUNNING forever; `WorkerLocks` closes that gap.
+* A database URL (PostgreSQL on a cluster): `RDBStorage` with a heartbeat. A trial whose
+  heartbeat is older than the grace period is failed by the next worker that looks, and
+  `RetryHeartbeatStaleTrialCallback` queues its parameters again.
+
+The lock approach for the journal: every worker process holds an exclusive `flock` on its own
+file `<study dir>/workers/<host>-<pid>.lock` for its whole life and stamps each trial it runs
+with the user attribute `worker=<host>:<pid>`. The kernel drops a flock when its process dies,
+however it dies, so "I can take that worker's lock" means "that worker is gone" with no PID-reuse
+ambiguity. A RUNNING trial is stale exactly when its worker is gone; trials of live workers (for
+example of a second `repro sweep` on the same study) are left alone. All of this runs under
+`<study dir>/ask.lock`, the same lock a worker holds from counting the budget until its new trial
+is stamped, so an unstamped RUNNING trial seen under the lock belongs to a worker that died.
+
+Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
+is scrubbed of the password before it reaches a message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from repro.errors import UserError
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage
+
+    from repro.sweep.spec import SweepSpec
+
+RDB_SCHEMES = ("postgresql", "mysql", "sqlite")
+MAX_RETRY = 2
+"""How often a trial lost to a dead worker is queued again before its point is given up."""
+_ENV = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def _password(url: str) -> str | None:
+    rest = url.split("://", 1)[1] if "://" in url else url
+    if "@" not in rest:
+        return None
+    userinfo = rest[: rest.rfind("@")]
+    return userinfo.split(":", 1)[1] if ":" in userinfo else None
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by `***` (the only form that is ever printed)."""
+    secret = _password(url)
+    if not secret:
+        return url
+    head, rest = url.split("://", 1) if "://" in url else ("", url)
+    at = rest.rfind("@")
+    user = rest[:at].split(":", 1)[0]
+    return f"{head + '://' if head else ''}{user}:***{rest[at:]}"
+
+
+def scrub(text: str, url: str) -> str:
+    """Remove the URL's password (raw and percent-decoded) from any text, e.g. a driver error."""
+    secret = _password(url)
+    text = text.replace(url, mask_url(url))
+    for s in {secret, unquote(secret)} if secret else ():
+        text = text.replace(s, "***")
+    return text
+
+
+def expand_storage_url(raw: str) -> str:
+    """Expand `$VAR`/`${VAR}` (so a spec can keep the password in the environment) and check
+    the scheme; a `$` in a literal password must be written `%24`."""
+    if not isinstance(raw, str) or not raw:
+        raise UserError("storage must be null (journal file) or a database URL")
+    missing = [a or b for a, b in _ENV.findall(raw) if (a or b) not in os.environ]
+    if missing:
+        raise UserError(f"storage {mask_url(raw)}: environment variable {missing[0]} is not set")
+    url = _ENV.sub(lambda m: os.environ[m.group(1) or m.group(2)], raw)
+    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
+    if scheme not in RDB_SCHEMES:
+        raise UserError(
+            f"storage {mask_url(url)}: expected a {'/'.join(RDB_SCHEMES)} URL "
+            "(or null for the journal file)"
+        )
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError):
+        raise UserError(f"storage {mask_url(url)} is not a valid database URL") from None
+    return url
+
+
+def open_storage(spec: SweepSpec) -> BaseStorage:
+    """The study's storage, connected: an unreachable database is a one-line `UserError`."""
+    import optuna
+
+    if spec.storage is None:
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        spec.study_dir.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(spec.study_dir / "journal.log")))
+    url = expand_storage_url(spec.storage)
+    engine_kwargs: dict = {"pool_pre_ping": True}
+    if url.startswith("postgresql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=spec.heartbeat_s,
+                grace_period=spec.grace_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=MAX_RETRY
+                ),
+            )
+        except Exception as err:  # driver, DNS, auth and schema errors all mean "cannot use"
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            msg = f"storage {mask_url(url)}: cannot connect ({scrub(first, url)})"
+            raise UserError(msg) from None
+
+
+class FileLock:
+    """An exclusive `flock` on a file; `release` is idempotent so it can be handed on."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class WorkerLocks:
+    """Liveness of journal workers on this host, read from their lock files (module doc)."""
+
+    def __init__(self, study_dir: Path) -> None:
+        self.dir = study_dir / "workers"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.host = socket.gethostname()
+        self._own: int | None = None
+
+    def register(self) -> str:
+        """Hold this process's lock for its lifetime; returns the `worker` stamp for trials."""
+        if self._own is None:
+            self._own = os.open(self._path(self.host, os.getpid()), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._own, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return f"{self.host}:{os.getpid()}"
+
+    def _path(self, host: str, pid: int | str) -> Path:
+        return self.dir / f"{host}-{pid}.lock"
+
+    def is_alive(self, worker: str) -> bool:
+        host, _, pid = worker.rpartition(":")
+        if host != self.host:
+            return True  # another machine's process: nothing here can tell, so never steal
+        path = self._path(host, pid)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        path.unlink(missing_ok=True)
+        return False
+
+
+def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage, locks: WorkerLocks) -> int:
+    """Journal only, under the ask lock: fail RUNNING trials whose worker is dead (stamping
+    `stale` with the reason) and queue their parameters again. Returns how many were failed."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+    failed = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.user_attrs.get("worker")
+        if owner is not None and locks.is_alive(owner):
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_user_attr(trial_id, "stale", f"worker {owner or 'unknown'} died")
+        try:
+            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        failed += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            retry(study, storage.get_trial(trial_id))
+    return failed

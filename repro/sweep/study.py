@@ -1,0 +1,229 @@
+"""Running a sweep: sampler, objective, and K worker processes sharing one Optuna study.
+
+Each trial is one full training run (issue 7, "Must deliver" 2): the base experiment, the fixed
+overrides and the trial's sampled values are composed into a config whose `run_dir` is
+`<out>/<name>/trial_<n>` and whose tracking tags name the study and the trial, then
+`run_training` runs it through the same launcher as `repro train`.
+
+Budget. `n_trials` counts trials that ran to an end: COMPLETE, or FAIL with a `fail_reason`
+(crash, divergence, missing metric) recorded by the objective. A trial lost to a killed worker
+is not an outcome: it is failed as stale (journal: `storage.fail_orphaned_trials`; database:
+the heartbeat) and its parameters are queued again. Before starting a trial a worker takes the
+study's ask lock, counts finished plus running trials and starts one only if that is below the
+budget; the lock is handed on (released) inside the objective once the trial is stamped with
+its worker, so K workers on one machine never overshoot. Workers on other machines sharing a
+database have their own lock and may overshoot by at most one trial each.
+
+Resume is free: the study lives in its storage, so running `repro sweep SPEC` again loads it
+and works on the remaining budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import multiprocessing
+import time
+import warnings
+from typing import Any
+
+from repro.errors import UserError
+from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys, format_override
+from repro.sweep.storage import FileLock, WorkerLocks, fail_orphaned_trials, open_storage
+
+log = logging.getLogger("repro.sweep")
+POLL_S = 2.0
+"""How often an idle worker looks again while others finish the last trials."""
+
+
+class TrialFailed(Exception):
+    """A trial that ran but produced no usable objective; the study goes on."""
+
+
+def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
+    import optuna
+
+    seed = spec.sampler.seed + seed_offset
+    name = spec.sampler.name
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(
+            population_size=spec.sampler.population_size or 50, seed=seed
+        )
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
+
+
+def _suggest(trial: Any, p: Any) -> Any:
+    if p.type == "categorical":
+        return trial.suggest_categorical(p.key, list(p.choices))
+    if p.type == "int":
+        return trial.suggest_int(p.key, p.low, p.high, step=p.step or 1, log=p.log)
+    return trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)
+
+
+def trial_overrides(spec: SweepSpec, number: int, params: dict[str, Any]) -> list[str]:
+    """The full override list of one trial (stored on the trial so it can be rerun by hand)."""
+    run_dir = spec.study_dir / f"trial_{number}"
+    return [
+        *base_overrides(spec),
+        *(format_override(k, v) for k, v in params.items()),
+        f"run_dir={run_dir}",
+        f"tracking.tags=['study:{spec.name}','trial:{number}']",
+    ]
+
+
+def objective_values(spec: SweepSpec, summary: dict[str, Any]) -> list[float]:
+    """The objective vector from a run summary; raises `TrialFailed` on NaN or a missing metric."""
+    loss = summary.get("train/loss")
+    if isinstance(loss, float) and math.isnan(loss):
+        raise TrialFailed("diverged: train/loss is nan")
+    values = []
+    for metric in spec.metric_names:
+        v = summary.get(metric)
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            raise TrialFailed(f"run summary has no numeric {metric} (got {v!r})")
+        if not math.isfinite(v):
+            raise TrialFailed(f"diverged: {metric} is {v}")
+        values.append(float(v))
+    return values
+
+
+def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[float]:
+    from repro.config import compose
+    from repro.train.entry import Diverged, run_training
+
+    trial.set_user_attr("worker", worker)
+    params = {p.key: _suggest(trial, p) for p in spec.space}
+    unlock()  # stamped and sampled: the next worker may count and ask now
+    overrides = trial_overrides(spec, trial.number, params)
+    trial.set_user_attr("overrides", overrides)
+    try:
+        summary = run_training(compose(overrides))
+        values = objective_values(spec, summary)
+    except Diverged as err:
+        reason = f"diverged: {err}"
+    except TrialFailed as err:
+        reason = str(err)
+    except Exception as err:  # any crash of one run is that trial's failure, not the sweep's
+        reason = f"crashed: {type(err).__name__}: {err}"
+    else:
+        trial.set_user_attr(
+            "summary", {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
+        )
+        return values
+    trial.set_user_attr("fail_reason", reason.splitlines()[0][:500])
+    raise TrialFailed(reason)
+
+
+def tally(study: Any) -> tuple[int, int]:
+    """(trials that count towards the budget, trials running now)."""
+    from optuna.trial import TrialState
+
+    done = running = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.COMPLETE or (
+            t.state == TrialState.FAIL and "fail_reason" in t.user_attrs
+        ):
+            done += 1
+        elif t.state == TrialState.RUNNING:
+            running += 1
+    return done, running
+
+
+def _load(spec: SweepSpec, storage: Any, seed_offset: int = 0) -> Any:
+    import optuna
+
+    study = optuna.create_study(
+        study_name=spec.name,
+        storage=storage,
+        directions=spec.directions,
+        sampler=make_sampler(spec, seed_offset),
+        load_if_exists=True,
+    )
+    have = [d.name.lower() for d in study.directions]
+    if have != spec.directions:
+        raise UserError(
+            f"study {spec.name} in {spec.storage_label} has directions {have}, the spec "
+            f"{spec.directions}; rename the study or remove the old one"
+        )
+    return study
+
+
+def _work(spec: SweepSpec, index: int, deadline: float | None) -> None:
+    """One worker: count, ask, run, until the budget is spent or the deadline passes."""
+    import optuna
+    import torch
+
+    torch.set_num_threads(1)
+    storage = open_storage(spec)
+    probe = _load(spec, storage)
+    # Distinct seeds per worker and per resume: equal seeds would propose equal points.
+    study = _load(spec, storage, seed_offset=1_000_003 * index + len(probe.get_trials()))
+    locks = WorkerLocks(spec.study_dir)
+    me = locks.register()
+    while True:
+        if spec.storage is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+        with FileLock(spec.study_dir / "ask.lock") as lock:
+            if spec.storage is None and fail_orphaned_trials(study, storage, locks):
+                log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
+            done, running = tally(study)
+            if done >= spec.n_trials or (deadline is not None and time.time() >= deadline):
+                return
+            idle = done + running >= spec.n_trials
+            if not idle:
+                objective = functools.partial(_objective, spec=spec, worker=me, unlock=lock.release)
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+        if idle:
+            time.sleep(POLL_S)
+
+
+def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
+    from repro.dist.launch import _die_with_parent
+
+    _die_with_parent()
+    try:
+        _work(spec, index, deadline)
+    except UserError as err:
+        print(f"error: sweep worker {index}: {err}", flush=True)
+        raise SystemExit(2) from None
+    return 0
+
+
+def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
+    """Run (or continue) the study with `workers` processes; returns `tally` at the end.
+
+    Every check that can refuse the spec runs here first, so a bad spec creates no trial."""
+    if workers < 1:
+        raise UserError(f"--workers={workers} must be at least 1")
+    check_config_keys(spec)
+    import optuna
+
+    study = _load(spec, open_storage(spec))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.metric_names)
+    log.info("sweep %s on %s: %d trials, %d workers", spec.name, spec.storage_label,
+             spec.n_trials, workers)
+    deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
+    if workers == 1:
+        _work(spec, 0, deadline)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=_worker_main, args=(spec, i, deadline)) for i in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        bad = [i for i, p in enumerate(procs) if p.exitcode != 0]
+        if bad:
+            raise UserError(f"sweep {spec.name}: worker(s) {bad} stopped with an error (above)")
+    return tally(study)

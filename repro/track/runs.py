@@ -1,0 +1,275 @@
+"""Read wandb runs back from their local `.wandb` files, with no server (issue 2, item 6).
+
+A `.wandb` file is wandb's transaction log: a 7-byte file header (`:W&B`, a 2-byte magic,
+a version byte) followed by LevelDB-log framing of protobuf `Record` messages
+(`wandb.proto.wandb_internal_pb2.Record`): 32 KiB blocks; each chunk has a 7-byte header
+(CRC32C 4 bytes, little-endian length 2 bytes, type 1 byte: 1 full, 2 first, 3 middle,
+4 last); a block tail shorter than a chunk header is zero padding. The file is parsed here
+directly: about 5 ms for a 1,000-point run, against about 0.4 s per run for a
+`wandb leet inspect --json` subprocess, which matters when a report scans hundreds of runs.
+
+A run that was killed or is still running ends in a torn chunk or none at all; reading
+stops at the first chunk that does not fit (checksums are not verified: a torn tail is the
+failure a kill produces, and the length check catches it), so such a run reads up to its
+last complete record.
+
+One training run can own several segments (`offline-run-*` directories) with the same run
+id: a restart after a kill writes a new one that re-logs the steps after the last
+checkpoint. Segments are merged in start order; a later segment's rows replace the rows of
+the same or later steps from earlier ones.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UserError
+
+BLOCK = 32 * 1024
+CHUNK_HEADER = struct.Struct("<IHB")  # crc32c, length, type
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+FILE_HEADER_LEN = 7
+
+
+@dataclass
+class RunData:
+    """One run as read from disk; `history` is sorted by step and every row has "step"."""
+
+    run_id: str
+    name: str
+    group: str | None
+    job_type: str | None
+    tags: list[str]
+    config: dict
+    history: list[dict]
+    summary: dict
+    path: Path
+    exit_code: int | None = None  # None: no exit record (still running, or killed)
+
+
+@dataclass
+class _Segment:
+    """What one `.wandb` file holds."""
+
+    file: Path
+    run_id: str
+    name: str = ""
+    group: str | None = None
+    job_type: str | None = None
+    tags: list[str] = field(default_factory=list)
+    start: float = 0.0
+    config: dict = field(default_factory=dict)
+    rows: dict[int, dict] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    exit_code: int | None = None
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    """Whole record payloads of a LevelDB-framed log, stopping at a torn tail."""
+    pos, parts = FILE_HEADER_LEN, []
+    while True:
+        room = BLOCK - pos % BLOCK
+        if room < CHUNK_HEADER.size:
+            pos += room
+            continue
+        if pos + CHUNK_HEADER.size > len(data):
+            return
+        _, length, kind = CHUNK_HEADER.unpack_from(data, pos)
+        start = pos + CHUNK_HEADER.size
+        if kind not in (FULL, FIRST, MIDDLE, LAST) or start + length > len(data):
+            return
+        payload, pos = data[start : start + length], start + length
+        if kind == FULL:
+            yield payload
+        elif kind == FIRST:
+            parts = [payload]
+        elif parts:
+            parts.append(payload)
+            if kind == LAST:
+                yield b"".join(parts)
+                parts = []
+
+
+def _records(file: Path):
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = file.read_bytes()
+    if not data.startswith(b":W&B"):
+        raise UserError(f"{file} is not a wandb transaction log (no ':W&B' header)")
+    for payload in _chunks(data):
+        record = pb.Record()
+        try:
+            record.ParseFromString(payload)
+        except DecodeError:
+            return
+        yield record
+
+
+def _value(item) -> Any:
+    """An item's value: a history item may carry a typed field, else it is JSON text."""
+    typed = "value" in item.DESCRIPTOR.oneofs_by_name
+    kind = item.WhichOneof("value") if typed else None
+    if kind is None:
+        return json.loads(item.value_json) if item.value_json else None
+    if kind == "none":
+        return None
+    if kind == "json":
+        return json.loads(item.json)
+    return getattr(item, kind)
+
+
+def _path(item) -> list[str]:
+    return list(item.nested_key) or [item.key]
+
+
+def _assign(target: dict, path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        node = target.get(key)
+        if not isinstance(node, dict):
+            node = target[key] = {}
+        target = node
+    target[path[-1]] = value
+
+
+def _remove(target: dict, path: list[str]) -> None:
+    for key in path[:-1]:
+        target = target.get(key)
+        if not isinstance(target, dict):
+            return
+    target.pop(path[-1], None)
+
+
+def _update(target: dict, update) -> None:
+    """Apply a ConfigRecord or SummaryRecord (its `update` then `remove` items)."""
+    for item in update.update:
+        _assign(target, _path(item), _value(item))
+    for item in update.remove:
+        _remove(target, _path(item))
+
+
+def _public(d: dict) -> dict:
+    """Drop wandb's own keys (`_step`, `_runtime`, `_timestamp`, `_wandb`)."""
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def _read_segment(file: Path) -> _Segment | None:
+    """Parse one `.wandb` file; None when it holds no run record yet."""
+    seg: _Segment | None = None
+    for record in _records(file):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+            seg = seg or _Segment(file=file, run_id=run.run_id)
+            seg.name, seg.tags = run.display_name, list(run.tags)
+            seg.group, seg.job_type = run.run_group or None, run.job_type or None
+            seg.start = run.start_time.seconds + run.start_time.nanos * 1e-9
+            _update(seg.config, run.config)
+        elif seg is None:
+            continue
+        elif kind == "config":
+            _update(seg.config, record.config)
+        elif kind == "history":
+            row: dict = {}
+            for item in record.history.item:
+                _assign(row, _path(item), _value(item))
+            hist = record.history
+            step = hist.step.num if hist.HasField("step") else row.get("_step", 0)
+            row = _public(row)
+            row.setdefault("step", step)
+            seg.rows.setdefault(int(row["step"]), {}).update(row)
+        elif kind == "summary":
+            _update(seg.summary, record.summary)
+        elif kind == "exit":
+            seg.exit_code = record.exit.exit_code
+    return seg
+
+
+def _run_dir(segment_file: Path) -> Path:
+    """The training run's directory: the one holding `wandb/`, else the segment's own."""
+    seg_dir = segment_file.parent
+    return seg_dir.parent.parent if seg_dir.parent.name == "wandb" else seg_dir
+
+
+def _merge(segments: list[_Segment]) -> RunData:
+    """One run from its segments (same run id), oldest first."""
+    segments = sorted(segments, key=lambda s: (s.start, str(s.file)))
+    rows: dict[int, dict] = {}
+    config: dict = {}
+    for seg in segments:
+        if seg.rows:
+            first = min(seg.rows)
+            rows = {s: r for s, r in rows.items() if s < first}
+            rows.update(seg.rows)
+        config.update(seg.config)
+    history = [rows[s] for s in sorted(rows)]
+    summary: dict = {}
+    for row in history:  # fallback: the last logged value of every metric
+        summary.update(row)
+    for seg in segments:
+        summary.update(_public(seg.summary))
+    last = segments[-1]
+    return RunData(
+        run_id=last.run_id,
+        name=last.name,
+        group=last.group,
+        job_type=last.job_type,
+        tags=last.tags,
+        config=_public(config),
+        history=history,
+        summary=summary,
+        path=_run_dir(last.file),
+        exit_code=last.exit_code,
+    )
+
+
+def _unique(files: Iterator[Path]) -> list[Path]:
+    """Each `.wandb` file once: `wandb/latest-run` is a symlink to one of the segments."""
+    return sorted({p.resolve(): p for p in files if p.is_file()}.values())
+
+
+def _grouped(files: list[Path]) -> dict[str, list[_Segment]]:
+    by_id: dict[str, list[_Segment]] = {}
+    for file in files:
+        seg = _read_segment(file)
+        if seg is not None:
+            by_id.setdefault(seg.run_id, []).append(seg)
+    return by_id
+
+
+def read_run(path: str | Path) -> RunData:
+    """The run in a training run's directory, an `offline-run-*` directory or a `.wandb` file.
+
+    A training run directory normally holds one run id (in one or more segments); if a run
+    was restarted before its first checkpoint it holds two, and the latest started one is
+    the run that continued, so that one is returned.
+    """
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = _unique(path.glob("run-*.wandb")) or _unique(path.glob("wandb/*/run-*.wandb"))
+    else:
+        raise UserError(f"run path {path} does not exist")
+    runs = _grouped(files)
+    if not runs:
+        raise UserError(f"no wandb run records under {path}")
+    latest = max(runs.values(), key=lambda segs: max(s.start for s in segs))
+    return _merge(latest)
+
+
+def find_runs(root: str | Path, group: str | None = None) -> list[RunData]:
+    """Every run with a `.wandb` file anywhere under `root` (in `group` if given), oldest
+    first. Segments of one run id are merged wherever they lie."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"runs root {root} is not a directory")
+    by_id = _grouped(_unique(root.rglob("run-*.wandb")))
+    ordered = sorted(by_id.values(), key=lambda segs: (min(s.start for s in segs), segs[0].run_id))
+    runs = [_merge(segs) for segs in ordered]
+    return [r for r in runs if group is None or r.group == group]

@@ -1,0 +1,147 @@
+"""`repro runs`: list and show the wandb runs on disk, read back with no server.
+
+  repro runs ls [ROOT] [--group G]            one line per run under ROOT (default: runs)
+  repro runs show RUN [--root ROOT] [--json]  one run: config, summary, last points
+
+RUN is a run directory (or an `offline-run-*` directory, or a `.wandb` file) or a run id
+found under ROOT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UserError
+from repro.track.runs import RunData, find_runs, read_run
+
+DEFAULT_ROOT = "runs"  # the trainer's default `runs_root`
+LS_METRICS = ("train/loss", "test/acc")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UserError(f"repro runs: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="repro runs", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ls = sub.add_parser("ls", help="list runs under ROOT")
+    ls.add_argument("root", nargs="?", default=DEFAULT_ROOT)
+    ls.add_argument("--group", help="only runs of this wandb group")
+    show = sub.add_parser("show", help="show one run")
+    show.add_argument("run", help="a run directory or a run id under --root")
+    show.add_argument("--root", default=DEFAULT_ROOT)
+    show.add_argument("--last", type=int, default=5, help="history points to show")
+    show.add_argument("--json", action="store_true", help="the whole run as one JSON object")
+    return p
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _state(run: RunData) -> str:
+    if run.exit_code is None:
+        return "incomplete"
+    return "finished" if run.exit_code == 0 else f"failed({run.exit_code})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _last_step(run: RunData) -> str:
+    return str(run.history[-1]["step"]) if run.history else "-"
+
+
+def _ls(root: str, group: str | None) -> str:
+    runs = find_runs(root, group)
+    if not runs:
+        where = f" in group {group!r}" if group else ""
+        return f"no runs under {root}{where}"
+    header = ["run id", "name", "group", "job type", "state", "steps", *LS_METRICS, "path"]
+    rows = [
+        [
+            run.run_id,
+            run.name,
+            _fmt(run.group),
+            _fmt(run.job_type),
+            _state(run),
+            _last_step(run),
+            *(_fmt(run.summary.get(m)) for m in LS_METRICS),
+            str(run.path),
+        ]
+        for run in runs
+    ]
+    return _table(header, rows)
+
+
+def _find(run: str, root: str) -> RunData:
+    if Path(run).exists():
+        return read_run(run)
+    if not Path(root).is_dir():
+        raise UserError(f"repro runs show: {run} is neither a path nor a run under {root}")
+    for found in find_runs(root):
+        if found.run_id == run:
+            return found
+    raise UserError(f"repro runs show: no run {run!r} under {root} (`repro runs ls {root}`)")
+
+
+def _flat(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key in sorted(d):
+        value = d[key]
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += _flat(value, name + ".")
+        else:
+            out.append((name, value))
+    return out
+
+
+def _show(run: RunData, last: int) -> str:
+    head = [
+        ("run id", run.run_id),
+        ("name", run.name),
+        ("group", run.group),
+        ("job type", run.job_type),
+        ("tags", ", ".join(run.tags) or None),
+        ("state", _state(run)),
+        ("steps", _last_step(run)),
+        ("path", run.path),
+    ]
+    parts = [_table(["run", ""], [[k, _fmt(v)] for k, v in head])]
+    parts.append(_table(["config", ""], [[k, _fmt(v)] for k, v in _flat(run.config)]))
+    parts.append(_table(["summary", ""], [[k, _fmt(v)] for k, v in _flat(run.summary)]))
+    rows = run.history[-last:] if last > 0 else []
+    if rows:
+        metrics = sorted({k for r in rows for k in r} - {"step"})
+        header = ["step", *(str(r["step"]) for r in rows)]
+        parts.append(_table(header, [[m, *(_fmt(r.get(m)) for r in rows)] for m in metrics]))
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "show" and args.last < 0:
+        raise UserError(f"repro runs show: --last={args.last} must be >= 0")
+    if args.command == "ls":
+        print(_ls(args.root, args.group))
+        return 0
+    run = _find(args.run, args.root)
+    if args.json:
+        print(json.dumps(asdict(run) | {"path": str(run.path)}, indent=1, default=str))
+    else:
+        print(_show(run, args.last))
+    return 0

@@ -1,0 +1,72 @@
+"""One training run, from a validated Config to its summary, under any launcher.
+
+`run_training` checks the run directory (writable, not another config's), prepares the data
+once (MNIST-1D generation or the CIFAR download fails here, before any worker starts), then
+starts the workers: in this process for one local worker, `spawn` for several, or joins the
+env:// rendezvous when torchrun or a SLURM job already set RANK and WORLD_SIZE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from repro.config import Config, identity, run_dir_of
+from repro.dist import launch
+from repro.dist.collectives import Collectives
+from repro.errors import UserError
+from repro.train import checkpoint
+from repro.train.trainer import Diverged, Trainer
+from repro.workload.workload import prepare
+
+__all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
+
+
+def finished_summary(cfg: Config) -> dict | None:
+    path = run_dir_of(cfg) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
+    """Body of one worker process; the env:// variables are already set."""
+    torch.set_num_threads(1)
+    device = launch.pick_device(cfg.trainer.device)
+    launch.init_process_group(device)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    return Trainer(cfg, Collectives(), device).run()
+
+
+def run_training(cfg: Config) -> dict:
+    """Run (or resume, or skip if finished) one training run; return its summary."""
+    run_dir = run_dir_of(cfg)
+    checkpoint.check_run_dir(run_dir, identity(cfg))
+    done = finished_summary(cfg)
+    if done is not None:
+        return done
+    prepare(cfg.workload, cfg.data, cfg.seed)
+    checkpoint.record_run_dir(run_dir, identity(cfg))
+    world = cfg.trainer.world_size
+    external = launch.env_rank_world()
+    if external is not None:
+        rank, ext_world = external
+        if ext_world != world:
+            raise UserError(
+                f"the launcher started {ext_world} processes but trainer.world_size={world}; "
+                f"make them equal"
+            )
+        out = train_worker(rank, world, cfg)
+        return out if out is not None else {}
+    if world == 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        try:
+            out = train_worker(0, 1, cfg)
+        finally:
+            for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+                os.environ.pop(k, None)
+            launch.shutdown()
+        return out
+    return launch.spawn(train_worker, world, cfg)[0]

@@ -1,0 +1,81 @@
+"""Running totals between log points, and the dict logged at each point.
+
+Training loss is averaged over the steps since the last point on each worker, then over
+workers (an untracked reduction: instrumentation, not the method's traffic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from repro.dist.collectives import CommRecord
+
+
+@dataclass
+class RunningStats:
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    bytes: int = 0
+    collectives: int = 0
+    comm_measured_s: float = 0.0
+    last_point_wall_s: float = 0.0
+    last_point_samples: int = 0
+    last_point_modeled_s: float = 0.0
+
+    def add_step(self, loss: float, records: list[CommRecord]) -> None:
+        self.loss_sum += loss
+        self.loss_count += 1
+        for r in records:
+            self.bytes += r.nbytes
+            self.collectives += 1
+            self.comm_measured_s += r.seconds
+
+    def reset_interval(self, wall_s: float, samples: int, modeled_s: float) -> None:
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.last_point_wall_s = wall_s
+        self.last_point_samples = samples
+        self.last_point_modeled_s = modeled_s
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def point(
+    *,
+    step: int,
+    epoch: float,
+    samples: int,
+    train_loss: float,
+    test: tuple[float, float] | None,
+    stats: RunningStats,
+    wall_s: float,
+    modeled_s: float,
+    lr: float,
+    strategy_metrics: dict,
+) -> dict:
+    """One logged point. Throughput is over the interval since the previous point."""
+    d_samples = samples - stats.last_point_samples
+    d_wall = max(wall_s - stats.last_point_wall_s, 1e-12)
+    d_modeled = max(modeled_s - stats.last_point_modeled_s, 1e-12)
+    out = {
+        "step": step,
+        "epoch": epoch,
+        "samples": samples,
+        "train/loss": train_loss,
+        "comm/bytes": stats.bytes,
+        "comm/collectives": stats.collectives,
+        "comm/measured_s": stats.comm_measured_s,
+        "time/wall_s": wall_s,
+        "time/modeled_s": modeled_s,
+        "throughput/samples_per_s": d_samples / d_wall,
+        "throughput/modeled_samples_per_s": d_samples / d_modeled,
+        "lr": lr,
+    }
+    if test is not None:
+        out["test/loss"], out["test/acc"] = test
+    out.update(strategy_metrics)
+    return out

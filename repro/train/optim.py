@@ -1,0 +1,78 @@
+"""Optimizers and the learning-rate schedule.
+
+The schedule is a pure function of (step, epoch) rather than a torch LR scheduler object:
+it has no state to checkpoint, so a resumed run sets exactly the learning rate an
+uninterrupted run would. Step decay by `gamma` at `milestones` (in epochs) is the Top-k
+paper's ResNet-18 schedule (x0.1 at 15/30/45) and AdaComm's decayed runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from repro.errors import UserError
+
+OPTIMIZERS = ("sgd", "adam", "lamb")
+
+
+@dataclass
+class OptimConfig:
+    name: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    milestones: list[float] = field(default_factory=list)
+    gamma: float = 0.1
+    warmup_steps: int = 0
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise UserError(f"optim.name={self.name!r} is unknown; choose one of {list(OPTIMIZERS)}")
+        if not self.lr > 0:
+            raise UserError(f"optim.lr={self.lr} must be positive")
+        if self.momentum < 0 or self.momentum >= 1:
+            raise UserError(f"optim.momentum={self.momentum} must be in [0, 1)")
+        if self.weight_decay < 0:
+            raise UserError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+        if any(b <= a for a, b in zip(self.milestones, self.milestones[1:], strict=False)):
+            raise UserError(f"optim.milestones={self.milestones} must be strictly increasing")
+        if not 0 < self.gamma <= 1:
+            raise UserError(f"optim.gamma={self.gamma} must be in (0, 1]")
+        if self.warmup_steps < 0:
+            raise UserError(f"optim.warmup_steps={self.warmup_steps} must be >= 0")
+
+
+def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
+    if cfg.name == "sgd":
+        return torch.optim.SGD(
+            params,
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            nesterov=cfg.nesterov and cfg.momentum > 0,
+            weight_decay=cfg.weight_decay,
+        )
+    if cfg.name == "adam":
+        return torch.optim.Adam(
+            params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+    from repro.train.lamb import Lamb
+
+    return Lamb(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def lr_at(cfg: OptimConfig, step: int, epoch: float) -> float:
+    """Learning rate for `step` (1-based) at fractional `epoch`: warm-up, then step decay."""
+    lr = cfg.lr * cfg.gamma ** sum(epoch >= m for m in cfg.milestones)
+    if cfg.warmup_steps and step <= cfg.warmup_steps:
+        lr *= step / cfg.warmup_steps
+    return lr
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

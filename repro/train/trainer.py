@@ -1,0 +1,275 @@
+"""The training loop every method shares. It knows no method by name.
+
+Per step: batch -> forward/backward -> strategy.after_backward (gradient communication)
+-> optimizer.step -> strategy.after_step (model/delta communication) -> modeled clock
+(compute time, then each CommRecord as a barrier) -> running metrics. Every
+`trainer.eval_every` steps it evaluates the worker-averaged model and logs one point;
+every `trainer.checkpoint_every` steps every rank checkpoints its whole state.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from repro.config import Config, as_dict, config_hash, run_dir_of
+from repro.dist.collectives import Collectives, CommRecord
+from repro.errors import UserError
+from repro.netmodel.clock import ModeledClock
+from repro.netmodel.compute import ComputeModel
+from repro.netmodel.schedule import NetworkSchedule
+from repro.strategies.base import StepInfo, build_strategy
+from repro.track.wandb_run import Tracker
+from repro.train import checkpoint
+from repro.train.metrics import RunningStats, point
+from repro.train.optim import build_optimizer, lr_at, set_lr
+from repro.workload.data import ShardSampler
+from repro.workload.workload import Workload, prepare
+
+
+class Diverged(UserError):
+    """The training loss became NaN or infinite."""
+
+
+class Trainer:
+    def __init__(self, cfg: Config, comm: Collectives, device: str):
+        self.cfg, self.comm, self.device = cfg, comm, device
+        self.rank, self.world = comm.rank, comm.world_size
+        self.run_dir = run_dir_of(cfg)
+        self.hash = config_hash(cfg)
+        tc = cfg.trainer
+        self.workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), device)
+        torch.manual_seed(cfg.seed)  # identical initial model on every rank
+        self.model = self.workload.model_factory().to(device)
+        self.optimizer = build_optimizer(cfg.optim, self.model.parameters())
+        self.strategy = build_strategy(cfg.method, self.world)
+        self.strategy.setup(self.model, self.optimizer, comm)
+        self.n_train = self.workload.arrays.n_train
+        self.sampler = ShardSampler(self.n_train, self.world, self.rank, tc.batch_size, cfg.seed)
+        self._seed_rank_rngs()
+        self.schedule = NetworkSchedule.from_config(cfg.network)
+        self.compute = ComputeModel(cfg.compute, self.world, cfg.seed)
+        self.clock = ModeledClock(self.world, bytes_scale=cfg.network.bytes_scale)
+        self.stats = RunningStats()
+        self.pending_compute_s = 0.0
+        self.wall_offset_s = 0.0
+        self.run_id: str | None = None
+        self.last_point: dict = {}
+
+    def _seed_rank_rngs(self) -> None:
+        s = self.cfg.seed * 1009 + self.rank + 1
+        torch.manual_seed(s)
+        np.random.seed(s % 2**32)
+        random.seed(s)
+        self.workload.aug_gen.manual_seed(s)
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> dict | None:
+        start = self.restore()
+        tracker = self._tracker()
+        self.t0 = time.perf_counter() - self.wall_offset_s
+        steps = self.cfg.trainer.steps
+        bar = tqdm(
+            total=steps,
+            initial=start,
+            desc=self.cfg.label,
+            disable=self.rank != 0 or not self.cfg.trainer.progress,
+            dynamic_ncols=True,
+        )
+        for step in range(start + 1, steps + 1):
+            self.train_step(step)
+            bar.update(1)
+            if step % self.cfg.trainer.eval_every == 0 or step == steps:
+                self.log_point(step, tracker)
+                bar.set_postfix(loss=f"{self.last_point['train/loss']:.4f}",
+                                acc=f"{self.last_point.get('test/acc', float('nan')):.3f}")
+            if step % self.cfg.trainer.checkpoint_every == 0 and step < steps:
+                self.save(step)
+        bar.close()
+        return self.finish(tracker)
+
+    def train_step(self, step: int) -> None:
+        tc = self.cfg.trainer
+        x, y = self.workload.batch(self.sampler.next_indices())
+        epoch = step * tc.batch_size * self.world / self.n_train
+        lr = lr_at(self.cfg.optim, step, epoch)
+        set_lr(self.optimizer, lr)
+        link = self.schedule.link_at(epoch)
+
+        started = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=False)
+        loss_t = self.workload.loss(self.model(x), y)
+        loss_t.backward()
+        compute_s = time.perf_counter() - started
+        loss = loss_t.item()
+        if not math.isfinite(loss):
+            raise Diverged(f"training diverged at step {step} (loss={loss}); lower optim.lr")
+
+        # clock.now() is identical on every rank, so strategies that decide from time agree
+        info = StepInfo(step, epoch, loss, lr, self.clock.now(), link)
+        records = self.strategy.after_backward(info)
+        started = time.perf_counter()
+        self.optimizer.step()
+        compute_s += time.perf_counter() - started
+        records += self.strategy.after_step(info)
+
+        self.advance_clock(step, compute_s, records, link)
+        self.stats.add_step(loss, records)
+
+    def advance_clock(self, step: int, compute_s: float, records: list[CommRecord], link) -> None:
+        """Sampled compute times are known to every rank; measured ones are exchanged at
+        barriers only, so workers between synchronisations never wait for the clock."""
+        if self.cfg.compute.mode == "sampled":
+            self.clock.advance_compute(self.compute.times(step))
+        else:
+            self.pending_compute_s += compute_s
+            if records:
+                self.flush_measured_compute()
+        self.clock.charge(records, link)
+        if self.cfg.network.inject:
+            lag = self.clock.worker(self.rank) - (time.perf_counter() - self.t0)
+            if lag > 0:
+                time.sleep(lag)
+
+    def flush_measured_compute(self) -> None:
+        if self.cfg.compute.mode == "sampled":
+            return
+        pending = torch.tensor([self.pending_compute_s], dtype=torch.float64)
+        times = self.comm.allgather_untracked(pending).view(-1).numpy()
+        self.clock.advance_compute(times)
+        self.pending_compute_s = 0.0
+
+    # ------------------------------------------------------------- log points
+    def log_point(self, step: int, tracker: Tracker | None) -> None:
+        self.flush_measured_compute()
+        loss = torch.tensor([self.stats.loss_sum, self.stats.loss_count], dtype=torch.float64)
+        self.comm.allreduce_untracked(loss)
+        sums = self.workload.evaluate_shard(self.averaged_model(), self.rank, self.world)
+        self.comm.allreduce_untracked(sums)
+        wall_s = time.perf_counter() - self.t0
+        samples = step * self.cfg.trainer.batch_size * self.world
+        self.last_point = point(
+            step=step,
+            epoch=samples / self.n_train,
+            samples=samples,
+            train_loss=(loss[0] / loss[1]).item(),
+            test=((sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()),
+            stats=self.stats,
+            wall_s=wall_s,
+            modeled_s=self.clock.now(),
+            lr=self.optimizer.param_groups[0]["lr"],
+            strategy_metrics=self.strategy.metrics(),
+        )
+        self.stats.reset_interval(wall_s, samples, self.clock.now())
+        if tracker is not None:
+            tracker.log(self.last_point, step=step)
+
+    def averaged_model(self) -> torch.nn.Module:
+        """The model the method would deliver now: parameters and float buffers averaged
+        over workers (local-update methods hold different models between averagings)."""
+        if self.world == 1:
+            return self.model
+        avg = copy.deepcopy(self.model)
+        tensors = [t for t in (*avg.parameters(), *avg.buffers()) if t.is_floating_point()]
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).double()
+        self.comm.allreduce_untracked(flat)
+        flat /= self.world
+        offset = 0
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return avg
+
+    # ------------------------------------------------------- checkpoint/resume
+    def _tracker(self) -> Tracker | None:
+        if self.rank != 0:
+            return None
+        e = self.cfg.experiment
+        tracker = Tracker(
+            self.cfg.tracking,
+            run_dir=self.run_dir,
+            name=self.cfg.label,
+            group=e.group or e.name,
+            job_type=self.cfg.label,
+            config=as_dict(self.cfg),
+            run_id=self.run_id or self._stored_run_id(),
+        )
+        self.run_id = tracker.run_id
+        if self.run_id:
+            checkpoint.write_atomic(self.run_dir / "run_id", self.run_id.encode())
+        return tracker
+
+    def _stored_run_id(self) -> str | None:
+        path = self.run_dir / "run_id"
+        return path.read_text().strip() if path.exists() else None
+
+    def state_dict(self, step: int) -> dict:
+        return {
+            "step": step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "strategy": self.strategy.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "clock": self.clock.state_dict(),
+            "stats": self.stats.state_dict(),
+            "pending_compute_s": self.pending_compute_s,
+            "wall_s": time.perf_counter() - self.t0,
+            "run_id": self.run_id,
+            "last_point": self.last_point,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "aug": self.workload.aug_gen.get_state(),
+            },
+        }
+
+    def save(self, step: int) -> None:
+        checkpoint.save_rank(self.run_dir, step, self.rank, self.state_dict(step))
+        self.comm.barrier()
+        if self.rank == 0:
+            checkpoint.commit(self.run_dir, step, self.hash, self.world)
+        self.comm.barrier()
+
+    def restore(self) -> int:
+        state = checkpoint.load_rank(self.run_dir, self.rank, self.hash)
+        if state is None:
+            return 0
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.clock.load_state_dict(state["clock"])
+        self.stats.load_state_dict(state["stats"])
+        self.pending_compute_s = state["pending_compute_s"]
+        self.wall_offset_s = state["wall_s"]
+        self.run_id = state["run_id"]
+        self.last_point = state["last_point"]
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.workload.aug_gen.set_state(rng["aug"])
+        return state["step"]
+
+    def finish(self, tracker: Tracker | None) -> dict | None:
+        final_model = self.averaged_model()
+        self.comm.barrier()
+        if self.rank != 0:
+            return None
+        checkpoint.save_model(self.run_dir / "final_model.pt", final_model.state_dict())
+        summary = dict(self.last_point)
+        summary["run_dir"] = str(self.run_dir)
+        summary["run_id"] = self.run_id
+        if tracker is not None:
+            tracker.set_summary(summary)
+            tracker.finish()
+        checkpoint.write_json(self.run_dir / "summary.json", summary)
+        return summary

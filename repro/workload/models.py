@@ -1,0 +1,125 @@
+"""The model zoo: the small CPU models and the CIFAR networks of the papers.
+
+- `cnn1d`: the MNIST-1D convolutional net (conv 1-25-25-25, linear 250-10, ~6.5K params).
+- `mlp`: a two-layer perceptron for the synthetic workload and fast tests.
+- `resnet20`: He et al. 2016's CIFAR ResNet (3 stages of 3 basic blocks, 16/32/64 channels).
+- `resnet18`, `resnet50`: ImageNet ResNets with the usual CIFAR stem (3x3 conv, no max-pool),
+  as in the Top-k paper's CIFAR-100 runs and AdaComm's ResNet-50 runs.
+- `vgg16`: VGG-16 with batch norm and a single 512->classes classifier, AdaComm's CIFAR VGG.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from repro.errors import UserError
+
+
+class CNN1D(nn.Module):
+    def __init__(self, num_classes: int = 10, channels: int = 25):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, channels, 5, stride=2, padding=2)
+        self.conv2 = nn.Conv1d(channels, channels, 3, stride=2, padding=1)
+        self.conv3 = nn.Conv1d(channels, channels, 3, stride=1, padding=1)
+        self.fc = nn.Linear(channels * 10, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.relu(self.conv3(x))
+        return self.fc(x.flatten(1))
+
+
+class MLP(nn.Module):
+    def __init__(self, in_dim: int, num_classes: int, hidden: int = 32):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.short(x))
+
+
+class ResNet20(nn.Module):
+    def __init__(self, num_classes: int = 10, blocks: int = 3):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        layers, cin = [], 16
+        for cout, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(blocks):
+                layers.append(BasicBlock(cin, cout, stride if i == 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+_VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+
+
+class VGG16(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 3
+        for v in _VGG16:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(cin, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                cin = v
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
+def _cifar_torchvision(name: str, num_classes: int) -> nn.Module:
+    from torchvision import models
+
+    net = getattr(models, name)(num_classes=num_classes)
+    net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    net.maxpool = nn.Identity()
+    return net
+
+
+MODELS = ("cnn1d", "mlp", "resnet20", "resnet18", "resnet50", "vgg16")
+
+
+def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
+    if name == "cnn1d":
+        return CNN1D(num_classes)
+    if name == "mlp":
+        return MLP(in_dim, num_classes)
+    if name == "resnet20":
+        return ResNet20(num_classes)
+    if name == "vgg16":
+        return VGG16(num_classes)
+    if name in ("resnet18", "resnet50"):
+        return _cifar_torchvision(name, num_classes)
+    raise UserError(f"workload.model={name!r} is unknown; choose one of {list(MODELS)}")
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

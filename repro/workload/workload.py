@@ -1,0 +1,110 @@
+"""A workload: data set, model, loss and evaluation, bundled for one worker.
+
+`prepare` runs once in the launching process (it generates MNIST-1D or downloads CIFAR), so
+that missing data fail before any worker starts and N workers never race on one download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hydra.core.config_store import ConfigStore
+from torch.nn import functional as F
+
+from repro.errors import UserError
+from repro.workload import data as data_mod
+from repro.workload.models import MODELS, build_model
+
+DATASETS = ("mnist1d", "synthetic", "cifar10", "cifar100")
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "mnist1d_cnn"
+    dataset: str = "mnist1d"
+    model: str = "cnn1d"
+    num_samples: int = 10_000
+    augment: bool = False
+    eval_batch_size: int = 1000
+
+    def train_size(self) -> int:
+        """Training samples this workload yields (MNIST-1D keeps 80% for training)."""
+        return {"mnist1d": int(self.num_samples * 0.8), "synthetic": self.num_samples}.get(
+            self.dataset, 50_000
+        )
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise UserError(f"workload.dataset={self.dataset!r} is unknown; choose one of {list(DATASETS)}")
+        if self.model not in MODELS:
+            raise UserError(f"workload.model={self.model!r} is unknown; choose one of {list(MODELS)}")
+        if self.num_samples < 2:
+            raise UserError(f"workload.num_samples={self.num_samples} must be at least 2")
+        if self.eval_batch_size < 1:
+            raise UserError(f"workload.eval_batch_size={self.eval_batch_size} must be at least 1")
+
+
+ConfigStore.instance().store(group="workload", name="workload_schema", node=WorkloadConfig)
+
+
+def prepare(cfg: WorkloadConfig, data_cfg: data_mod.DataConfig, seed: int) -> data_mod.Arrays:
+    return data_mod.load(cfg.dataset, data_cfg.root, data_cfg.download, cfg.num_samples, seed)
+
+
+class Workload:
+    """One worker's view: its data shard, the model, and loss/eval functions."""
+
+    def __init__(self, cfg: WorkloadConfig, arrays: data_mod.Arrays, device: str):
+        self.cfg, self.arrays, self.device = cfg, arrays, device
+        in_dim = arrays.x_train.shape[-1]
+        self.model_factory = lambda: build_model(cfg.model, arrays.num_classes, in_dim)
+        self.aug_gen = torch.Generator()
+        if arrays.image_stats is not None:
+            mean, std = arrays.image_stats
+            self._mean = torch.tensor(mean).view(1, 3, 1, 1)
+            self._std = torch.tensor(std).view(1, 3, 1, 1)
+
+    def _inputs(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        if self.arrays.image_stats is None:
+            return x
+        x = x.float().div_(255.0)
+        if train and self.cfg.augment:
+            x = self._augment(x)
+        return (x - self._mean) / self._std
+
+    def _augment(self, x: torch.Tensor) -> torch.Tensor:
+        """Random 32x32 crop of the 4-pixel zero-padded image and a random horizontal flip."""
+        n = x.shape[0]
+        padded = F.pad(x, (4, 4, 4, 4))
+        dx = torch.randint(0, 9, (n,), generator=self.aug_gen)
+        dy = torch.randint(0, 9, (n,), generator=self.aug_gen)
+        flip = torch.rand(n, generator=self.aug_gen) < 0.5
+        out = torch.stack([padded[i, :, dy[i] : dy[i] + 32, dx[i] : dx[i] + 32] for i in range(n)])
+        out[flip] = out[flip].flip(-1)
+        return out
+
+    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._inputs(self.arrays.x_train[indices], train=True)
+        return x.to(self.device), self.arrays.y_train[indices].to(self.device)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, y)
+
+    @torch.no_grad()
+    def evaluate_shard(self, model: torch.nn.Module, rank: int, world: int) -> torch.Tensor:
+        """Sums over this rank's slice of the test set: (loss sum, correct, count)."""
+        model.eval()
+        x_all, y_all = self.arrays.x_test[rank::world], self.arrays.y_test[rank::world]
+        out = torch.zeros(3, dtype=torch.float64)
+        for s in range(0, len(y_all), self.cfg.eval_batch_size):
+            x = self._inputs(x_all[s : s + self.cfg.eval_batch_size], train=False).to(self.device)
+            y = y_all[s : s + self.cfg.eval_batch_size].to(self.device)
+            logits = model(x)
+            out[0] += F.cross_entropy(logits, y, reduction="sum").item()
+            out[1] += (logits.argmax(1) == y).sum().item()
+            out[2] += len(y)
+        model.train()
+        return out
+

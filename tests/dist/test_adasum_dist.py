@@ -1,0 +1,196 @@
+"""Vector-halving distance-doubling Adasum over gloo against the single-process reference,
+and the method=adasum delta flow against a replay of the same workers in one process."""
+
+import math
+
+import pytest
+import torch
+
+from repro.dist.adasum_allreduce import adasum_allreduce
+from repro.dist.collectives import Collectives
+from repro.dist.launch import init_process_group, spawn
+from repro.netmodel.cost import Link
+from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
+from repro.strategies.base import StepInfo
+from repro.train.lamb import Lamb
+
+# Odd sizes so that tensor boundaries fall inside halved slices; 78 elements pad to 80.
+LAYERS = [(5, 3), (1,), (7,), (2, 3, 3), (33,), (4,)]
+TINY = [(1,), (2,)]  # fewer elements than 8 ranks: most slices hold only padding
+DTYPES = (torch.float32, torch.float64)
+
+
+def _inputs(rank: int, shapes, dtype) -> list[torch.Tensor]:
+    """Rank `rank`'s tensors: random layers plus the special cases the operator must keep.
+
+    Layer 0 is zero on every rank, layer 1 zero on rank 0 only, layer 2 the same direction
+    on every rank with a random magnitude and sign (so Adasum gives the plain mean).
+    """
+    g = torch.Generator().manual_seed(1000 + rank)
+    out = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    if len(out) > 3:
+        out[0].zero_()
+        if rank == 0:
+            out[1].zero_()
+        direction = torch.randn(shapes[2], generator=torch.Generator().manual_seed(7))
+        out[2] = direction.double() * (torch.rand(1, generator=g).item() + 0.2) * (-1) ** rank
+    # Layers of different directions and scales, so a whole-model coefficient differs.
+    return [t.mul_(1.0 + 3.0 * i).to(dtype) for i, t in enumerate(out)]
+
+
+def _vhdd_worker(rank, world, shape_lists):
+    init_process_group()
+    comm = Collectives()
+    results = []
+    for shapes in shape_lists:
+        for dtype in DTYPES:
+            combined, records = adasum_allreduce(_inputs(rank, shapes, dtype), comm)
+            summary = [(r.op, r.nbytes, r.group_size) for r in records]
+            results.append((shapes, dtype, combined, summary))
+    return results
+
+
+@pytest.mark.parametrize("world, shape_lists", [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])])
+def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
+    per_rank = spawn(_vhdd_worker, world, shape_lists)
+    for case, (shapes, dtype, combined0, summary) in enumerate(per_rank[0]):
+        inputs = [_inputs(r, shapes, dtype) for r in range(world)]
+        reference = adasum_per_tensor(inputs)
+        tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else {}
+        for r in range(world):
+            combined = per_rank[r][case][2]
+            assert all(torch.equal(a, b) for a, b in zip(combined, combined0, strict=True))
+        for got, ref, x in zip(combined0, reference, inputs[0], strict=True):
+            assert got.dtype == dtype and got.shape == x.shape
+            torch.testing.assert_close(got, ref, **tol)
+        if shapes is LAYERS:
+            assert not combined0[0].any()
+            torch.testing.assert_close(combined0[2], sum(x[2] for x in inputs) / world, **tol)
+            whole = adasum_reduce([torch.cat([t.reshape(-1) for t in x]) for x in inputs])
+            flat = torch.cat([t.reshape(-1) for t in combined0])
+            assert (flat - whole).abs().max() > 1e-2
+        _check_records(summary, world, sum(math.prod(s) for s in shapes), dtype)
+
+
+def _check_records(summary, world, numel, dtype):
+    """Bytes moved: a reduce-scatter's worth of sendrecv, one allgather, small scalars."""
+    elem = torch.finfo(dtype).bits // 8
+    padded = -(-numel // world) * world
+    sendrecv = [nbytes for op, nbytes, _ in summary if op == "sendrecv"]
+    assert len(sendrecv) == int(math.log2(world))
+    assert sum(sendrecv) == padded * (world - 1) // world * elem
+    assert [size for op, _, size in summary if op == "allreduce"] == [
+        2**j for j in range(1, int(math.log2(world)) + 1)
+    ]
+    assert [(op, nbytes) for op, nbytes, _ in summary if op == "allgather"] == [
+        ("allgather", padded // world * elem)
+    ]
+
+
+OPTIMIZERS = ("sgd_momentum", "adam", "lamb")
+COMBINERS = ("adasum", "sum", "mean")
+STEPS = 3
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)
+    ).double()
+
+
+def _optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if name == "sgd_momentum":
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=0.05)
+    return Lamb(model.parameters(), lr=0.05, weight_decay=0.01)
+
+
+def _backward(model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int, step: int) -> float:
+    g = torch.Generator().manual_seed(100 * rank + step)
+    x = torch.randn(8, 4, generator=g, dtype=torch.float64)
+    y = torch.randn(8, 2, generator=g, dtype=torch.float64)
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss.item()
+
+
+def _strategy_worker(rank, world):
+    init_process_group()
+    comm = Collectives()
+    out = {}
+    for combiner in COMBINERS:
+        for opt_name in OPTIMIZERS:
+            model = _model()
+            opt = _optimizer(opt_name, model)
+            strategy = AdasumStrategy(AdasumConfig(combiner=combiner), world)
+            strategy.setup(model, opt, comm)
+            for step in range(STEPS):
+                loss = _backward(model, opt, rank, step)
+                info = StepInfo(step, 0.0, loss, 0.05, 0.0, Link(1e-4, 1e9))
+                assert strategy.after_backward(info) == []
+                opt.step()
+                strategy.after_step(info)
+            params = [p.detach().clone() for p in model.parameters()]
+            out[combiner, opt_name] = (params, strategy.metrics())
+    return out
+
+
+def _replay(world: int, combiner: str, opt_name: str) -> list[list[torch.Tensor]]:
+    """All workers in one process: local steps, then the combiner on the per-layer deltas."""
+    models = [_model() for _ in range(world)]
+    opts = [_optimizer(opt_name, m) for m in models]
+    for step in range(STEPS):
+        starts = [[p.detach().clone() for p in m.parameters()] for m in models]
+        for r, (m, o) in enumerate(zip(models, opts, strict=True)):
+            _backward(m, o, r, step)
+            o.step()
+        deltas = [
+            [p.detach() - s for p, s in zip(m.parameters(), st, strict=True)]
+            for m, st in zip(models, starts, strict=True)
+        ]
+        if combiner == "adasum":
+            combined = adasum_per_tensor(deltas)
+        else:
+            combined = [sum(layer) for layer in zip(*deltas, strict=True)]
+            if combiner == "mean":
+                combined = [c / world for c in combined]
+        with torch.no_grad():
+            for m, st in zip(models, starts, strict=True):
+                for p, s, c in zip(m.parameters(), st, combined, strict=True):
+                    p.copy_(s + c)
+    return [[p.detach() for p in m.parameters()] for m in models]
+
+
+def test_delta_flow_matches_replay_for_every_combiner_and_optimizer():
+    world = 2
+    per_rank = spawn(_strategy_worker, world)
+    finals = {}
+    for key, (params, metrics) in per_rank[0].items():
+        expected = _replay(world, *key)
+        for r in range(world):
+            for got, ref in zip(per_rank[r][key][0], expected[r], strict=True):
+                torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+        assert metrics["method/combiner"] == key[0] and metrics["method/bytes"] > 0
+        finals[key] = torch.cat([p.reshape(-1) for p in params])
+    for opt_name in OPTIMIZERS:  # the combiner matters: three different trajectories
+        a, s, m = (finals[c, opt_name] for c in COMBINERS)
+        assert not torch.allclose(a, s) and not torch.allclose(a, m)
+
+
+def test_one_worker_equals_the_plain_optimizer():
+    (per_combiner,) = spawn(_strategy_worker, 1)
+    for opt_name in OPTIMIZERS:
+        model = _model()
+        opt = _optimizer(opt_name, model)
+        for step in range(STEPS):
+            _backward(model, opt, 0, step)
+            opt.step()
+        for combiner in COMBINERS:
+            params, metrics = per_combiner[combiner, opt_name]
+            for got, ref in zip(params, model.parameters(), strict=True):
+                torch.testing.assert_close(got, ref.detach(), rtol=1e-14, atol=1e-15)
+            if combiner == "adasum":
+                assert metrics["method/bytes"] == 0.0

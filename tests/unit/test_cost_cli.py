@@ -1,0 +1,87 @@
+"""`repro cost` through its main(): JSON numbers, the table, and one-line errors."""
+
+import json
+
+import pytest
+
+from repro.errors import UserError
+from repro.netmodel.cost_cli import main
+
+# 1e6 float32 parameters = 4e6 bytes; 8 Gbit/s = 1e9 B/s; a = 1 ms; 4 workers.
+BASE = ["--params", "1000000", "--latency-ms", "1", "--bandwidth-gbps", "8", "--workers", "4"]
+
+
+def run_json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_numbers_match_hand_computation(capsys):
+    out = run_json(capsys, [*BASE, "--cr", "0.01", "--tensors", "10"])
+    assert out["nbytes"] == 4_000_000
+    ms = out["costs_ms"]
+    # M b = 4 ms, c M b = 0.04 ms, log2 4 = 2.
+    assert ms["dense_ring"] == pytest.approx(6 + 1.5 * 4)
+    assert ms["dense_tree"] == pytest.approx(4 + 4 * 4)
+    assert ms["ag_topk"] == pytest.approx(2 + 2 * 0.04 * 3)
+    assert ms["art_ring"] == pytest.approx(8 + 0.04 * 3.5)
+    assert ms["art_tree"] == pytest.approx(6 + 3 * 0.04 * 2)
+    # 2La + 2(n-1)/n Mb + L(L+1)(a + 240 B b): 4 + 6 + 6 * (1 + 240e-6) ms.
+    assert ms["adasum"] == pytest.approx(4 + 6 + 6 * (1 + 240e-6))
+    assert out["cheapest"] == {"name": "ag_topk", "ms": pytest.approx(2.24)}
+
+
+def test_dtype_bytes_and_cr_change_the_message(capsys):
+    half = run_json(capsys, [*BASE, "--dtype-bytes", "2", "--cr", "0.1"])
+    assert half["nbytes"] == 2_000_000
+    assert half["costs_ms"]["art_tree"] == pytest.approx(6 + 3 * 0.2 * 2)
+
+
+def test_adasum_needs_power_of_two_workers(capsys):
+    out = run_json(capsys, ["--params", "1000", "--workers", "6"])
+    assert out["costs_ms"]["adasum"] is None
+    assert out["costs_ms"]["dense_ring"] is not None
+
+
+def test_model_from_torchvision_counts_its_parameters(capsys):
+    # mobilenet_v2 with 10 classes (not in the repro zoo): 2,236,682 parameters in 158 tensors.
+    out = run_json(capsys, ["--model", "mobilenet_v2", "--workers", "8"])
+    assert out["params"] == 2_236_682
+    assert out["tensors"] == 158
+    assert out["nbytes"] == 4 * 2_236_682
+
+
+def test_model_from_the_repro_zoo_comes_first(capsys):
+    # The CIFAR ResNet-20 of He et al. has 272,474 parameters with 10 classes.
+    out = run_json(capsys, ["--model", "resnet20", "--workers", "8"])
+    assert out["params"] == 272_474
+
+
+def test_table_names_every_exchange_and_the_cheapest(capsys):
+    assert main([*BASE, "--cr", "0.01"]) == 0
+    text = capsys.readouterr().out
+    for name in ("dense_ring", "dense_tree", "ag_topk", "art_ring", "art_tree", "adasum"):
+        assert name in text
+    assert "cheapest compressed exchange: ag_topk (2.2400 ms)" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        ([*BASE, "--bandwidth-gbps", "0"], "--bandwidth-gbps"),
+        ([*BASE, "--bandwidth-gbps", "-2"], "--bandwidth-gbps"),
+        ([*BASE, "--latency-ms", "-1"], "--latency-ms"),
+        ([*BASE, "--cr", "0"], "--cr"),
+        ([*BASE, "--cr", "1.5"], "--cr"),
+        ([*BASE, "--workers", "0"], "--workers"),
+        ([*BASE, "--cr", "abc"], "--cr"),
+        (["--model", "no_such_net"], "--model"),
+        (["--workers", "4"], "--model"),
+        (["--params", "10", "--model", "resnet18"], "--model"),
+        (["--params", "0"], "--params"),
+    ],
+)
+def test_bad_flags_raise_one_line_user_errors(argv, flag):
+    with pytest.raises(UserError, match=flag) as err:
+        main(argv)
+    assert "\n" not in str(err.value)

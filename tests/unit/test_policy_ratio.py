@@ -1,0 +1,225 @@
+"""Collective policy against the paper's formulas; ratio controllers; Top-k config checks."""
+
+import itertools
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from repro.compress.policy import CollectivePolicy
+from repro.compress.ratio import FixedRatio, MOORatioController, fit_curves
+from repro.errors import UserError
+from repro.netmodel.cost import Link
+from repro.strategies.topk import TopKConfig, nccl_env
+
+CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
+
+
+def paper_costs(a, bw, m, c, n):
+    """Flexible Top-k, Sec. III and Eq. 4a/4b, written out independently of the package."""
+    b, lg = 1 / bw, math.log2(n)
+    return {
+        "allgather": a * lg + 2 * m * c * b * (n - 1),
+        "ar_ring": a * (2 * (n - 1) + lg) + m * c * b * (2 * (n - 1) / n + lg),
+        "ar_tree": 3 * a * lg + 3 * m * c * b * lg,
+    }
+
+
+def test_auto_policy_is_the_formulas_argmin_on_a_grid():
+    latencies = [1e-5, 1e-3, 4e-3, 5e-2]
+    bandwidths = [1e9 / 8, 20e9 / 8, 100e9 / 8]
+    ratios = [0.1, 0.033, 0.01, 0.001]
+    workers = [2, 4, 8, 16, 32]
+    sizes = [4 * 11_200_000, 4 * 100_000]
+    winners = set()
+    for a, bw, c, n, m in itertools.product(latencies, bandwidths, ratios, workers, sizes):
+        costs = paper_costs(a, bw, m, c, n)
+        best = min(costs.values())
+        choice = CollectivePolicy("auto").choose(Link(a, bw), m, c, n)
+        assert costs[choice] == pytest.approx(best, rel=1e-12), (a, bw, c, n, m, costs)
+        winners.add(min(costs, key=costs.get))
+    assert winners == {"allgather", "ar_ring", "ar_tree"}  # the grid exercises every branch
+
+
+def test_paper_regimes():
+    # Allgather at high compression and bandwidth; AR-Topk at low bandwidth, low compression.
+    m, n = 4 * 11_200_000, 8
+    assert CollectivePolicy().choose(Link(1e-3, 25e9 / 8), m, 0.001, n) == "allgather"
+    assert CollectivePolicy().choose(Link(1e-3, 1e9 / 8), m, 0.1, n).startswith("ar_")
+
+
+def test_fixed_modes_and_dense():
+    link, m = Link(1e-3, 1e9 / 8), 4e6
+    for mode in ("allgather", "ar_ring", "ar_tree"):
+        assert CollectivePolicy(mode).choose(link, m, 0.01, 8) == mode
+    # cr = 1 is a dense allreduce: auto takes the cheaper of 2(n-1)a + 2(n-1)/n M b and
+    # 2 a log n + 2 log n M b.
+    assert CollectivePolicy().choose(Link(1e-3, 1e12), m, 1.0, 32) == "ar_tree"
+    assert CollectivePolicy().choose(Link(0.0, 1e8), m, 1.0, 32) == "ar_ring"
+    assert CollectivePolicy("ar_tree").choose(link, m, 1.0, 8) == "ar_tree"
+    with pytest.raises(ValueError, match="dense"):
+        CollectivePolicy("allgather").choose(link, m, 1.0, 8)
+    with pytest.raises(UserError, match="method.collective='bcast'"):
+        CollectivePolicy("bcast")
+
+
+def test_policy_remembers_until_link_or_ratio_changes():
+    policy = CollectivePolicy()
+    m, n = 4 * 11_200_000, 8
+    fast, slow = Link(1e-3, 25e9 / 8), Link(1e-3, 1e9 / 8)
+    assert policy.last is None
+    assert policy.choose(fast, m, 0.001, n) == "allgather"
+    assert policy.choose(fast, m, 0.001, n) == "allgather"
+    assert policy.choose(slow, m, 0.1, n) != "allgather"
+    assert policy.last == policy.choose(slow, m, 0.1, n)
+    assert policy.decide(fast, m, 0.001, n) == "allgather"
+    assert policy.last != "allgather"  # decide() leaves the remembered choice alone
+
+
+def test_policy_seconds_are_the_formulas():
+    link, m, n = Link(4e-3, 20e9 / 8), 4e7, 8
+    expected = paper_costs(4e-3, 20e9 / 8, m, 0.01, n)
+    for name, value in expected.items():
+        assert CollectivePolicy.seconds(name, link, m, 0.01, n) == pytest.approx(value)
+    assert CollectivePolicy.seconds("ar_ring", link, m, 1.0, n) == pytest.approx(
+        2 * 7 * 4e-3 + 2 * 7 / 8 * m * 8 / 20e9
+    )
+
+
+def test_fixed_ratio_never_probes():
+    fixed = FixedRatio(0.01)
+    assert fixed.cr == 0.01
+    assert not fixed.needs_probe(0.5) and not fixed.needs_solve(True)
+    for bad in (0.0, -1.0, 1.5):
+        with pytest.raises(UserError, match=f"method.cr={bad}"):
+            FixedRatio(bad)
+
+
+def probe_data(latency, bandwidth, m=4 * 11_200_000, n=8):
+    """Gains falling with ln c, and the cheapest exchange's modeled time, per candidate."""
+    link = Link(latency, bandwidth)
+    policy = CollectivePolicy()
+    return {
+        c: (
+            min(1.0, 0.95 + 0.12 * math.log(c / 0.1)),
+            policy.seconds(policy.decide(link, m, c, n), link, m, c, n),
+        )
+        for c in CANDIDATES
+    }
+
+
+def test_fit_recovers_exact_lines():
+    probes = {c: (0.8 + 0.1 * math.log(c), 0.002 + 3.0 * c) for c in CANDIDATES}
+    curves = fit_curves(probes)
+    assert curves.gain_a == pytest.approx(0.8) and curves.gain_b == pytest.approx(0.1)
+    assert curves.time_a == pytest.approx(0.002) and curves.time_b == pytest.approx(3.0)
+    assert curves.gain(1e-30) == pytest.approx(1e-12)  # clipped: a gain is never <= 0
+
+
+@pytest.mark.parametrize(
+    "probes",
+    [
+        probe_data(1e-3, 25e9 / 8),
+        probe_data(1e-3, 1e9 / 8),
+        probe_data(50e-3, 1e9 / 8),
+        probe_data(50e-3, 25e9 / 8),
+        {c: (0.5, 1.0) for c in CANDIDATES},  # nothing to trade
+        {c: (1.0 - c, 1.0 - c) for c in CANDIDATES},  # a faster and better low ratio
+        {c: (c, 0.5 * c) for c in CANDIDATES},
+    ],
+)
+def test_moo_stays_in_bounds_and_is_reproducible(probes):
+    first = MOORatioController().solve(probes)
+    assert 0.001 <= first <= 0.1
+    controller = MOORatioController()
+    assert controller.solve(probes) == first
+    assert controller.solve(probes) == first  # same network, same probe data: same choice
+    assert not controller.needs_solve(False)
+    assert controller.needs_solve(True)
+
+
+def test_moo_moves_with_the_network():
+    # Latency-bound: the time objective is nearly flat, so the gain pulls c up;
+    # bandwidth-bound: time grows in proportion to c, so c comes down.
+    latency_bound = MOORatioController().solve(probe_data(50e-3, 25e9 / 8))
+    bandwidth_bound = MOORatioController().solve(probe_data(1e-3, 1e9 / 8))
+    assert latency_bound > 2 * bandwidth_bound
+    # A monotone trade-off with no cost to a higher ratio: the best gain is the top bound.
+    assert MOORatioController().solve({c: (0.5 + 0.1 * c, 1.0) for c in CANDIDATES}) > 0.09
+
+
+def test_moo_reprobe_trigger_at_ten_percent():
+    controller = MOORatioController()
+    assert controller.needs_probe(0.5)  # never probed
+    controller.solve(probe_data(1e-3, 1e9 / 8))
+    assert not controller.needs_probe(0.5)  # the first gain after a solve is the reference
+    assert not controller.needs_probe(0.549)
+    assert not controller.needs_probe(0.451)
+    assert controller.needs_probe(0.56)
+    assert controller.needs_probe(0.44)
+    controller.solve(probe_data(1e-3, 1e9 / 8))
+    assert not controller.needs_probe(0.8)  # a solve resets the reference
+
+
+def test_moo_state_round_trip():
+    controller = MOORatioController()
+    controller.solve(probe_data(1e-3, 1e9 / 8))
+    controller.needs_probe(0.4)
+    restored = MOORatioController()
+    restored.load_state_dict(controller.state_dict())
+    assert restored.cr == controller.cr
+    assert restored.gains == controller.gains
+    assert restored.curves == controller.curves
+    assert restored.needs_probe(0.45) and not restored.needs_probe(0.43)
+
+
+def test_moo_validation():
+    with pytest.raises(UserError, match="method.weights"):
+        MOORatioController(weights=(0.5, 0.6))
+    with pytest.raises(UserError, match="method.weights"):
+        MOORatioController(weights=(1.2, -0.2))
+    with pytest.raises(UserError, match="method.candidates"):
+        MOORatioController(candidates=(0.1, 0.0))
+    with pytest.raises(UserError, match="method.candidates"):
+        MOORatioController(candidates=(1.5, 0.1))
+    with pytest.raises(UserError, match="at least two"):
+        MOORatioController(candidates=(0.1,))
+    MOORatioController(weights=(0.3, 0.7), candidates=(1.0, 0.5))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cr": 0.0}, "method.cr=0.0"),
+        ({"cr": 1.5}, "method.cr=1.5"),
+        ({"collective": "ring"}, "method.collective='ring'"),
+        ({"leader": "max"}, "method.leader='max'"),
+        ({"cr_controller": "pid"}, "method.cr_controller='pid'"),
+        ({"cr": 1.0, "collective": "allgather"}, "method.collective=allgather"),
+        ({"candidates": [0.1, 2.0]}, "method.candidates"),
+        ({"weights": [0.7, 0.4]}, "method.weights"),
+        ({"probe_steps": 0}, "method.probe_steps=0"),
+        ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
+    ],
+)
+def test_topk_config_rejects_bad_input(overrides, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        TopKConfig(**overrides)
+
+
+def test_topk_yaml_values_build_a_valid_config():
+    raw = OmegaConf.load("configs/method/topk.yaml")
+    assert list(raw.defaults) == ["topk_schema", "_self_"]
+    assert OmegaConf.to_container(raw)["bytes_scale"] == "${network.bytes_scale}"
+    values = {k: v for k, v in OmegaConf.to_container(raw).items() if k != "defaults"}
+    values["bytes_scale"] = 64.0  # what the network group would supply
+    merged = OmegaConf.merge(OmegaConf.structured(TopKConfig), values)
+    cfg = OmegaConf.to_object(merged)
+    assert isinstance(cfg, TopKConfig)
+    assert (cfg.cr, cfg.collective, cfg.leader, cfg.weights) == (0.01, "auto", "star", [0.6, 0.4])
+
+
+def test_nccl_env_for_fixed_allreduce_choices():
+    assert nccl_env(TopKConfig(collective="ar_tree")) == {"NCCL_ALGO": "allreduce:tree"}
+    assert nccl_env(TopKConfig(collective="ar_ring")) == {"NCCL_ALGO": "allreduce:ring"}
+    assert nccl_env(TopKConfig(collective="auto")) == {}

@@ -1,0 +1,213 @@
+"""Tracker -> real offline wandb files -> run reader and `repro runs`, with no server.
+
+Every test that starts a wandb run uses wandb 0.31 offline for real (its service process
+included); the first run of the session pays the service start, later ones take ~50 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from repro.errors import UserError
+from repro.track import runs_cli
+from repro.track.runs import find_runs, read_run
+from repro.track.wandb_run import Tracker, TrackingConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+OFFLINE = TrackingConfig(mode="offline", tags=["unit", "roundtrip"])
+RUN_CONFIG = {"optim": {"name": "sgd", "lr": 0.05}, "trainer": {"world_size": 4}, "seed": 7}
+
+
+def point(step: int, shift: float = 0.0) -> dict:
+    """Known values for one logged step; test metrics only every 5th step, as the trainer's
+    evaluation points would."""
+    row = {
+        "train/loss": 2.0 / (step + 1) + shift,
+        "time/wall_s": 0.25 * step,
+        "time/modeled_s": 0.125 * step + shift,
+        "comm/bytes": 4096 * step,
+        "method/collective": "ring" if step % 3 else "tree",
+    }
+    if step % 5 == 4:
+        row["test/acc"] = 0.5 + step / 100
+    return row
+
+
+def log_steps(tracker: Tracker, steps: range, shift: float = 0.0) -> None:
+    for step in steps:
+        tracker.log(point(step, shift), step=step)
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> tuple[Path, str]:
+    """One finished offline run of 30 points plus an explicit final summary."""
+    run_dir = tmp_path_factory.mktemp("runs") / "exp" / "sync-abc123"
+    tracker = Tracker(OFFLINE, run_dir, "sync", "exp-group", "sync", RUN_CONFIG, None)
+    log_steps(tracker, range(30))
+    tracker.set_summary({"test/acc": 0.93, "run_dir": str(run_dir)})
+    tracker.finish()
+    return run_dir, tracker.run_id
+
+
+def test_history_config_and_summary_round_trip(logged):
+    run_dir, run_id = logged
+    run = read_run(run_dir)
+    assert run.run_id == run_id and len(run_id) >= 8
+    assert (run.name, run.group, run.job_type) == ("sync", "exp-group", "sync")
+    assert run.tags == ["unit", "roundtrip"]
+    assert run.config == RUN_CONFIG
+    assert run.history == [point(s) | {"step": s} for s in range(30)]
+    assert run.exit_code == 0
+    assert run.path == run_dir
+    # the explicit summary wins over the last logged test/acc (0.79 at step 29)
+    assert run.summary["test/acc"] == 0.93
+    assert run.summary["train/loss"] == 2.0 / 30
+    assert run.summary["method/collective"] == "ring"  # step 29
+    assert run.summary["step"] == 29
+    assert read_run(next((run_dir / "wandb").glob("offline-run-*"))).history == run.history
+
+
+def test_resumed_run_replaces_overlapping_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    first = Tracker(OFFLINE, run_dir, "r", "g", "adacomm", RUN_CONFIG, None)
+    log_steps(first, range(20))
+    first.finish()
+    again = Tracker(OFFLINE, run_dir, "r", "g", "adacomm", RUN_CONFIG, first.run_id)
+    assert again.run_id == first.run_id
+    log_steps(again, range(15, 30), shift=100.0)
+    again.finish()
+
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 2
+    run = read_run(run_dir)
+    expected = [point(s) | {"step": s} for s in range(15)]
+    expected += [point(s, 100.0) | {"step": s} for s in range(15, 30)]
+    assert run.history == expected
+    assert run.summary["train/loss"] == 2.0 / 30 + 100.0
+    assert [r.run_id for r in find_runs(tmp_path)] == [first.run_id]
+
+
+def test_reader_stops_at_a_torn_tail(logged, tmp_path):
+    """A kill leaves a partly written last chunk: the complete records before it read."""
+    run_dir, _ = logged
+    src = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    torn = tmp_path / src.parent.name / src.name
+    torn.parent.mkdir()
+    data = src.read_bytes()
+    torn.write_bytes(data[: len(data) // 2])
+    run = read_run(torn.parent)
+    full = read_run(run_dir).history
+    assert 0 < len(run.history) < 30
+    assert run.history == full[: len(run.history)]
+    assert run.exit_code is None
+
+
+def test_disabled_tracker_writes_nothing(tmp_path):
+    run_dir = tmp_path / "off"
+    with Tracker(TrackingConfig(mode="disabled"), run_dir, "n", None, None, {}, None) as t:
+        t.log({"train/loss": 1.0}, step=0)
+        t.set_summary({"x": 1})
+        assert t.run_id is None
+    assert not run_dir.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_run_and_out_of_order_steps(tmp_path):
+    with pytest.raises(RuntimeError), Tracker(OFFLINE, tmp_path, "f", None, None, {}, None) as t:
+        t.log({"train/loss": 1.0}, step=3)
+        with pytest.raises(ValueError, match="step 3 after step 3"):
+            t.log({"train/loss": 2.0}, step=3)
+        raise RuntimeError("training crashed")
+    run = read_run(tmp_path)
+    assert run.exit_code == 1
+    assert run.history == [{"train/loss": 1.0, "step": 3}]
+    assert (run.group, run.job_type) == (None, None)
+
+
+def test_online_without_key_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no stored login
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    with pytest.raises(UserError, match="tracking.mode=online"):
+        Tracker(TrackingConfig(mode="online"), tmp_path / "on", "n", None, None, {}, None)
+
+
+def test_auto_mode_and_validation():
+    cfg = TrackingConfig()
+    assert cfg.resolved_mode({}) == "offline"
+    assert cfg.resolved_mode({"WANDB_API_KEY": "k" * 40}) == "online"
+    assert TrackingConfig(mode="disabled").resolved_mode({"WANDB_API_KEY": "k"}) == "disabled"
+    with pytest.raises(UserError, match="tracking.mode='web'"):
+        TrackingConfig(mode="web")
+    with pytest.raises(UserError, match="tracking.project"):
+        TrackingConfig(project="a/b")
+    with pytest.raises(UserError, match="tracking.tags"):
+        TrackingConfig(tags=["x" * 65])
+
+
+@pytest.mark.parametrize(
+    "name,mode",
+    [
+        ("wandb", "auto"),
+        ("wandb_offline", "offline"),
+        ("wandb_online", "online"),
+        ("disabled", "disabled"),
+    ],
+)
+def test_tracking_presets_compose(name, mode):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        cfg = OmegaConf.to_object(compose(config_name=f"tracking/{name}").tracking)
+        assert isinstance(cfg, TrackingConfig) and cfg.mode == mode
+        with pytest.raises(UserError, match="tracking.mode"):
+            bad = compose(config_name=f"tracking/{name}", overrides=["tracking.mode=cloud"])
+            OmegaConf.to_object(bad.tracking)
+
+
+def test_runs_ls_and_show(logged, capsys):
+    run_dir, run_id = logged
+    root = run_dir.parent.parent
+    assert runs_cli.main(["ls", str(root), "--group", "exp-group"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith(run_id)).split()
+    # run id, name, group, job type, state, last step, train/loss (2/30), test/acc, path
+    assert line == [run_id, "sync", "exp-group", "sync", "finished", "29", "0.06667", "0.93"] + [
+        str(run_dir)
+    ]
+    assert runs_cli.main(["ls", str(root), "--group", "other"]) == 0
+    assert "no runs" in capsys.readouterr().out
+
+    assert runs_cli.main(["show", run_id, "--root", str(root), "--last", "2"]) == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert ["optim.lr", "0.05"] in lines and ["trainer.world_size", "4"] in lines
+    assert ["test/acc", "0.93"] in lines  # the summary section
+    rows = {ln[0]: ln[1:] for ln in lines}  # the history table comes last
+    assert rows["step"] == ["28", "29"]
+    assert rows["train/loss"] == [f"{2 / 29:.4g}", f"{2 / 30:.4g}"]
+    assert rows["time/modeled_s"] == ["3.5", "3.625"]
+
+    assert runs_cli.main(["show", str(run_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["history"] == [point(s) | {"step": s} for s in range(30)]
+    assert data["path"] == str(run_dir)
+
+    with pytest.raises(UserError, match="no run 'zzz'"):
+        runs_cli.main(["show", "zzz", "--root", str(root)])
+
+
+def test_reader_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        read_run(tmp_path / "missing")
+    with pytest.raises(UserError, match="no wandb run records"):
+        read_run(tmp_path)
+    bogus = tmp_path / "run-x.wandb"
+    shutil.copyfile(__file__, bogus)
+    with pytest.raises(UserError, match="not a wandb transaction log"):
+        read_run(bogus)
+    with pytest.raises(UserError, match="not a directory"):
+        find_runs(tmp_path / "missing")
