@@ -35,18 +35,30 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
 # Keys that do not change what a run computes: left out of the run's identity hash, so that
 # a resumed run may change them (e.g. turn the progress bar off) without being refused.
-NON_IDENTITY_KEYS = ("run_dir", "runs_root", "tracking", "cluster", "trainer.progress")
+NON_IDENTITY_KEYS = (
+    "run_dir",
+    "runs_root",
+    "tracking",
+    "cluster",
+    "trainer.progress",
+    "experiment.runs",
+)
 
 
 @dataclass
 class ExperimentConfig:
-    """Which reproduction a run belongs to. `label` names the run inside its run set."""
+    """Which reproduction a run belongs to. `label` names the run inside its run set.
+
+    `runs` is the reproduction's run set: label -> the overrides that make that run (e.g.
+    "local_sgd_tau20": ["method=local_sgd", "method.tau=20"]); `repro reproduce` runs them.
+    """
 
     name: str = "default"
     paper: str = "none"
     scale: str = "small"
     label: str = ""
     group: str = ""
+    runs: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.scale not in ("tiny", "small", "paper"):
@@ -55,11 +67,18 @@ class ExperimentConfig:
 
 @dataclass
 class TrainerConfig:
+    """`steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
+    passes the budget (runs compared at equal modeled time, as in AdaComm's figures);
+    `target_acc > 0` stops it at the first evaluation whose test accuracy reaches the target
+    (steps-to-target, as in Adasum's batch-scaling experiments)."""
+
     world_size: int = 1
     batch_size: int = 32
     steps: int = 1000
     eval_every: int = 100
     checkpoint_every: int = 200
+    time_budget_s: float = 0.0
+    target_acc: float = 0.0
     device: str = "auto"
     progress: bool = True
 
@@ -70,6 +89,10 @@ class TrainerConfig:
             raise UserError(f"trainer.batch_size={self.batch_size} must be at least 1")
         if self.steps < 1:
             raise UserError(f"trainer.steps={self.steps} must be at least 1")
+        if self.time_budget_s < 0:
+            raise UserError(f"trainer.time_budget_s={self.time_budget_s} must be >= 0 (0 = none)")
+        if not 0 <= self.target_acc <= 1:
+            raise UserError(f"trainer.target_acc={self.target_acc} must be in (0, 1] (0 = none)")
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
 

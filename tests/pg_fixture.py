@@ -48,7 +48,8 @@ def pg_url(pg_server: str) -> str:
     import sqlalchemy
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    engine = sqlalchemy.create_engine(pg_server, isolation_level="AUTOCOMMIT")
+    driver_url = pg_server.replace("postgresql://", "postgresql+psycopg2://", 1)
+    engine = sqlalchemy.create_engine(driver_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
     engine.dispose()

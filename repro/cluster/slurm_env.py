@@ -70,9 +70,7 @@ def partition_info(name: str) -> dict[str, Any]:
             known = ", ".join(_known_partitions()) or "none"
             raise UserError(f"cluster.partition={name}: no such SLURM partition (known: {known})")
         raise UserError(f"scontrol show partition {name} failed: {message}")
-    fields = dict(
-        token.split("=", 1) for token in shown.stdout.split() if "=" in token
-    )
+    fields = dict(token.split("=", 1) for token in shown.stdout.split() if "=" in token)
     per_node = _run(["sinfo", "-h", "-N", "-p", name, "-o", "%c|%G"]).stdout.split()
     cpus_per_node = [int(line.split("|")[0].rstrip("+")) for line in per_node]
     gpus_per_node = [_gpus(line.split("|", 1)[1]) for line in per_node]

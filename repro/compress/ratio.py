@@ -7,10 +7,12 @@ efficiency (synchronization time t_sync(c), to minimise) against statistical eff
 1. probe: train a few iterations at each candidate ratio from a snapshot and measure the
    mean gain and the modeled sync time per step (done by the strategy; this module only sees
    the numbers);
-2. fit: gain(c) = a + b ln c and t(c) = t0 + s c, each by least squares (`numpy.polyfit`,
-   degree 1). The time line is exact for one collective under the alpha-beta model (a
-   latency term plus bytes proportional to c); gain falls roughly linearly in ln c over
-   this range;
+2. fit: a power law ln gain(c) = a + b ln c and a line t(c) = t0 + s c, each by least
+   squares (`numpy.polyfit`, degree 1). The time line is exact for one collective under
+   the alpha-beta model (a latency term plus bytes proportional to c). Measured gains are
+   close to straight in log-log over this range, and a power law stays positive, whereas a
+   line in ln c crosses zero at small c and a clipped zero gain would swamp the gain
+   objective (1/gain) for every other c;
 3. solve: NSGA-II (Optuna's `NSGAIISampler`, seeded) minimising F = (t(c), 1/gain(c)), the
    paper's two objectives, in an in-memory study driven by ask/tell, c sampled
    log-uniformly in the bounds;
@@ -40,7 +42,7 @@ from repro.errors import UserError
 DEFAULT_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
 DEFAULT_WEIGHTS = (0.6, 0.4)
 DEFAULT_BOUNDS = (0.001, 0.1)
-_GAIN_FLOOR = 1e-12  # a fitted line can dip below 0 far from the probes; a gain cannot
+_GAIN_FLOOR = 1e-12  # a measured gain of exactly 0 (an all-zero Top-k) has no logarithm
 
 
 def check_candidates(candidates: Sequence[float]) -> None:
@@ -87,7 +89,7 @@ class FixedRatio:
 
 @dataclass(frozen=True)
 class Curves:
-    """The fitted curves: gain(c) = gain_a + gain_b ln c, t(c) = time_a + time_b c."""
+    """The fitted curves: ln gain(c) = gain_a + gain_b ln c, t(c) = time_a + time_b c."""
 
     gain_a: float
     gain_b: float
@@ -95,18 +97,19 @@ class Curves:
     time_b: float
 
     def gain(self, c: float) -> float:
-        return min(1.0, max(_GAIN_FLOOR, self.gain_a + self.gain_b * math.log(c)))
+        # Sending everything cannot gain more than 1, whatever the extrapolation says.
+        return min(1.0, math.exp(self.gain_a + self.gain_b * math.log(c)))
 
     def time(self, c: float) -> float:
         return self.time_a + self.time_b * c
 
 
 def fit_curves(probes: Mapping[float, tuple[float, float]]) -> Curves:
-    """Least-squares lines through {c: (gain, sync_seconds)}: gain on ln c, time on c."""
+    """Least-squares fits through {c: (gain, sync_seconds)}: ln gain on ln c, time on c."""
     cs = np.array(sorted(probes), dtype=float)
-    gains = np.array([probes[c][0] for c in cs])
+    gains = np.array([max(probes[c][0], _GAIN_FLOOR) for c in cs])
     times = np.array([probes[c][1] for c in cs])
-    gain_b, gain_a = np.polyfit(np.log(cs), gains, 1)
+    gain_b, gain_a = np.polyfit(np.log(cs), np.log(gains), 1)
     time_b, time_a = np.polyfit(cs, times, 1)
     return Curves(float(gain_a), float(gain_b), float(time_a), float(time_b))
 

@@ -10,15 +10,19 @@ every halving is exact. At level L each rank swaps half of its current slice wit
 Adasum inputs a (from ranks below the split) and b (above it). Per tensor, the partial
 (a.b, |a|^2, |b|^2) of the slice in float64 is summed over the aligned group of 2L ranks that
 together cover the whole vector, giving each rank the exact per-tensor coefficients. After
-log2(n) levels every rank owns 1/n of the result, and one allgather returns the full vector.
-Traffic per rank: a reduce-scatter's worth of sendrecv plus an allgather, plus 3 float64
-scalars per tensor and level.
+log2(n) levels every rank owns 1/n of the result; the same exchanges in reverse order
+(distance halving) return the full vector. Traffic per rank: a reduce-scatter's worth of
+sendrecv, an allgather's worth back, and 3 float64 scalars per tensor and level. (gloo's
+allgather measured several times slower than these exchanges here, hence sendrecv.)
 
 Only power-of-two world sizes are served, as in Horovod: the tree pairs rank r with r XOR L,
 which has no partner otherwise.
 """
 
 from __future__ import annotations
+
+import bisect
+import itertools
 
 import torch
 
@@ -28,6 +32,8 @@ from repro.errors import UserError
 # sqrt of the smallest normal float64: a squared norm below it is a zero vector for every
 # practical purpose, and dividing by it would overflow or lose all precision.
 ZERO_NORM_SQ = torch.finfo(torch.float64).tiny ** 0.5
+# 64K elements: a chunk's float64 copies (1 MiB) stay in a core's cache.
+_CPU_CHUNK = 1 << 16
 
 
 def adasum_coefficients(
@@ -45,6 +51,34 @@ def adasum_coefficients(
     return ca, cb
 
 
+def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(a.b, |a|^2, |b|^2) of two flat vectors, products and sums in float64.
+
+    Float64 products keep float32 inputs near the smallest normal float from underflowing.
+    On the CPU the upcast goes in cache-sized chunks: converting whole slices first costs
+    several times more memory traffic than the dot products themselves.
+    """
+    total = torch.zeros(3, dtype=torch.float64, device=a.device)
+    chunk = _CPU_CHUNK if a.device.type == "cpu" else max(a.numel(), 1)
+    for x, y in zip(a.split(chunk), b.split(chunk), strict=True):
+        x64, y64 = x.double(), y.double()
+        total += torch.stack((torch.dot(x64, y64), torch.dot(x64, x64), torch.dot(y64, y64)))
+    return total
+
+
+def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: float):
+    """own <- c_own * own + c_other * other, in place.
+
+    Computed in own's dtype unless a weight exceeds its range (possible when one input is
+    tiny next to the other, though the weighted term stays bounded by |other|); then in
+    float64, rounded once.
+    """
+    limit = torch.finfo(own.dtype).max
+    if abs(c_own) <= limit and abs(c_other) <= limit:
+        return own.mul_(c_own).add_(other, alpha=c_other)
+    return own.copy_(own.double() * c_own + other.double() * c_other)
+
+
 def check_world_size(world_size: int) -> None:
     """Refuse worker counts the halving tree cannot serve."""
     if world_size < 1 or world_size & (world_size - 1):
@@ -54,22 +88,27 @@ def check_world_size(world_size: int) -> None:
         )
 
 
-def _bit_reverse(x: int, bits: int) -> int:
-    return int(format(x, f"0{bits}b")[::-1], 2) if bits else 0
-
-
 class _Layout:
-    """Where each tensor lives in the padded flat buffer, and a tensor id per element."""
+    """Where each tensor lives in the flat buffer, zero-padded to a multiple of the world."""
 
     def __init__(self, tensors: list[torch.Tensor], world_size: int):
         self.shapes = [t.shape for t in tensors]
         self.sizes = [t.numel() for t in tensors]
-        self.total = sum(self.sizes)
+        self.offsets = [0, *itertools.accumulate(self.sizes)]
+        self.total = self.offsets[-1]
         self.padded = -(-self.total // world_size) * world_size
-        device = tensors[0].device
-        counts = torch.tensor([*self.sizes, self.padded - self.total], device=device)
-        # Padding gets id len(tensors): a bucket whose statistics are dropped.
-        self.ids = torch.repeat_interleave(torch.arange(len(tensors) + 1, device=device), counts)
+
+    def segments(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(tensor index, start, end) of every non-empty piece of a tensor inside [lo, hi)."""
+        first = bisect.bisect_right(self.offsets, lo) - 1
+        pieces = []
+        for t in range(first, len(self.sizes)):
+            start, end = max(self.offsets[t], lo), min(self.offsets[t + 1], hi)
+            if start >= hi:
+                break
+            if start < end:
+                pieces.append((t, start, end))
+        return pieces
 
     def flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         buf = torch.zeros(self.padded, dtype=tensors[0].dtype, device=tensors[0].device)
@@ -77,26 +116,37 @@ class _Layout:
         return buf
 
     def unflatten(self, buf: torch.Tensor) -> list[torch.Tensor]:
+        """Views into `buf`, which the caller hands over (no copy of a large buffer)."""
         parts = buf[: self.total].split(self.sizes)
-        return [p.view(shape).clone() for p, shape in zip(parts, self.shapes, strict=True)]
+        return [p.view(shape) for p, shape in zip(parts, self.shapes, strict=True)]
 
 
 def _combine_slice(
-    a: torch.Tensor, b: torch.Tensor, ids: torch.Tensor, n_tensors: int, group: Collectives
-) -> tuple[torch.Tensor, CommRecord]:
-    """Adasum of a and b on one slice, with coefficients from the whole group's statistics."""
-    a64, b64 = a.double(), b.double()
-    stats = torch.zeros(3, n_tensors + 1, dtype=torch.float64, device=a.device)
-    stats[0].index_add_(0, ids, a64 * b64)
-    stats[1].index_add_(0, ids, a64 * a64)
-    stats[2].index_add_(0, ids, b64 * b64)
-    totals = stats[:, :n_tensors].contiguous()
-    rec = group.allreduce(totals)
-    ca, cb = adasum_coefficients(totals[0], totals[1], totals[2])
-    one = torch.ones(1, dtype=torch.float64, device=a.device)
-    ca_elem = torch.cat((ca, one))[ids]
-    cb_elem = torch.cat((cb, one))[ids]
-    return (a64 * ca_elem + b64 * cb_elem).to(a.dtype), rec
+    own: torch.Tensor,
+    other: torch.Tensor,
+    own_is_a: bool,
+    lo: int,
+    layout: _Layout,
+    group: Collectives,
+) -> CommRecord:
+    """Adasum of own and other in place on the slice starting at `lo`, per tensor.
+
+    The coefficients come from the whole group's statistics: each rank adds its slice's
+    partial (a.b, |a|^2, |b|^2) per tensor, zeros for tensors outside its slice.
+    """
+    pieces = layout.segments(lo, lo + own.numel())
+    stats = torch.zeros(3, len(layout.sizes), dtype=torch.float64, device=own.device)
+    if pieces:
+        a, b = (own, other) if own_is_a else (other, own)
+        partial = [dot_stats(a[s - lo : e - lo], b[s - lo : e - lo]) for _, s, e in pieces]
+        index = torch.tensor([t for t, _, _ in pieces], device=own.device)
+        stats[:, index] = torch.stack(partial, dim=1)
+    rec = group.allreduce(stats)
+    ca, cb = (c.tolist() for c in adasum_coefficients(stats[0], stats[1], stats[2]))
+    for t, s, e in pieces:
+        c_own, c_other = (ca[t], cb[t]) if own_is_a else (cb[t], ca[t])
+        scaled_add_(own[s - lo : e - lo], other[s - lo : e - lo], c_own, c_other)
+    return rec
 
 
 def _level_group(comm: Collectives, level: int) -> Collectives:
@@ -112,8 +162,8 @@ def adasum_allreduce(
 ) -> tuple[list[torch.Tensor], list[CommRecord]]:
     """Per-tensor Adasum of every rank's `tensors` over `comm`; all ranks get the same result.
 
-    The tensors must share one dtype and device. Returns new tensors (the inputs are left
-    untouched) and the records of every collective used.
+    The tensors must share one dtype and device. Returns new tensors (views into one fresh
+    buffer; the inputs are left untouched) and the records of every collective used.
     """
     n, rank = comm.world_size, comm.rank
     check_world_size(n)
@@ -127,26 +177,24 @@ def adasum_allreduce(
     layout = _Layout(tensors, n)
     buf = layout.flatten(tensors)
     records: list[CommRecord] = []
+    # (kept, given) slice bounds per level; the gather phase walks them back.
+    halvings: list[tuple[tuple[int, int], tuple[int, int]]] = []
     lo, hi, level = 0, layout.padded, 1
     while level < n:
         mid = (lo + hi) // 2
         lower = rank & level == 0
-        (klo, khi), (glo, ghi) = ((lo, mid), (mid, hi)) if lower else ((mid, hi), (lo, mid))
-        recv, rec = comm.sendrecv(buf[glo:ghi], rank ^ level)
+        kept, given = ((lo, mid), (mid, hi)) if lower else ((mid, hi), (lo, mid))
+        recv, rec = comm.sendrecv(buf[given[0] : given[1]], rank ^ level)
         records.append(rec)
-        own = buf[klo:khi]
-        a, b = (own, recv) if lower else (recv, own)
-        combined, rec = _combine_slice(
-            a, b, layout.ids[klo:khi], len(tensors), _level_group(comm, level)
-        )
-        records.append(rec)
-        buf[klo:khi] = combined
-        lo, hi, level = klo, khi, level * 2
+        own = buf[kept[0] : kept[1]]
+        records.append(_combine_slice(own, recv, lower, kept[0], layout, _level_group(comm, level)))
+        halvings.append((kept, given))
+        (lo, hi), level = kept, level * 2
 
-    gathered, rec = comm.allgather(buf[lo:hi])
-    records.append(rec)
-    # Rank r's bits, lowest first, chose left/right at each level, so its slice sits at
-    # position bit_reverse(r); the permutation is its own inverse.
-    bits = n.bit_length() - 1
-    order = torch.tensor([_bit_reverse(p, bits) for p in range(n)], device=buf.device)
-    return layout.unflatten(gathered[order].reshape(-1)), records
+    # Distance halving: each exchange hands the partner the finished half it lacks.
+    for (klo, khi), (glo, ghi) in reversed(halvings):
+        level //= 2
+        recv, rec = comm.sendrecv(buf[klo:khi], rank ^ level)
+        records.append(rec)
+        buf[glo:ghi] = recv
+    return layout.unflatten(buf), records

@@ -7,7 +7,6 @@ exactly one scale, and a group whose runs disagree on the scale is refused rathe
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from repro.report.claims import SCALES, ClaimsFile, evaluate, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure
 from repro.report.render import FigureOut, to_html, to_markdown
-from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of
+from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of, natural_key
 from repro.track.runs import find_runs
 
 
@@ -75,11 +74,6 @@ def _progress(run: Run) -> tuple[bool, float]:
         return run.exit_code == 0, -1.0
 
 
-def natural_key(label: str) -> list:
-    """Sort key putting local_sgd_tau4 before local_sgd_tau16."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", label)]
-
-
 def render_report(
     claims: ClaimsFile,
     runs: dict[str, Run],
@@ -95,6 +89,7 @@ def render_report(
     reason instead of an image, so the page refers only to files that exist.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    runs = dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
     results = evaluate(claims.claims, runs, scale)
     figures = []
     for spec in claims.figures:

@@ -9,11 +9,13 @@ metric or setting, so a claim can say "not run" and why instead of failing the r
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from repro.errors import UserError
 from repro.netmodel.cost import Link, ring_allreduce, tree_allreduce
 from repro.netmodel.schedule import gbps_to_Bps
 from repro.report.series import (
@@ -51,6 +53,32 @@ def calculator(name: str) -> Callable[[Calculator], Calculator]:
         return fn
 
     return wrap
+
+
+# Allowed values of the params that several calculators share; checked when a claims file is
+# loaded, so that a typo fails there and not halfway through a report.
+CHOICES = {
+    "mode": ("min", "max"),
+    "clock": tuple(CLOCKS),
+    "direction": ("increasing", "decreasing"),
+    "allreduce": ("ring", "tree"),
+}
+
+
+def check_params(name: str, params: Mapping[str, Any]) -> None:
+    """UserError unless `params` fit calculator `name`'s signature and allowed values."""
+    if name not in CALCULATORS:
+        raise UserError(f"calculator '{name}' is not one of {sorted(CALCULATORS)}")
+    try:
+        inspect.signature(CALCULATORS[name]).bind({}, **params)
+    except TypeError as err:
+        raise UserError(f"params for '{name}': {err}") from None
+    for key, allowed in CHOICES.items():
+        if key in params and params[key] not in allowed:
+            raise UserError(f"{key}={params[key]!r} must be one of {', '.join(allowed)}")
+    smooth = params.get("smooth", 1)
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise UserError(f"smooth={smooth!r} must be an integer >= 1")
 
 
 def _run(runs: Mapping[str, Run], label: str) -> Run:
@@ -117,8 +145,6 @@ def time_to_target_ratio(
     point at which the smoothed curve reaches the target, on `clock` (modeled, wall or step).
     `inf` when `run` never reaches it.
     """
-    if clock not in CLOCKS:
-        raise NotMeasurable(f"clock '{clock}' must be one of {', '.join(CLOCKS)}")
     rx, ry = curve(_run(runs, run), metric, clock, smooth)
     fx, fy = curve(_run(runs, reference), metric, clock, smooth)
     goal = fy[-1] if target is None else float(target)
@@ -198,8 +224,6 @@ def trend(
     divided by the final step (e.g. modeled seconds per step). The value is the share of
     consecutive pairs, ordered by `key`, that move strictly in `direction`.
     """
-    if direction not in ("increasing", "decreasing"):
-        raise NotMeasurable(f"direction '{direction}' must be 'increasing' or 'decreasing'")
     members = _members(runs, where, key, include or {})
     ys = [
         final(run, metric) / final_step(run) if per_step else final(run, metric, smooth)
@@ -225,9 +249,7 @@ def comm_seconds_per_step(run: Run, algo: str = "ring") -> float:
         settings[path] = cfg(run, path)
         if settings[path] is None:
             raise NotMeasurable(f"run config has no '{path}'")
-    formula = {"ring": ring_allreduce, "tree": tree_allreduce}.get(algo)
-    if formula is None:
-        raise NotMeasurable(f"allreduce algorithm '{algo}' must be 'ring' or 'tree'")
+    formula = {"ring": ring_allreduce, "tree": tree_allreduce}[algo]
     collectives = final(run, "comm/collectives")
     if collectives <= 0:
         raise NotMeasurable(f"run '{label_of(run)}' logged no collectives")

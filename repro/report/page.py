@@ -35,15 +35,19 @@ def _network(run: Run) -> str:
         f"{net.get('name', '?')}: latency {fmt(net.get('latency_ms'))} ms, bandwidth "
         f"{fmt(net.get('bandwidth_gbps'))} Gbit/s, bytes x{fmt(net.get('bytes_scale', 1.0))}"
     )
-    return text + (" (changes over time: schedule)" if net.get("phases") else "")
+    return text + (" (changes over time: schedule)" if net.get("schedule") else "")
 
 
 def _compute(run: Run) -> str:
     c = cfg(run, "compute", {}) or {}
-    parts = [str(c.get(k)) for k in ("mode", "dist") if c.get(k) is not None]
-    if c.get("mean_ms") is not None:
-        parts.append(f"mean {fmt(c['mean_ms'])} ms")
-    return " ".join(parts) or "—"
+    if c.get("mode", "measured") == "measured":
+        return "measured on this machine"
+    text = f"sampled {c.get('dist', '?')}, mean {fmt(c.get('mean_ms'))} ms"
+    if c.get("shift_ms"):
+        text += f", shift {fmt(c['shift_ms'])} ms"
+    if c.get("straggler_prob"):
+        text += f", stragglers p={fmt(c['straggler_prob'])} x{fmt(c.get('straggler_factor'))}"
+    return text
 
 
 def _workload(run: Run) -> str:

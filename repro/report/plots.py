@@ -24,7 +24,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from repro.errors import UserError
-from repro.report.calculators import CALCULATORS
+from repro.report.calculators import CALCULATORS, check_params
 from repro.report.series import NotMeasurable, Run, cfg, points, trailing_mean, x_metric
 
 KINDS = ("curves", "steps", "points")
@@ -73,16 +73,29 @@ FAMILY_MAPS = (
 FALLBACK = colormaps["tab10"]
 
 
+def _family(label: str) -> str | None:
+    return next((cmap for pattern, cmap in FAMILY_MAPS if re.fullmatch(pattern, label)), None)
+
+
 def colour_for(label: str) -> str:
-    """The colour of a run label in every report (fixed map, family shade, or stable hash)."""
+    """The colour of a run label in every report (fixed map, family shade, or stable hash).
+
+    A family member is shaded by |log2| of the first number in its label (tau 4 lighter than
+    tau 16, ratio 0.1 lighter than 0.001), saturating so that large values stay distinct.
+    """
     if label in FIXED_COLOURS:
         return FIXED_COLOURS[label]
-    for pattern, cmap in FAMILY_MAPS:
-        if re.fullmatch(pattern, label):
-            number = re.search(r"\d+(?:\.\d+)?", label)
-            magnitude = abs(math.log2(float(number.group()))) if number else 5.0
-            return to_hex(colormaps[cmap](0.35 + 0.6 * min(1.0, magnitude / 10)))
+    cmap = _family(label)
+    if cmap is not None:
+        number = re.search(r"\d+(?:\.\d+)?", label)
+        magnitude = abs(math.log2(float(number.group()))) if number and float(number.group()) else 3
+        return to_hex(colormaps[cmap](0.3 + 0.7 * (1 - math.exp(-magnitude / 4))))
     return to_hex(FALLBACK(zlib.crc32(label.encode()) % FALLBACK.N))
+
+
+def line_style(label: str) -> str:
+    """Dashed for fixed-parameter baselines (a family), solid for every other method."""
+    return "--" if _family(label) else "-"
 
 
 def axis_label(name: str) -> str:
@@ -133,8 +146,9 @@ class FigureSpec:
                 or set(ref) - {"x", "y", "label"}
             ):
                 raise UserError(f"reference {ref!r} must be a mapping of x and/or y (+ label)")
-        if self.kind == "points" and self.measure.get("calculator") not in CALCULATORS:
-            raise UserError(f"points figure needs measure.calculator in {sorted(CALCULATORS)}")
+        if self.kind == "points":
+            params = {"run": "", "metric": self.y, **(self.measure.get("params") or {})}
+            check_params(self.measure.get("calculator"), params)
 
     def clock_sentence(self) -> str:
         """Which clock the x axis uses, for the caption."""
@@ -193,7 +207,15 @@ def _draw_lines(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Pa
         else:
             values = trailing_mean([float(y) for y in ys], spec.smooth)
         style = {"drawstyle": "steps-post"} if spec.kind == "steps" else {}
-        ax.plot(xs, values, color=colour_for(label), label=name(label), linewidth=1.4, **style)
+        ax.plot(
+            xs,
+            values,
+            color=colour_for(label),
+            linestyle=line_style(label),
+            label=name(label),
+            linewidth=1.5,
+            **style,
+        )
         drawn += 1
     if not drawn:
         raise NotMeasurable(f"no selected run logged '{spec.y}' against '{x_metric(spec.x)}'")

@@ -48,6 +48,8 @@ class FigureOut:
 
 @dataclass(frozen=True)
 class Page:
+    """A report: title and lead lines, tables before the figures, figures, tables after."""
+
     title: str
     lines: list[str]
     tables_before: list[Table]

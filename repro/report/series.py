@@ -4,14 +4,16 @@ Everything here works on any object with the attributes of `repro.track.runs.Run
 (`name`, `group`, `config`, `history`, `summary`), so the report engine depends only on what
 the run reader returns, never on a live training process.
 
-Training loss is a mean over workers of one mini-batch each, so it is noisy; curves and
-final values used in claims are smoothed by a trailing mean over the last `window` logged
-points (window 1 = raw values), which a reader can recompute by hand from the history.
+A logged training loss is a mean over workers of the mini-batch losses since the previous
+point, so it still carries mini-batch noise; curves and final values used in claims can be
+smoothed by a trailing mean over the last `window` logged points (window 1 = raw values),
+which a reader can recompute by hand from the history.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -51,6 +53,11 @@ def cfg(run: Run, path: str, default: Any = None) -> Any:
 def label_of(run: Run) -> str:
     """The run's label within its reproduction (`experiment.label`), else its name."""
     return str(cfg(run, "experiment.label") or run.name)
+
+
+def natural_key(label: str) -> list:
+    """Sort key putting local_sgd_tau4 before local_sgd_tau16."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", label)]
 
 
 def x_metric(x: str) -> str:

@@ -3,8 +3,9 @@
 Adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b: orthogonal inputs are summed,
 parallel inputs (any magnitudes) averaged. Dot products and squared norms are taken in
 float64 so that float32 inputs near the smallest normal float neither underflow nor lose
-their direction; the weighted sum is formed in float64 too (a weight can exceed the float32
-range when one input is tiny) and rounded once to the input dtype.
+their direction; the weighted sum is formed in the input dtype, or in float64 when a weight
+exceeds that dtype's range (one input tiny next to the other). These pieces are shared with
+the distributed allreduce, so the two differ only in the order of their float64 sums.
 
 n inputs are combined as a binary tree in rank order, the order the vector-halving
 distance-doubling allreduce (`repro.dist.adasum_allreduce`) produces for n = 2^k. This
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import adasum_coefficients
+from repro.dist.adasum_allreduce import adasum_coefficients, dot_stats, scaled_add_
 
 
 def adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -25,10 +26,10 @@ def adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             f"adasum_pair needs equal shapes and dtypes, got {tuple(a.shape)} {a.dtype} "
             f"and {tuple(b.shape)} {b.dtype}"
         )
-    a64 = a.detach().reshape(-1).double()
-    b64 = b.detach().reshape(-1).double()
-    ca, cb = adasum_coefficients(torch.dot(a64, b64), torch.dot(a64, a64), torch.dot(b64, b64))
-    return (ca * a64 + cb * b64).to(a.dtype).view(a.shape)
+    out = a.detach().reshape(-1).clone()
+    b_flat = b.detach().reshape(-1)
+    ca, cb = adasum_coefficients(*dot_stats(out, b_flat))
+    return scaled_add_(out, b_flat, ca.item(), cb.item()).view(a.shape)
 
 
 def adasum_reduce(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -28,6 +28,11 @@ class MethodConfig:
 
     name: str = "sync"
 
+    def process_env(self) -> dict[str, str]:
+        """Environment variables the worker sets before the process group starts (e.g. an
+        NCCL algorithm); none by default."""
+        return {}
+
 
 @dataclass(frozen=True)
 class StepInfo:

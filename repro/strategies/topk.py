@@ -84,6 +84,7 @@ class TopKConfig(MethodConfig):
     candidates: list[float] = field(default_factory=lambda: list(DEFAULT_CANDIDATES))
     weights: list[float] = field(default_factory=lambda: list(DEFAULT_WEIGHTS))
     probe_steps: int = 5
+    gain_window: int = 50
     seed: int = 0
     bytes_scale: float = 1.0
 
@@ -111,8 +112,13 @@ class TopKConfig(MethodConfig):
         check_weights(self.weights)
         if self.probe_steps < 1:
             raise UserError(f"method.probe_steps={self.probe_steps} must be at least 1")
+        if self.gain_window < 1:
+            raise UserError(f"method.gain_window={self.gain_window} must be at least 1")
         if not self.bytes_scale > 0:
             raise UserError(f"method.bytes_scale={self.bytes_scale} must be > 0")
+
+    def process_env(self) -> dict[str, str]:
+        return nccl_env(self)
 
 
 ConfigStore.instance().store(group="method", name="topk_schema", node=TopKConfig)
@@ -130,6 +136,8 @@ def nccl_env(cfg: TopKConfig) -> dict[str, str]:
 
 @register("topk", TopKConfig)
 class TopKStrategy:
+    """Error-feedback Top-k with a collective policy and a ratio controller (module doc)."""
+
     def __init__(self, cfg: TopKConfig, world_size: int):
         self.cfg = cfg
         self.world_size = world_size
@@ -189,7 +197,9 @@ class TopKStrategy:
     def metrics(self) -> dict:
         return dict(self._metrics)
 
-    def _exchange(self, step: int, cr: float, link: Link) -> tuple[ExchangeResult, list]:
+    def _exchange(
+        self, step: int, cr: float, link: Link
+    ) -> tuple[ExchangeResult, list[CommRecord]]:
         """One exchange of the compensated gradients in `p.grad`; averages written back."""
         grads = {
             name: (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -264,9 +274,13 @@ class TopKStrategy:
         return records
 
     def _watch_gain(self, gain: float) -> None:
-        """Average the gain over blocks of `probe_steps` steps and ask for a re-probe."""
+        """Average the gain over blocks of `gain_window` steps and ask whether to re-probe.
+
+        One step's gain is noisy (it moves by more than 10% from batch to batch on small
+        models), so the 10% re-probe rule compares block means, not single steps.
+        """
         self._window.append(gain)
-        if len(self._window) == self.cfg.probe_steps:
+        if len(self._window) == self.cfg.gain_window:
             self._probe_due = self.controller.needs_probe(sum(self._window) / len(self._window))
             self._window.clear()
 

@@ -18,6 +18,7 @@ OBJECTIVE_METRICS: tuple[str, ...] = (
     "test/acc",
     "comm/bytes",
     "comm/collectives",
+    "comm/measured_s",
     "time/wall_s",
     "time/modeled_s",
     "throughput/samples_per_s",

@@ -67,8 +67,9 @@ def hypervolume(points_min: Sequence[Point], ref: Point) -> float:
     objective (exact; fine for the tens of points and few objectives of a sweep)."""
     inside = [tuple(p) for p in points_min if all(x < r for x, r in zip(p, ref, strict=True))]
     # Dominated points add no volume; dropping them keeps the slicing small.
-    pts = sorted((p for p in inside if not any(dominates(q, p) for q in inside)),
-                 key=lambda p: p[-1])
+    pts = sorted(
+        (p for p in inside if not any(dominates(q, p) for q in inside)), key=lambda p: p[-1]
+    )
     if not pts:
         return 0.0
     if len(ref) == 1:

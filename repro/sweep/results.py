@@ -48,8 +48,11 @@ def _completed(study: Any) -> list[Any]:
 
 
 def _row(spec: SweepSpec, t: Any) -> dict[str, Any]:
-    return {"trial": t.number, "params": dict(t.params),
-            "values": dict(zip(spec.metric_names, t.values, strict=True))}
+    return {
+        "trial": t.number,
+        "params": dict(t.params),
+        "values": dict(zip(spec.metric_names, t.values, strict=True)),
+    }
 
 
 def front_rows(spec: SweepSpec, trials: list[Any]) -> tuple[list[dict[str, Any]], int]:
@@ -68,12 +71,20 @@ def _fmt(v: Any) -> str:
 def format_table(spec: SweepSpec, rows: list[dict[str, Any]], knee: int) -> str:
     keys = [p.key for p in spec.space]
     header = ["", "trial", *keys, *spec.metric_names]
-    body = [["*" if i == knee else "", str(r["trial"]),
-             *(_fmt(r["params"].get(k, "-")) for k in keys),
-             *(_fmt(r["values"][m]) for m in spec.metric_names)] for i, r in enumerate(rows)]
+    body = [
+        [
+            "*" if i == knee else "",
+            str(r["trial"]),
+            *(_fmt(r["params"].get(k, "-")) for k in keys),
+            *(_fmt(r["values"][m]) for m in spec.metric_names),
+        ]
+        for i, r in enumerate(rows)
+    ]
     widths = [max(len(line[c]) for line in [header, *body]) for c in range(len(header))]
-    return "\n".join("  ".join(s.rjust(w) for s, w in zip(line, widths, strict=True)).rstrip()
-                     for line in [header, *body])
+    return "\n".join(
+        "  ".join(s.rjust(w) for s, w in zip(line, widths, strict=True)).rstrip()
+        for line in [header, *body]
+    )
 
 
 def _figure_pair(fig: Any, stem: Path, title: str, table: str) -> list[Path]:
@@ -81,31 +92,42 @@ def _figure_pair(fig: Any, stem: Path, title: str, table: str) -> list[Path]:
     fig.savefig(stem.with_suffix(".png"), dpi=120)
     svg = io.StringIO()
     fig.savefig(svg, format="svg")
-    inline = svg.getvalue()[svg.getvalue().find("<svg"):]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title></head><body><h1>{html.escape(title)}</h1>{inline}"
-            f"<pre>{html.escape(table)}</pre></body></html>\n")
+    inline = svg.getvalue()[svg.getvalue().find("<svg") :]
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title></head><body><h1>{html.escape(title)}</h1>{inline}"
+        f"<pre>{html.escape(table)}</pre></body></html>\n"
+    )
     stem.with_suffix(".html").write_text(page)
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 
-def plot_pareto(spec: SweepSpec, trials: list[Any], rows: list[dict], knee: int,
-                table: str) -> list[Path]:
+def plot_pareto(
+    spec: SweepSpec, trials: list[Any], rows: list[dict], knee: int, table: str
+) -> list[Path]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.8), layout="constrained")
     ax = fig.add_subplot()
     names = spec.metric_names
     if len(names) == 1:
-        ax.scatter([t.number for t in trials], [t.values[0] for t in trials], c="0.6",
-                   label="trial")
-        ax.scatter([r["trial"] for r in rows], [r["values"][names[0]] for r in rows], c="C0",
-                   marker="*", s=160, label="best")
+        ax.scatter(
+            [t.number for t in trials], [t.values[0] for t in trials], c="0.6", label="trial"
+        )
+        ax.scatter(
+            [r["trial"] for r in rows],
+            [r["values"][names[0]] for r in rows],
+            c="C0",
+            marker="*",
+            s=160,
+            label="best",
+        )
         ax.set_xlabel("trial")
         ax.set_ylabel(f"{names[0]} ({spec.directions[0]})")
     else:
-        ax.scatter([t.values[0] for t in trials], [t.values[1] for t in trials], c="0.6",
-                   label="trial")
+        ax.scatter(
+            [t.values[0] for t in trials], [t.values[1] for t in trials], c="0.6", label="trial"
+        )
         fx, fy = [r["values"][names[0]] for r in rows], [r["values"][names[1]] for r in rows]
         ax.plot(fx, fy, "o-", c="C0", label="Pareto front")
         ax.scatter([fx[knee]], [fy[knee]], c="C3", marker="*", s=220, zorder=3, label="knee")
@@ -132,8 +154,10 @@ def plot_hypervolume(spec: SweepSpec, trials: list[Any]) -> list[Path]:
     title = f"{spec.name}: hypervolume history"
     ax.set_title(title)
     table = "reference point (minimise form): " + ", ".join(f"{r:.4g}" for r in ref) + "\n"
-    table += "\n".join(f"{k:>4}  trial {t.number:>4}  {h:.6g}"
-                       for k, (t, h) in enumerate(zip(trials, history, strict=True), 1))
+    table += "\n".join(
+        f"{k:>4}  trial {t.number:>4}  {h:.6g}"
+        for k, (t, h) in enumerate(zip(trials, history, strict=True), 1)
+    )
     return _figure_pair(fig, spec.study_dir / "hypervolume", title, table)
 
 
@@ -144,28 +168,41 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
     study = load_study(spec)
     trials = _completed(study)
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    print(f"study {spec.name} ({spec.storage_label}): {len(trials)} complete, "
-          f"{len(failed)} failed", file=stream)
+    print(
+        f"study {spec.name} ({spec.storage_label}): {len(trials)} complete, {len(failed)} failed",
+        file=stream,
+    )
     for t in failed:
         reason = t.user_attrs.get("fail_reason") or t.user_attrs.get("stale") or "unknown"
         print(f"  failed trial {t.number}: {reason}", file=stream)
     if not trials:
         raise UserError(f"study {spec.name} has no completed trial yet: nothing to show")
-    groups = ({None: trials} if spec.group_by is None else
-              {v: [t for t in trials if t.params.get(spec.group_by) == v]
-               for v in dict.fromkeys(t.params.get(spec.group_by) for t in trials)})
+    groups = (
+        {None: trials}
+        if spec.group_by is None
+        else {
+            v: [t for t in trials if t.params.get(spec.group_by) == v]
+            for v in dict.fromkeys(t.params.get(spec.group_by) for t in trials)
+        }
+    )
     result: dict[str, Any] = {"groups": {}}
     for value, members in groups.items():
         rows, knee = front_rows(spec, members)
         label = "" if value is None else f" for {spec.group_by}={value}"
-        print(f"\nPareto front{label} ({len(rows)} of {len(members)} completed trials; "
-              "* = knee):", file=stream)
+        print(
+            f"\nPareto front{label} ({len(rows)} of {len(members)} completed trials; * = knee):",
+            file=stream,
+        )
         table = format_table(spec, rows, knee)
         print(table, file=stream)
         k = rows[knee]
-        print(f"knee{label}: trial {k['trial']} "
-              + ", ".join(f"{p}={_fmt(v)}" for p, v in k["params"].items()) + " -> "
-              + ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items()), file=stream)
+        print(
+            f"knee{label}: trial {k['trial']} "
+            + ", ".join(f"{p}={_fmt(v)}" for p, v in k["params"].items())
+            + " -> "
+            + ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items()),
+            file=stream,
+        )
         result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = front_rows(spec, trials)
     files = plot_pareto(spec, trials, rows, knee, format_table(spec, rows, knee))

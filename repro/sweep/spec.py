@@ -10,7 +10,7 @@ against the composed Hydra config in `check_config_keys`.
 YAML shape::
 
     name: topk_cr_pareto
-    experiment: topk_small
+    experiment: topk_small    # configs/experiment/<name>.yaml, or null for the root config
     overrides: [trainer.steps=300]
     space:
       - {key: method.cr, type: float, low: 0.001, high: 1.0, log: true}
@@ -22,6 +22,9 @@ YAML shape::
     timeout_s: 3600           # stop starting trials after this long (per invocation)
     storage: null             # journal file <out>/<name>/journal.log, or a database URL
     out: runs/sweeps
+    group_by: null            # a categorical key: `show` prints one front per value
+    heartbeat_s: 30           # database storage only: heartbeat period and the silence
+    grace_s: 120              # after which a running trial counts as stale
 """
 
 from __future__ import annotations
@@ -120,6 +123,11 @@ class ParamSpec:
         return [self.low + i * step for i in range(n)]
 
 
+def grid_size(space: tuple[ParamSpec, ...]) -> int:
+    """Number of points a grid sampler visits: the product of each entry's grid."""
+    return math.prod(len(p.grid_values()) for p in space)
+
+
 @dataclass(frozen=True)
 class ObjectiveSpec:
     """A run-summary metric and whether the sweep maximises or minimises it."""
@@ -167,7 +175,7 @@ class SweepSpec:
     """A whole sweep. `storage=None` means the journal file `<out>/<name>/journal.log`."""
 
     name: str
-    experiment: str
+    experiment: str | None
     space: tuple[ParamSpec, ...]
     objectives: tuple[ObjectiveSpec, ...]
     sampler: SamplerSpec
@@ -184,8 +192,13 @@ class SweepSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise UserError(f"name={self.name!r} must be letters, digits, '_', '-' or '.'")
-        if not isinstance(self.experiment, str) or not self.experiment:
-            raise UserError("experiment must name a configs/experiment/ file, e.g. topk_small")
+        if self.experiment is not None and (
+            not isinstance(self.experiment, str) or not _NAME.fullmatch(self.experiment)
+        ):
+            raise UserError(
+                f"experiment={self.experiment!r} must name a configs/experiment/ file "
+                "(e.g. topk_small) or be null"
+            )
         if not self.space:
             raise UserError(f"sweep {self.name}: the search space is empty; add a space entry")
         keys = [p.key for p in self.space]
@@ -218,7 +231,7 @@ class SweepSpec:
         if self.storage is not None:
             expand_storage_url(self.storage)
         if self.sampler.name == "grid":
-            size = math.prod(len(p.grid_values()) for p in self.space)
+            size = grid_size(self.space)
             if self.n_trials > size:
                 raise UserError(f"n_trials={self.n_trials} exceeds the grid's {size} points")
 
@@ -318,7 +331,8 @@ def format_override(key: str, value: Any) -> str:
 
 
 def base_overrides(spec: SweepSpec) -> list[str]:
-    return [f"experiment={spec.experiment}", *spec.overrides]
+    experiment = [] if spec.experiment is None else [f"experiment={spec.experiment}"]
+    return [*experiment, *spec.overrides]
 
 
 def check_config_keys(spec: SweepSpec) -> None:

@@ -97,6 +97,9 @@ def expand_storage_url(raw: str) -> str:
         make_url(url)
     except (ArgumentError, ValueError):
         raise UserError(f"storage {mask_url(url)} is not a valid database URL") from None
+    if url.startswith("postgresql://"):
+        # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; the project ships psycopg2.
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 
@@ -191,12 +194,13 @@ class WorkerLocks:
 
 def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage, locks: WorkerLocks) -> int:
     """Journal only, under the ask lock: fail RUNNING trials whose worker is dead (stamping
-    `stale` with the reason) and queue their parameters again. Returns how many were failed."""
+    `stale` with the reason) and queue their parameters again as a WAITING trial, which the
+    next `ask` takes first (at most `MAX_RETRY` times per point, counted in `retries`).
+    Returns how many trials were failed."""
     import optuna
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
     failed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
@@ -209,7 +213,14 @@ def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage, locks: Worke
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
         failed += 1
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            retry(study, storage.get_trial(trial_id))
+        retries = t.user_attrs.get("retries", 0)
+        if t.params and retries < MAX_RETRY:  # an unsampled trial lost nothing worth redoing
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=TrialState.WAITING,
+                    params=t.params,
+                    distributions=t.distributions,
+                    user_attrs={"retry_of": t.number, "retries": retries + 1},
+                )
+            )
     return failed

@@ -99,8 +99,10 @@ def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[fl
     from repro.train.entry import Diverged, run_training
 
     trial.set_user_attr("worker", worker)
-    params = {p.key: _suggest(trial, p) for p in spec.space}
-    unlock()  # stamped and sampled: the next worker may count and ask now
+    try:
+        params = {p.key: _suggest(trial, p) for p in spec.space}
+    finally:
+        unlock()  # stamped and sampled: the next worker may count and ask now
     overrides = trial_overrides(spec, trial.number, params)
     trial.set_user_attr("overrides", overrides)
     try:
@@ -110,6 +112,8 @@ def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[fl
         reason = f"diverged: {err}"
     except TrialFailed as err:
         reason = str(err)
+    except UserError as err:
+        reason = f"rejected: {err}"
     except Exception as err:  # any crash of one run is that trial's failure, not the sweep's
         reason = f"crashed: {type(err).__name__}: {err}"
     else:
@@ -136,14 +140,14 @@ def tally(study: Any) -> tuple[int, int]:
     return done, running
 
 
-def _load(spec: SweepSpec, storage: Any, seed_offset: int = 0) -> Any:
+def _load(spec: SweepSpec, storage: Any) -> Any:
     import optuna
 
     study = optuna.create_study(
         study_name=spec.name,
         storage=storage,
         directions=spec.directions,
-        sampler=make_sampler(spec, seed_offset),
+        sampler=make_sampler(spec),
         load_if_exists=True,
     )
     have = [d.name.lower() for d in study.directions]
@@ -162,9 +166,9 @@ def _work(spec: SweepSpec, index: int, deadline: float | None) -> None:
 
     torch.set_num_threads(1)
     storage = open_storage(spec)
-    probe = _load(spec, storage)
+    study = _load(spec, storage)
     # Distinct seeds per worker and per resume: equal seeds would propose equal points.
-    study = _load(spec, storage, seed_offset=1_000_003 * index + len(probe.get_trials()))
+    study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
     while True:
@@ -211,8 +215,13 @@ def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)
-    log.info("sweep %s on %s: %d trials, %d workers", spec.name, spec.storage_label,
-             spec.n_trials, workers)
+    log.info(
+        "sweep %s on %s: %d trials, %d workers",
+        spec.name,
+        spec.storage_label,
+        spec.n_trials,
+        workers,
+    )
     deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
     if workers == 1:
         _work(spec, 0, deadline)

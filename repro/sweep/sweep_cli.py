@@ -24,8 +24,13 @@ USAGE = """repro sweep SPEC [--workers K]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=__doc__.split("\n")[0])
-    p.add_argument("action", nargs="?", choices=("run", "show", "dashboard"), default="run",
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "show", "dashboard"),
+        default="run",
+        help=argparse.SUPPRESS,
+    )
     p.add_argument("spec", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
     p.add_argument("--workers", type=int, default=1, help="trials in parallel (processes)")
     p.add_argument("--port", type=int, default=8080, help="dashboard port on 127.0.0.1")
@@ -41,8 +46,11 @@ def _dashboard(spec_path: str, port: int) -> None:
 
     spec = load_spec(spec_path)
     load_study(spec)  # a clear error when the sweep has not run yet
-    print(f"optuna-dashboard for study {spec.name} ({spec.storage_label}) on "
-          f"http://127.0.0.1:{port}/  (Ctrl-C stops it)", flush=True)
+    print(
+        f"optuna-dashboard for study {spec.name} ({spec.storage_label}) on "
+        f"http://127.0.0.1:{port}/  (Ctrl-C stops it)",
+        flush=True,
+    )
     optuna_dashboard.run_server(open_storage(spec), host="127.0.0.1", port=port)
 
 
@@ -61,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from repro.sweep.study import run_sweep
 
     done, running = run_sweep(spec, workers=args.workers)
-    print(f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
-          f"`repro sweep show {args.spec}` prints the Pareto front", flush=True)
+    print(
+        f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
+        f"`repro sweep show {args.spec}` prints the Pareto front",
+        flush=True,
+    )
     return 0
 
 

@@ -69,9 +69,12 @@ class _Segment:
     exit_code: int | None = None
 
 
-def _chunks(data: bytes) -> Iterator[bytes]:
-    """Whole record payloads of a LevelDB-framed log, stopping at a torn tail."""
-    pos, parts = FILE_HEADER_LEN, []
+def _chunks(data: bytes, pos: int = FILE_HEADER_LEN) -> Iterator[bytes]:
+    """Whole record payloads of a LevelDB-framed log from `pos`, stopping at a torn tail.
+
+    `data` must start at a block boundary; chunks continuing a record that began before
+    `data` are skipped."""
+    parts: list[bytes] = []
     while True:
         room = BLOCK - pos % BLOCK
         if room < CHUNK_HEADER.size:
@@ -95,20 +98,40 @@ def _chunks(data: bytes) -> Iterator[bytes]:
                 parts = []
 
 
-def _records(file: Path):
+def _parsed(payloads: Iterator[bytes]):
     from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
-    data = file.read_bytes()
-    if not data.startswith(b":W&B"):
-        raise UserError(f"{file} is not a wandb transaction log (no ':W&B' header)")
-    for payload in _chunks(data):
+    for payload in payloads:
         record = pb.Record()
         try:
             record.ParseFromString(payload)
         except DecodeError:
             return
         yield record
+
+
+def _records(file: Path):
+    data = file.read_bytes()
+    if not data.startswith(b":W&B"):
+        raise UserError(f"{file} is not a wandb transaction log (no ':W&B' header)")
+    yield from _parsed(_chunks(data))
+
+
+def has_exit_record(file: Path) -> bool:
+    """Whether wandb has written the run's exit record to `file` (its last record).
+
+    Reads only the last two blocks, so it is cheap to poll however long the run is: the exit
+    record is small and nothing large follows it."""
+    if not file.is_file():
+        return False
+    size = file.stat().st_size
+    start = max(0, (size // BLOCK - 1) * BLOCK)
+    with file.open("rb") as f:
+        f.seek(start)
+        tail = f.read()
+    payloads = _chunks(tail, FILE_HEADER_LEN if start == 0 else 0)
+    return any(r.WhichOneof("record_type") == "exit" for r in _parsed(payloads))
 
 
 def _value(item) -> Any:

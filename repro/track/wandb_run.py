@@ -23,6 +23,8 @@ capture, no git inspection.
 from __future__ import annotations
 
 import os
+import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from repro.errors import UserError
+from repro.track.runs import has_exit_record
 
 MODES = ("auto", "offline", "online", "disabled")
 # The two clocks every point carries (see the trainer): reports may plot against either.
@@ -39,6 +42,8 @@ CLOCK_METRICS = ("time/wall_s", "time/modeled_s")
 # wandb writes its transaction log every 15 s by default; a SIGKILL loses whatever was not
 # yet written. One second bounds that loss to the points of the last second before a kill.
 FLUSH_INTERVAL_S = 1.0
+# How long `finish` waits for wandb's service to write the run's last records.
+FINISH_WAIT_S = 30.0
 
 
 @dataclass
@@ -139,10 +144,11 @@ class Tracker:
         # restarted trainer re-logs below it are already there (same config, same values).
         self._floor = self._run.starting_step
         self._id = self._run.id
-        self._run.define_metric("step")
+        # Every curve's default x axis is `step`. The two clocks are declared as axes too;
+        # each point carries both, so any panel can switch its x axis to either clock.
+        for axis in ("step", *CLOCK_METRICS):
+            self._run.define_metric(axis)
         self._run.define_metric("*", step_metric="step")
-        for clock in CLOCK_METRICS:
-            self._run.define_metric(clock, step_metric="step")
 
     @property
     def run_id(self) -> str | None:
@@ -172,10 +178,27 @@ class Tracker:
             self._run.summary.update(dict(metrics))
 
     def finish(self, exit_code: int = 0) -> None:
-        """Write the run's exit record; later calls do nothing."""
-        if self._run is not None:
-            self._run.finish(exit_code=exit_code)
-            self._run = None
+        """End the run and wait until its file is complete; later calls do nothing.
+
+        wandb's `finish` returns before its service has written the run's last records
+        (about 1-10 ms later here), so a report built in the same process right after
+        training would read a run without its end. Waiting for the exit record closes that
+        gap."""
+        if self._run is None:
+            return
+        log_file = Path(self._run.settings.sync_file)
+        self._run.finish(exit_code=exit_code)
+        self._run = None
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while not has_exit_record(log_file):
+            if time.monotonic() > deadline:
+                warnings.warn(
+                    f"wandb has not completed {log_file} after {FINISH_WAIT_S:.0f} s; "
+                    "the run will read back as incomplete",
+                    stacklevel=2,
+                )
+                return
+            time.sleep(0.005)
 
     def __enter__(self) -> Tracker:
         return self

@@ -32,6 +32,7 @@ def finished_summary(cfg: Config) -> dict | None:
 def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     """Body of one worker process; the env:// variables are already set."""
     torch.set_num_threads(1)
+    os.environ.update(cfg.method.process_env())
     device = launch.pick_device(cfg.trainer.device)
     launch.init_process_group(device)
     if device.startswith("cuda"):

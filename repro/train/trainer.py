@@ -50,6 +50,9 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optim, self.model.parameters())
         self.strategy = build_strategy(cfg.method, self.world)
         self.strategy.setup(self.model, self.optimizer, comm)
+        self.probe_compute_s, self.probe_steps = 0.0, 0
+        if hasattr(self.strategy, "set_probe"):
+            self.strategy.set_probe(self.probe)
         self.n_train = self.workload.arrays.n_train
         self.sampler = ShardSampler(self.n_train, self.world, self.rank, tc.batch_size, cfg.seed)
         self._seed_rank_rngs()
@@ -61,6 +64,7 @@ class Trainer:
         self.wall_offset_s = 0.0
         self.run_id: str | None = None
         self.last_point: dict = {}
+        self.recent_points: list[dict] = []
 
     def _seed_rank_rngs(self) -> None:
         s = self.cfg.seed * 1009 + self.rank + 1
@@ -73,26 +77,52 @@ class Trainer:
     def run(self) -> dict | None:
         start = self.restore()
         tracker = self._tracker()
+        if tracker is not None:
+            # The tracker writes its file about once a second, so points logged just before
+            # a kill may be lost; the checkpoint keeps those since the previous checkpoint.
+            for p in self.recent_points:
+                tracker.log(p, step=p["step"])
+        try:
+            self.loop(start, tracker)
+            return self.finish(tracker)
+        except BaseException:
+            if tracker is not None:
+                tracker.finish(exit_code=1)
+            raise
+
+    def loop(self, start: int, tracker: Tracker | None) -> None:
         self.t0 = time.perf_counter() - self.wall_offset_s
-        steps = self.cfg.trainer.steps
+        steps, budget = self.cfg.trainer.steps, self.cfg.trainer.time_budget_s
+        # With a modeled-time budget the bar counts modeled seconds, else steps.
+        by_time = budget > 0
         bar = tqdm(
-            total=steps,
-            initial=start,
+            total=round(budget, 1) if by_time else steps,
+            initial=round(min(self.clock.now(), budget), 1) if by_time else start,
             desc=self.cfg.label,
+            unit="s" if by_time else "step",
             disable=self.rank != 0 or not self.cfg.trainer.progress,
             dynamic_ncols=True,
         )
         for step in range(start + 1, steps + 1):
             self.train_step(step)
-            bar.update(1)
-            if step % self.cfg.trainer.eval_every == 0 or step == steps:
+            bar.update(round(min(self.clock.now(), budget), 1) - bar.n if by_time else 1)
+            out_of_time = budget > 0 and self.clock.now() >= budget
+            if step % self.cfg.trainer.eval_every == 0 or step == steps or out_of_time:
                 self.log_point(step, tracker)
-                bar.set_postfix(loss=f"{self.last_point['train/loss']:.4f}",
-                                acc=f"{self.last_point.get('test/acc', float('nan')):.3f}")
+                bar.set_postfix(
+                    step=step,
+                    loss=f"{self.last_point['train/loss']:.4f}",
+                    acc=f"{self.last_point['test/acc']:.3f}",
+                )
+            if out_of_time or self.reached_target():
+                break
             if step % self.cfg.trainer.checkpoint_every == 0 and step < steps:
                 self.save(step)
         bar.close()
-        return self.finish(tracker)
+
+    def reached_target(self) -> bool:
+        target = self.cfg.trainer.target_acc
+        return target > 0 and self.last_point.get("test/acc", 0.0) >= target
 
     def train_step(self, step: int) -> None:
         tc = self.cfg.trainer
@@ -124,13 +154,15 @@ class Trainer:
 
     def advance_clock(self, step: int, compute_s: float, records: list[CommRecord], link) -> None:
         """Sampled compute times are known to every rank; measured ones are exchanged at
-        barriers only, so workers between synchronisations never wait for the clock."""
+        barriers only, so workers between synchronisations never wait for the clock.
+        Probe steps a strategy ran inside this step are charged as compute too."""
         if self.cfg.compute.mode == "sampled":
-            self.clock.advance_compute(self.compute.times(step))
+            self.clock.advance_compute(self.compute.times(step) * (1 + self.probe_steps))
         else:
-            self.pending_compute_s += compute_s
-            if records:
-                self.flush_measured_compute()
+            self.pending_compute_s += compute_s + self.probe_compute_s
+        self.probe_compute_s, self.probe_steps = 0.0, 0
+        if self.cfg.compute.mode != "sampled" and records:
+            self.flush_measured_compute()
         self.clock.charge(records, link)
         if self.cfg.network.inject:
             lag = self.clock.worker(self.rank) - (time.perf_counter() - self.t0)
@@ -144,6 +176,46 @@ class Trainer:
         times = self.comm.allgather_untracked(pending).view(-1).numpy()
         self.clock.advance_compute(times)
         self.pending_compute_s = 0.0
+
+    def probe(self, n_steps: int, per_step) -> None:
+        """Run `n_steps` trial steps from a snapshot, then restore it exactly (model,
+        optimizer, data position, every RNG): used by Top-k's compression-ratio probing, so
+        probing costs time but never changes the training trajectory."""
+        snap = (
+            copy.deepcopy(self.model.state_dict()),
+            copy.deepcopy(self.optimizer.state_dict()),
+            self.sampler.state_dict(),
+            self.rng_state(),
+        )
+        for i in range(n_steps):
+            x, y = self.workload.batch(self.sampler.next_indices())
+            started = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=False)
+            self.workload.loss(self.model(x), y).backward()
+            self.probe_compute_s += time.perf_counter() - started
+            per_step(i)
+            started = time.perf_counter()
+            self.optimizer.step()
+            self.probe_compute_s += time.perf_counter() - started
+            self.probe_steps += 1
+        self.model.load_state_dict(snap[0])
+        self.optimizer.load_state_dict(snap[1])
+        self.sampler.load_state_dict(snap[2])
+        self.set_rng_state(snap[3])
+
+    def rng_state(self) -> dict:
+        return {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+            "aug": self.workload.aug_gen.get_state(),
+        }
+
+    def set_rng_state(self, rng: dict) -> None:
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.workload.aug_gen.set_state(rng["aug"])
 
     # ------------------------------------------------------------- log points
     def log_point(self, step: int, tracker: Tracker | None) -> None:
@@ -167,6 +239,7 @@ class Trainer:
             strategy_metrics=self.strategy.metrics(),
         )
         self.stats.reset_interval(wall_s, samples, self.clock.now())
+        self.recent_points.append(self.last_point)
         if tracker is not None:
             tracker.log(self.last_point, step=step)
 
@@ -223,16 +296,13 @@ class Trainer:
             "wall_s": time.perf_counter() - self.t0,
             "run_id": self.run_id,
             "last_point": self.last_point,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-                "aug": self.workload.aug_gen.get_state(),
-            },
+            "recent_points": self.recent_points,
+            "rng": self.rng_state(),
         }
 
     def save(self, step: int) -> None:
         checkpoint.save_rank(self.run_dir, step, self.rank, self.state_dict(step))
+        self.recent_points = []
         self.comm.barrier()
         if self.rank == 0:
             checkpoint.commit(self.run_dir, step, self.hash, self.world)
@@ -252,11 +322,8 @@ class Trainer:
         self.wall_offset_s = state["wall_s"]
         self.run_id = state["run_id"]
         self.last_point = state["last_point"]
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        self.workload.aug_gen.set_state(rng["aug"])
+        self.recent_points = state["recent_points"]
+        self.set_rng_state(state["rng"])
         return state["step"]
 
     def finish(self, tracker: Tracker | None) -> dict | None:
@@ -268,6 +335,8 @@ class Trainer:
         summary = dict(self.last_point)
         summary["run_dir"] = str(self.run_dir)
         summary["run_id"] = self.run_id
+        if self.cfg.trainer.target_acc > 0:
+            summary["target/reached"] = float(self.reached_target())
         if tracker is not None:
             tracker.set_summary(summary)
             tracker.finish()

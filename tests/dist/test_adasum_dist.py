@@ -24,7 +24,8 @@ def _inputs(rank: int, shapes, dtype) -> list[torch.Tensor]:
     """Rank `rank`'s tensors: random layers plus the special cases the operator must keep.
 
     Layer 0 is zero on every rank, layer 1 zero on rank 0 only, layer 2 the same direction
-    on every rank with a random magnitude and sign (so Adasum gives the plain mean).
+    on every rank with a random magnitude and sign (so Adasum gives the plain mean), layer 3
+    near the smallest normal float32 (its squares underflow unless taken in float64).
     """
     g = torch.Generator().manual_seed(1000 + rank)
     out = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
@@ -34,6 +35,7 @@ def _inputs(rank: int, shapes, dtype) -> list[torch.Tensor]:
             out[1].zero_()
         direction = torch.randn(shapes[2], generator=torch.Generator().manual_seed(7))
         out[2] = direction.double() * (torch.rand(1, generator=g).item() + 0.2) * (-1) ** rank
+        out[3] *= 4 * torch.finfo(torch.float32).tiny
     # Layers of different directions and scales, so a whole-model coefficient differs.
     return [t.mul_(1.0 + 3.0 * i).to(dtype) for i, t in enumerate(out)]
 
@@ -63,28 +65,33 @@ def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
         for got, ref, x in zip(combined0, reference, inputs[0], strict=True):
             assert got.dtype == dtype and got.shape == x.shape
             torch.testing.assert_close(got, ref, **tol)
-        if shapes is LAYERS:
+        if shapes == LAYERS:
+            # The tiny layer against a float64 evaluation, relative to its own scale (an
+            # absolute tolerance would pass anything this small).
+            assert combined0[3].abs().max() < 1e-35 and torch.isfinite(combined0[3]).all()
+            exact = adasum_reduce([x[3].double() for x in inputs]).to(dtype)
+            rel = 1e-12 if dtype == torch.float64 else 1e-5
+            torch.testing.assert_close(combined0[3], exact, rtol=rel, atol=1e-44)
             assert not combined0[0].any()
             torch.testing.assert_close(combined0[2], sum(x[2] for x in inputs) / world, **tol)
             whole = adasum_reduce([torch.cat([t.reshape(-1) for t in x]) for x in inputs])
             flat = torch.cat([t.reshape(-1) for t in combined0])
             assert (flat - whole).abs().max() > 1e-2
-        _check_records(summary, world, sum(math.prod(s) for s in shapes), dtype)
+        _check_records(summary, world, shapes, dtype)
 
 
-def _check_records(summary, world, numel, dtype):
-    """Bytes moved: a reduce-scatter's worth of sendrecv, one allgather, small scalars."""
+def _check_records(summary, world, shapes, dtype):
+    """Bytes moved: a reduce-scatter's worth of sendrecv, as much back, small scalars."""
     elem = torch.finfo(dtype).bits // 8
-    padded = -(-numel // world) * world
+    padded = -(-sum(math.prod(s) for s in shapes) // world) * world
+    levels = int(math.log2(world))
     sendrecv = [nbytes for op, nbytes, _ in summary if op == "sendrecv"]
-    assert len(sendrecv) == int(math.log2(world))
-    assert sum(sendrecv) == padded * (world - 1) // world * elem
-    assert [size for op, _, size in summary if op == "allreduce"] == [
-        2**j for j in range(1, int(math.log2(world)) + 1)
-    ]
-    assert [(op, nbytes) for op, nbytes, _ in summary if op == "allgather"] == [
-        ("allgather", padded // world * elem)
-    ]
+    halving = [padded // 2 ** (j + 1) * elem for j in range(levels)]
+    assert sendrecv == halving + halving[::-1]
+    assert sum(halving) == padded * (world - 1) // world * elem
+    scalars = [(size, nbytes) for op, nbytes, size in summary if op == "allreduce"]
+    assert scalars == [(2 ** (j + 1), 3 * len(shapes) * 8) for j in range(levels)]
+    assert {op for op, _, _ in summary} == {"sendrecv", "allreduce"}
 
 
 OPTIMIZERS = ("sgd_momentum", "adam", "lamb")

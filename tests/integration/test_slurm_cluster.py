@@ -18,7 +18,12 @@ import submitit
 from submitit.core.utils import UncompletedJobError
 
 from repro.cluster import smoke
-from repro.cluster.slurm_env import SRUN_CPUS_PER_TASK_SETUP, job_log_tail, partition_info
+from repro.cluster.slurm_env import (
+    SRUN_CPUS_PER_TASK_SETUP,
+    job_log_tail,
+    partition_info,
+    sbatch_available,
+)
 from repro.errors import UserError
 
 pytest_plugins = ["tests.slurm_fixture"]
@@ -86,9 +91,7 @@ def test_job_that_dies_hard_is_reported_failed(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_job_array_of_two(tmp_path: Path) -> None:
-    jobs = _executor(tmp_path, slurm_array_parallelism=2).map_array(
-        smoke.square_in_array, [3, 4]
-    )
+    jobs = _executor(tmp_path, slurm_array_parallelism=2).map_array(smoke.square_in_array, [3, 4])
     for job in jobs:
         _wait(job)
     results = [job.result() for job in jobs]
@@ -100,6 +103,7 @@ def test_job_array_of_two(tmp_path: Path) -> None:
 
 
 def test_partition_info_reads_the_live_partition() -> None:
+    assert sbatch_available()
     info = partition_info("debug")
     assert info == {
         "name": "debug",
@@ -117,6 +121,9 @@ def test_partition_info_reads_the_live_partition() -> None:
 def test_cluster_and_account_are_registered_in_accounting() -> None:
     shown = subprocess.run(
         ["sacctmgr", "-n", "-P", "show", "association", "format=cluster,account,user"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     assert "repro|repro|root" in shown.stdout.splitlines()

@@ -63,12 +63,15 @@ def test_values_near_smallest_normal_float32_stay_finite_and_correct():
     e0, e1 = torch.zeros(4), torch.zeros(4)
     e0[0], e1[1] = 3 * tiny, 5 * tiny
     torch.testing.assert_close(adasum_pair(e0, e1), e0 + e1, rtol=0, atol=0)
+    # Against a normal input, a tiny one's weight 1 - a.b/(2|a|^2) ~ -1/(2 * scale) exceeds
+    # the float32 range below scale ~ 1.5e-39, though the weighted term stays ~ -b_0/2.
     big = torch.tensor([1.0, 2.0, -1.0, 0.5])
-    small = torch.tensor([1.0, 0.0, 0.0, 0.0]) * tiny
-    expected = torch.tensor(_naive_pair(small.tolist(), big.tolist()), dtype=torch.float64)
-    got = adasum_pair(small, big)
-    assert torch.isfinite(got).all()
-    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+    for scale in (tiny, tiny / 16):
+        small = torch.tensor([1.0, 0.0, 0.0, 0.0]) * scale
+        expected = torch.tensor(_naive_pair(small.tolist(), big.tolist()), dtype=torch.float64)
+        got = adasum_pair(small, big)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
 
 
 def test_zero_vector_leaves_the_other_unchanged():

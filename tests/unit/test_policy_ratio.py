@@ -4,10 +4,10 @@ import itertools
 import math
 
 import pytest
-from omegaconf import OmegaConf
 
 from repro.compress.policy import CollectivePolicy
 from repro.compress.ratio import FixedRatio, MOORatioController, fit_curves
+from repro.config import compose
 from repro.errors import UserError
 from repro.netmodel.cost import Link
 from repro.strategies.topk import TopKConfig, nccl_env
@@ -108,12 +108,14 @@ def probe_data(latency, bandwidth, m=4 * 11_200_000, n=8):
     }
 
 
-def test_fit_recovers_exact_lines():
-    probes = {c: (0.8 + 0.1 * math.log(c), 0.002 + 3.0 * c) for c in CANDIDATES}
+def test_fit_recovers_a_power_law_and_a_line():
+    probes = {c: (2.0 * c**0.6, 0.002 + 3.0 * c) for c in CANDIDATES}
     curves = fit_curves(probes)
-    assert curves.gain_a == pytest.approx(0.8) and curves.gain_b == pytest.approx(0.1)
+    assert curves.gain_a == pytest.approx(math.log(2.0)) and curves.gain_b == pytest.approx(0.6)
     assert curves.time_a == pytest.approx(0.002) and curves.time_b == pytest.approx(3.0)
-    assert curves.gain(1e-30) == pytest.approx(1e-12)  # clipped: a gain is never <= 0
+    assert curves.gain(0.05) == pytest.approx(2.0 * 0.05**0.6)
+    assert curves.gain(1e-9) > 0
+    assert curves.gain(0.5) == 1.0  # extrapolated past 1: sending more cannot gain more
 
 
 @pytest.mark.parametrize(
@@ -199,6 +201,7 @@ def test_moo_validation():
         ({"candidates": [0.1, 2.0]}, "method.candidates"),
         ({"weights": [0.7, 0.4]}, "method.weights"),
         ({"probe_steps": 0}, "method.probe_steps=0"),
+        ({"gain_window": 0}, "method.gain_window=0"),
         ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
     ],
 )
@@ -207,16 +210,13 @@ def test_topk_config_rejects_bad_input(overrides, message):
         TopKConfig(**overrides)
 
 
-def test_topk_yaml_values_build_a_valid_config():
-    raw = OmegaConf.load("configs/method/topk.yaml")
-    assert list(raw.defaults) == ["topk_schema", "_self_"]
-    assert OmegaConf.to_container(raw)["bytes_scale"] == "${network.bytes_scale}"
-    values = {k: v for k, v in OmegaConf.to_container(raw).items() if k != "defaults"}
-    values["bytes_scale"] = 64.0  # what the network group would supply
-    merged = OmegaConf.merge(OmegaConf.structured(TopKConfig), values)
-    cfg = OmegaConf.to_object(merged)
+def test_method_topk_composes_and_follows_the_network_byte_scale():
+    cfg = compose(["method=topk", "network=flex_c1", "network.bytes_scale=64"]).method
     assert isinstance(cfg, TopKConfig)
     assert (cfg.cr, cfg.collective, cfg.leader, cfg.weights) == (0.01, "auto", "star", [0.6, 0.4])
+    assert cfg.bytes_scale == 64.0
+    with pytest.raises(UserError, match="method.leader='max'"):
+        compose(["method=topk", "method.leader=max"])
 
 
 def test_nccl_env_for_fixed_allreduce_choices():

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from repro.errors import UserError
 from repro.track import runs_cli
-from repro.track.runs import find_runs, read_run
+from repro.track.runs import BLOCK, find_runs, has_exit_record, read_run
 from repro.track.wandb_run import Tracker, TrackingConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -92,19 +92,29 @@ def test_resumed_run_replaces_overlapping_steps(tmp_path):
     assert [r.run_id for r in find_runs(tmp_path)] == [first.run_id]
 
 
-def test_reader_stops_at_a_torn_tail(logged, tmp_path):
-    """A kill leaves a partly written last chunk: the complete records before it read."""
-    run_dir, _ = logged
-    src = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    torn = tmp_path / src.parent.name / src.name
-    torn.parent.mkdir()
+def test_multi_block_log_and_torn_tails(tmp_path):
+    """400 points span several 32 KiB blocks, so records cross block boundaries. A kill
+    leaves the file cut anywhere: every cut reads as a prefix of the full history."""
+    tracker = Tracker(OFFLINE, tmp_path / "long", "long", None, None, RUN_CONFIG, None)
+    log_steps(tracker, range(400))
+    tracker.finish()
+    src = next((tmp_path / "long").glob("wandb/offline-run-*/run-*.wandb"))
     data = src.read_bytes()
-    torn.write_bytes(data[: len(data) // 2])
-    run = read_run(torn.parent)
-    full = read_run(run_dir).history
-    assert 0 < len(run.history) < 30
-    assert run.history == full[: len(run.history)]
-    assert run.exit_code is None
+    assert len(data) > 3 * BLOCK
+    full = read_run(src)
+    assert full.history == [point(s) | {"step": s} for s in range(400)]
+    assert has_exit_record(src)
+
+    cut = tmp_path / "cut" / src.name
+    cut.parent.mkdir()
+    lengths = []
+    for size in range(len(data) // 40, len(data) - 50, len(data) // 40 + 7):
+        cut.write_bytes(data[:size])
+        run = read_run(cut)
+        assert run.history == full.history[: len(run.history)]
+        assert run.exit_code is None and not has_exit_record(cut)
+        lengths.append(len(run.history))
+    assert lengths == sorted(lengths) and 0 < lengths[0] < lengths[-1] < 400
 
 
 def test_disabled_tracker_writes_nothing(tmp_path):

@@ -1,0 +1,31 @@
+"""`python -m repro.bench [NAME ...]`: run the benchmarks (all, or those named) and print
+their result lines; also written to bench-results/latest.txt."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from repro.bench import BENCHMARKS
+
+
+def main(argv: list[str]) -> int:
+    chosen = [b for b in BENCHMARKS if not argv or b.rsplit(".", 1)[1] in argv]
+    lines: list[str] = []
+    for name in chosen:
+        started = time.perf_counter()
+        print(f"== {name.rsplit('.', 1)[1]}", flush=True)
+        out = importlib.import_module(name).run()
+        out.append(f"({time.perf_counter() - started:.0f} s)")
+        for line in out:
+            print("  " + line, flush=True)
+        lines += [f"== {name}", *out]
+    Path("bench-results").mkdir(exist_ok=True)
+    Path("bench-results/latest.txt").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""Shared helpers for tests that train: compose a config and run it in a temp directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from repro.config import compose
+from repro.train.entry import run_training
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = [
+    "workload=synthetic_mlp",
+    "trainer.batch_size=16",
+    "trainer.steps=40",
+    "trainer.eval_every=10",
+    "trainer.checkpoint_every=20",
+    "trainer.progress=false",
+    "optim.name=sgd",
+    "optim.lr=0.1",
+]
+
+
+def train(tmp: Path, *overrides: str, tracking: str = "disabled") -> dict:
+    cfg = compose(
+        [*TINY, f"tracking={tracking}", f"runs_root={tmp / 'runs'}", f"data.root={tmp / 'data'}", *overrides]
+    )
+    return run_training(cfg)
+
+
+def repro_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the `repro` console command as a user would."""
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    env.pop("WANDB_API_KEY", None)
+    exe = Path(sys.executable).parent / "repro"
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())

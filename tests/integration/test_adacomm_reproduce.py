@@ -1,0 +1,40 @@
+"""The AdaComm run set at test size: reproduce -> runs read back -> report; repeats skip."""
+
+import re
+
+import pytest
+
+from tests.helpers import repro_cli
+
+SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
+
+
+@pytest.mark.slow
+def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
+    args = ["reproduce", "adacomm", "scale=tiny", f"runs_root={tmp_path}/runs",
+            f"data.root={tmp_path}/data", "--reports", str(tmp_path / "reports")]
+    first = repro_cli(*args, cwd=tmp_path, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = tmp_path / "reports" / "adacomm"
+    md = (report / "report.md").read_text()
+    for section in SECTIONS:
+        assert section in md
+    for label in ("sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay"):
+        assert f"| {label} |" in md
+    claims = [ln for ln in md.splitlines() if ln.startswith("| headline") or ln.startswith("| tau_")]
+    assert claims and all(re.search(r"\| (reproduced|partly|not reproduced) \|", c) for c in claims)
+    html = (report / "report.html").read_text()
+    for img in re.findall(r'<img src="([^"]+)"', html):
+        assert (report / img).exists()
+    assert len(list(report.glob("*.png"))) >= 4
+
+    second = repro_cli(*args, cwd=tmp_path, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stderr.count("finished earlier") + second.stdout.count("finished earlier") == 5
+
+
+@pytest.mark.slow
+def test_report_before_any_run_is_a_clear_error(tmp_path):
+    proc = repro_cli("report", "adacomm", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "repro reproduce adacomm" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

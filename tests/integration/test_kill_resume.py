@@ -1,0 +1,84 @@
+"""A run SIGKILLed mid-way and restarted ends exactly like an uninterrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.track.runs import read_run
+
+ARGS = [
+    "workload=synthetic_mlp",
+    "trainer.world_size=2",
+    "trainer.batch_size=16",
+    "trainer.steps=400",
+    "trainer.eval_every=10",
+    "trainer.checkpoint_every=40",
+    "trainer.progress=false",
+    "method=local_sgd",
+    "method.tau=3",
+    "optim.name=sgd",
+    "optim.momentum=0.9",
+    "compute.mode=sampled",
+    "network=eth1g",
+    "tracking=wandb_offline",
+]
+
+
+def _cmd(tmp: Path, run_dir: Path) -> list[str]:
+    exe = Path(sys.executable).parent / "repro"
+    return [str(exe), "train", *ARGS, f"run_dir={run_dir}", f"data.root={tmp}/data"]
+
+
+def _env() -> dict:
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def _checkpointed_step(run_dir: Path) -> int:
+    meta = run_dir / "checkpoints" / "latest.json"
+    try:
+        return json.loads(meta.read_text())["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    proc = subprocess.Popen(_cmd(tmp_path, killed), env=_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while _checkpointed_step(killed) < 120 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = _checkpointed_step(killed)
+    assert 120 <= killed_at < 400 and not (killed / "summary.json").exists()
+
+    resumed = subprocess.run(_cmd(tmp_path, killed), env=_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    straight = subprocess.run(_cmd(tmp_path, clean), env=_env(), capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr
+
+    a = json.loads((killed / "summary.json").read_text())
+    b = json.loads((clean / "summary.json").read_text())
+    for key in ("step", "train/loss", "test/loss", "test/acc", "time/modeled_s", "comm/bytes",
+                "comm/collectives", "method/tau"):
+        assert a[key] == b[key], key
+    ma, mb = torch.load(killed / "final_model.pt"), torch.load(clean / "final_model.pt")
+    assert all(torch.equal(ma[k], mb[k]) for k in mb)
+
+    # the wandb history of the killed-and-resumed run is the uninterrupted one, point by point
+    ha, hb = read_run(killed).history, read_run(clean).history
+    assert [r["step"] for r in ha] == [r["step"] for r in hb] == list(range(10, 401, 10))
+    assert [r["train/loss"] for r in ha] == [r["train/loss"] for r in hb]
+    assert read_run(killed).run_id == (killed / "run_id").read_text().strip()

@@ -1,0 +1,111 @@
+"""Synthetic runs for the report tests: curves from closed-form formulas, so every number a
+calculator returns can be computed by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from repro.track.runs import RunData
+
+STEPS = list(range(10, 101, 10))
+
+
+def make_run(
+    label: str,
+    *,
+    loss: Callable[[int], float] = lambda s: 100 / s,
+    sec_per_step: float = 1.0,
+    method: dict | None = None,
+    extra: Callable[[int], dict] | None = None,
+    config: dict | None = None,
+    scale: str = "small",
+    group: str | None = None,
+    steps: list[int] = STEPS,
+    exit_code: int | None = 0,
+    run_id: str | None = None,
+) -> RunData:
+    """A run whose point at step s has train/loss = loss(s), test/acc = s / 100, modeled time
+    = sec_per_step * s, wall time = 2 * modeled time, one collective of 1e6 bytes per step."""
+    history = []
+    for s in steps:
+        row = {
+            "step": s,
+            "train/loss": loss(s),
+            "test/acc": s / 100,
+            "time/modeled_s": sec_per_step * s,
+            "time/wall_s": 2 * sec_per_step * s,
+            "comm/bytes": s * 1_000_000,
+            "comm/collectives": s,
+        }
+        row.update(extra(s) if extra else {})
+        history.append(row)
+    cfg = {
+        "experiment": {"name": f"adacomm_{scale}", "paper": "adacomm", "scale": scale},
+        "workload": {"name": "mnist1d_cnn", "dataset": "mnist1d", "model": "cnn1d"},
+        "method": method or {"name": label},
+        "trainer": {"world_size": 4, "batch_size": 32, "steps": steps[-1]},
+        "network": {"name": "eth1g", "latency_ms": 1.0, "bandwidth_gbps": 8.0, "bytes_scale": 1},
+        "compute": {"mode": "sampled", "dist": "exponential", "mean_ms": 2.0},
+        "optim": {"name": "sgd", "lr": 0.1},
+        "seed": 0,
+    }
+    cfg["experiment"]["label"] = label
+    for key, value in (config or {}).items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    return RunData(
+        run_id=run_id or f"id-{label}",
+        name=label,
+        group=group or f"adacomm_{scale}",
+        job_type=label,
+        tags=[],
+        config=cfg,
+        history=history,
+        summary=dict(history[-1]),
+        path=Path("/nonexistent") / label,
+        exit_code=exit_code,
+    )
+
+
+def adacomm_set(scale: str = "small") -> list[RunData]:
+    """A full AdaComm run set: sync, two fixed taus, AdaComm (tau 16 -> 2) and its lr-decay
+    variant. Time per step falls with tau; AdaComm reaches sync's loss at step 90."""
+
+    def tau_of(s: int) -> dict:
+        return {"method/tau": 16 if s <= 30 else 8 if s <= 60 else 2}
+
+    return [
+        make_run("sync", scale=scale),
+        make_run(
+            "local_sgd_tau4",
+            loss=lambda s: 120 / s,
+            sec_per_step=0.5,
+            method={"name": "local_sgd", "tau": 4},
+            extra=lambda s: {"method/tau": 4},
+            scale=scale,
+        ),
+        make_run(
+            "local_sgd_tau16",
+            loss=lambda s: 150 / s,
+            sec_per_step=0.3,
+            method={"name": "local_sgd", "tau": 16},
+            extra=lambda s: {"method/tau": 16},
+            scale=scale,
+        ),
+        make_run(
+            "adacomm",
+            loss=lambda s: 80 / s,
+            sec_per_step=0.25,
+            method={"name": "adacomm", "tau0": 16},
+            extra=tau_of,
+            scale=scale,
+        ),
+        make_run(
+            "adacomm_lrdecay",
+            loss=lambda s: 90 / s,
+            sec_per_step=0.4,
+            method={"name": "adacomm", "tau0": 16},
+            extra=tau_of,
+            scale=scale,
+        ),
+    ]

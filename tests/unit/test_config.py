@@ -1,0 +1,62 @@
+"""Every config group composes; wrong keys and values fail at compose time, naming the field."""
+
+import pytest
+
+from repro.config import CONFIG_DIR, GROUPS, compose, config_hash
+from repro.errors import UserError
+
+
+def _choices(group):
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "group,choice", [(g, c) for g in GROUPS for c in _choices(g)], ids=lambda v: str(v)
+)
+def test_every_group_choice_composes(group, choice):
+    cfg = compose([f"{group}={choice}"])
+    if group == "experiment":
+        assert cfg.experiment.name == choice
+    elif group == "workload":
+        assert cfg.workload.name == choice
+    elif group == "tracking":
+        assert cfg.tracking.mode == {"wandb": "auto"}.get(choice, choice.removeprefix("wandb_"))
+    else:
+        assert getattr(cfg, group).name == choice
+
+
+def test_default_is_mnist1d_sync():
+    cfg = compose([])
+    assert (cfg.workload.dataset, cfg.method.name, cfg.network.name) == ("mnist1d", "sync", "loopback")
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("trainer.no_such_key=1", "no_such_key"),
+        ("method.tau=2", "tau"),  # sync has no tau
+        ("trainer.world_size=abc", "trainer.world_size"),
+        ("trainer.world_size=0", "trainer.world_size"),
+        ("trainer.batch_size=0", "trainer.batch_size"),
+        ("optim.lr=-0.1", "optim.lr"),
+        ("method=nope", "method"),
+        ("workload=nope", "workload"),
+        ("trainer.world_size=100000", "trainer.world_size"),
+    ],
+)
+def test_bad_overrides_name_the_field(override, field):
+    with pytest.raises(UserError) as err:
+        compose([override])
+    msg = str(err.value)
+    assert field in msg and "\n" not in msg
+
+
+def test_local_sgd_tau_must_be_positive():
+    with pytest.raises(UserError, match="method.tau=0"):
+        compose(["method=local_sgd", "method.tau=0"])
+
+
+def test_hash_ignores_presentation_but_not_training_settings():
+    base = compose([])
+    assert config_hash(base) == config_hash(compose(["trainer.progress=false", "tracking=disabled"]))
+    assert config_hash(base) != config_hash(compose(["optim.lr=0.02"]))

@@ -1,0 +1,168 @@
+"""Report building: run selection, figures, report.md/report.html, and `repro report`."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repro.errors import UserError
+from repro.report.build import build_report, render_report, select_runs
+from repro.report.claims import load_claims
+from repro.report.plots import FigureSpec, colour_for, draw_figure
+from repro.report.report_cli import main as report_main
+from repro.report.series import NotMeasurable
+from repro.track.runs import find_runs
+from repro.track.wandb_run import Tracker, TrackingConfig
+from tests.unit.report_data import adacomm_set, make_run
+
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
+
+
+def test_select_runs_keeps_one_scale_and_dedupes():
+    runs = [*adacomm_set(), make_run("sync", exit_code=None, steps=[10, 20], run_id="crashed")]
+    scale, chosen, notes = select_runs(runs, "adacomm", None, "runs")
+    assert scale == "small"
+    assert list(chosen) == [
+        "adacomm",
+        "adacomm_lrdecay",
+        "local_sgd_tau4",
+        "local_sgd_tau16",
+        "sync",
+    ]
+    assert chosen["sync"].run_id == "id-sync" and "id-sync" in notes[0]
+    other = [make_run("sync", group="topk_small")]
+    with pytest.raises(UserError, match=r"no runs for adacomm under runs: run `repro reproduce"):
+        select_runs(other, "adacomm", None, "runs")
+
+
+def test_mixed_scales_are_refused():
+    mixed = [*adacomm_set(), make_run("big", scale="paper", group="adacomm_small")]
+    with pytest.raises(UserError, match="adacomm_small under runs mixes scales paper, small"):
+        select_runs(mixed, "adacomm", None, "runs")
+    two_groups = [*adacomm_set(), *adacomm_set("paper")]
+    with pytest.raises(UserError, match="span groups adacomm_paper, adacomm_small: pass --scale"):
+        select_runs(two_groups, "adacomm", None, "runs")
+    scale, chosen, _ = select_runs(two_groups, "adacomm", "paper", "runs")
+    assert scale == "paper" and {r.group for r in chosen.values()} == {"adacomm_paper"}
+    assert select_runs(adacomm_set("tiny"), "adacomm", None, "runs")[0] == "tiny"
+
+
+def test_colours_are_fixed_per_label():
+    assert colour_for("sync") == "#000000"
+    assert colour_for("local_sgd_tau4") == colour_for("local_sgd_tau4")
+    assert colour_for("local_sgd_tau4") != colour_for("local_sgd_tau16")
+    assert colour_for("some_new_method") == colour_for("some_new_method")
+
+
+def test_step_plot_of_a_categorical_metric_and_points(tmp_path):
+    names = ("ring", "tree", "allgather")
+    runs = {"moo": make_run("moo", extra=lambda s: {"method/collective": names[s % 3]})}
+    spec = FigureSpec(
+        id="coll", title="Collective", x="modeled", y="method/collective", kind="steps"
+    )
+    assert draw_figure(spec, runs, str, tmp_path / "coll.png").stat().st_size > 1000
+    batches = {
+        f"b{b}": make_run(f"b{b}", config={"trainer": {"batch_size": b}}) for b in (16, 32, 64)
+    }
+    pts = FigureSpec(
+        id="pts",
+        title="Steps to target",
+        x="effective_batch",
+        y="test/acc",
+        kind="points",
+        logx=True,
+        series=["method.name"],
+        reference=[{"y": 50, "label": "paper"}, {"x": 64, "y": 40, "label": "paper point"}],
+        measure={"calculator": "steps_to_target", "params": {"target": 0.5}},
+    )
+    assert draw_figure(pts, batches, str, tmp_path / "pts.png").is_file()
+    never = FigureSpec(
+        id="never",
+        title="t",
+        x="effective_batch",
+        y="test/acc",
+        kind="points",
+        measure={"calculator": "steps_to_target", "params": {"target": 2.0}},
+    )
+    with pytest.raises(NotMeasurable, match="finite"):
+        draw_figure(never, batches, str, tmp_path / "never.png")
+
+
+def img_sources(html: str) -> list[str]:
+    return re.findall(r'<img src="([^"]+)"', html)
+
+
+def test_render_report_writes_every_section(tmp_path):
+    claims = load_claims("adacomm", CLAIMS_DIR)
+    _, runs, notes = select_runs(adacomm_set(), "adacomm", None, "runs")
+    del runs["adacomm_lrdecay"]
+    html_path = render_report(claims, runs, "small", tmp_path, command="repro report adacomm")
+    html = html_path.read_text()
+    md = (tmp_path / "report.md").read_text()
+    srcs = img_sources(html)
+    assert srcs == [f"{f.id}.png" for f in claims.figures]
+    assert all((tmp_path / s).is_file() for s in srcs)
+    for claim in claims.claims:
+        assert f"<td>{claim.id}</td>" in html and f"| {claim.id} |" in md
+    assert "not run" in md and "no run labelled &#x27;adacomm_lrdecay&#x27;" in html
+    for section in ("Setup", "Claims", "Figures", "Final metrics per run"):
+        assert f"<h2>{section}" in html and f"## {section}" in md
+    for fact in (
+        "mnist1d_cnn (mnist1d, cnn1d)",
+        "sampled exponential, mean 2 ms",
+        "eth1g: latency 1 ms, bandwidth 8 Gbit/s, bytes x1",
+        "modeled",
+    ):
+        assert fact in md
+    assert "PASGD (τ = 16)" in md and "Fully synchronous SGD" in html
+    table = md.split("## Final metrics per run")[1]
+    order = [line.split(" | ")[1] for line in table.splitlines() if line.startswith("| ")][1:]
+    assert order == ["sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm"]
+
+
+def test_a_figure_without_data_is_named_not_linked(tmp_path):
+    claims = load_claims("adacomm", CLAIMS_DIR)
+    runs = {"sync": make_run("sync")}  # sync logs no method/tau
+    html = render_report(claims, runs, "small", tmp_path, command="x").read_text()
+    assert "tau_vs_modeled_time.png" not in html
+    assert not (tmp_path / "tau_vs_modeled_time.png").exists()
+    assert "not drawn: no selected run logged &#x27;method/tau&#x27;" in html
+    assert all((tmp_path / s).is_file() for s in img_sources(html))
+
+
+def test_no_runs_is_a_user_error(tmp_path):
+    msg = f"no runs for adacomm under {tmp_path}: run `repro reproduce adacomm` first"
+    with pytest.raises(UserError, match=re.escape(msg)):
+        build_report("adacomm", tmp_path, tmp_path / "out", claims_dir=CLAIMS_DIR)
+    with pytest.raises(UserError, match="no runs for adacomm under"):
+        build_report("adacomm", tmp_path / "missing", tmp_path / "out", claims_dir=CLAIMS_DIR)
+
+
+def write_offline_run(root: Path, run) -> None:
+    """Log a synthetic run through the real tracker (wandb offline) under `root`."""
+    cfg = TrackingConfig(mode="offline")
+    with Tracker(cfg, root / run.name, run.name, run.group, run.job_type, run.config) as t:
+        for row in run.history:
+            t.log(row, step=row["step"])
+
+
+def test_build_report_reads_runs_back_from_disk(tmp_path):
+    runs_root = tmp_path / "runs"
+    for run in adacomm_set()[:4]:
+        write_offline_run(runs_root, run)
+    assert len(find_runs(runs_root)) == 4
+    claims_dir = tmp_path / "claims"
+    claims_dir.mkdir()
+    shutil.copy(CLAIMS_DIR / "adacomm.yaml", claims_dir)
+    with pytest.raises(UserError, match="unknown paper 'adasum'; known papers: adacomm"):
+        report_main(["adasum", "--runs", str(runs_root), "--claims", str(claims_dir)])
+    out = tmp_path / "reports"
+    argv = ["adacomm", "--runs", str(runs_root), "--out", str(out), "--claims", str(claims_dir)]
+    assert report_main(argv) == 0
+    html = (out / "adacomm" / "report.html").read_text()
+    assert all((out / "adacomm" / s).is_file() for s in img_sources(html))
+    md = (out / "adacomm" / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| headline_time_to"))
+    assert "| 0.225 x sync's time | reproduced |" in row
+    assert "Regenerate: repro report adacomm --runs" in md

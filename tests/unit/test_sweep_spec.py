@@ -1,0 +1,215 @@
+"""Sweep specs are refused with one clear line before any trial (issue 7, "Bad input")."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro.errors import UserError
+from repro.sweep.spec import (
+    ParamSpec,
+    format_override,
+    grid_size,
+    load_spec,
+    spec_from_dict,
+)
+from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
+from repro.sweep.study import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "hunter2-S3cret"
+
+
+def tiny(tmp_path: Path, **changes) -> dict:
+    raw = yaml.safe_load((ROOT / "sweeps" / "tiny.yaml").read_text())
+    raw["out"] = str(tmp_path / "out")
+    raw.update(changes)
+    return raw
+
+
+def refused(raw: dict, *needles: str) -> str:
+    with pytest.raises(UserError) as info:
+        spec_from_dict(raw, "t.yaml")
+    msg = str(info.value)
+    assert "\n" not in msg
+    for n in needles:
+        assert n in msg, msg
+    return msg
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket closes
+
+
+def test_tiny_spec_loads_with_defaults(tmp_path):
+    spec = spec_from_dict(tiny(tmp_path), "t.yaml")
+    assert spec.name == "tiny" and spec.n_trials == 4
+    assert spec.directions == ["maximize", "maximize"]
+    assert spec.storage_label == str(tmp_path / "out" / "tiny" / "journal.log")
+    assert spec.heartbeat_s == 30 and spec.grace_s == 120
+
+
+def test_default_sampler_is_nsga2_for_two_objectives_and_tpe_for_one(tmp_path):
+    two = spec_from_dict(tiny(tmp_path, sampler=None), "t.yaml")
+    one = spec_from_dict(
+        tiny(tmp_path, sampler=None, objectives=[{"metric": "test/acc", "direction": "maximize"}]),
+        "t.yaml",
+    )
+    assert two.sampler.name == "nsga2" and one.sampler.name == "tpe"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_are_valid(path):
+    spec = load_spec(path)
+    assert spec.name == path.stem
+    assert spec.storage is None  # shipped sweeps default to the journal file
+
+
+def test_unknown_metric_is_refused(tmp_path):
+    raw = tiny(tmp_path, objectives=[{"metric": "test/accuracy", "direction": "maximize"}])
+    refused(raw, "test/accuracy", "not logged", "test/acc")
+    assert not (tmp_path / "out").exists()
+
+
+def test_string_strategy_metric_is_not_an_objective(tmp_path):
+    refused(
+        tiny(tmp_path, objectives=[{"metric": "method/collective", "direction": "maximize"}]),
+        "method/collective",
+    )
+
+
+def test_empty_search_space_is_refused(tmp_path):
+    refused(tiny(tmp_path, space=[]), "search space is empty")
+    refused(tiny(tmp_path, space=None), "search space is empty")
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ({"key": "method.cr", "type": "float", "low": 1.0, "high": 0.01}, "low=1.0 must be below"),
+        ({"key": "method.cr", "type": "float", "low": 0.5, "high": 0.5}, "must be below"),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.0, "high": 1.0, "log": True},
+            "log scale needs low > 0",
+        ),
+        ({"key": "method.collective", "type": "categorical", "choices": []}, "choices is empty"),
+        ({"key": "method.cr", "type": "float", "low": 0.1}, "needs both low and high"),
+        ({"key": "trainer.steps", "type": "int", "low": 1.5, "high": 9}, "must be an integer"),
+        ({"key": "method.cr", "type": "normal", "low": 0.1, "high": 1}, "type='normal'"),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "step": -0.1},
+            "must be positive",
+        ),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "log": True, "step": 0.1},
+            "cannot be combined",
+        ),
+        ({"key": "method.cr", "type": "float", "low": 0.1, "high": float("nan")}, "finite number"),
+        ({"key": "method.collective", "type": "categorical", "choices": ["a", "a"]}, "duplicates"),
+        ({"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "mean": 3}, "unknown field"),
+    ],
+)
+def test_bad_distribution_is_refused(tmp_path, entry, needle):
+    refused(tiny(tmp_path, space=[entry]), needle)
+
+
+def test_unknown_sampler_is_refused(tmp_path):
+    refused(tiny(tmp_path, sampler="cmaes"), "sampler='cmaes'", "nsga2, tpe, gp, random, grid")
+    refused(tiny(tmp_path, sampler={"name": "tpe", "population_size": 4}), "nsga2 only")
+
+
+def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
+    refused(tiny(tmp_path, trials=3), "unknown key(s) ['trials']")
+    refused(
+        tiny(tmp_path, objectives=[{"metric": "test/acc", "direction": "max"}]), "direction='max'"
+    )
+
+
+def test_grid_needs_discrete_points_and_fits_the_budget(tmp_path):
+    refused(tiny(tmp_path, sampler="grid"), "space[method.cr].step")
+    space = [
+        {"key": "method.cr", "type": "float", "low": 0.25, "high": 1.0, "step": 0.25},
+        {"key": "method.collective", "type": "categorical", "choices": ["allgather", "ar_ring"]},
+    ]
+    spec = spec_from_dict(tiny(tmp_path, sampler="grid", space=space, n_trials=8), "t.yaml")
+    assert spec.space[0].grid_values() == [0.25, 0.5, 0.75, 1.0]
+    assert grid_size(spec.space) == 8
+    refused(tiny(tmp_path, sampler="grid", space=space, n_trials=9), "exceeds the grid's 8")
+
+
+def test_int_grid_points():
+    p = ParamSpec(key="trainer.steps", type="int", low=2, high=11, step=3)
+    assert p.grid_values() == [2, 5, 8, 11]
+
+
+def test_format_override_quotes_only_what_hydra_would_misread():
+    assert format_override("method.cr", 0.0125) == "method.cr=0.0125"
+    assert format_override("method.cr", 1e-05) == "method.cr=1e-05"
+    assert format_override("method.collective", "ar_ring") == "method.collective=ar_ring"
+    assert format_override("method.layerwise", True) == "method.layerwise=true"
+    assert format_override("x.name", "a b,c") == "x.name='a b,c'"
+    assert format_override("x.v", None) == "x.v=null"
+
+
+def test_mask_url_and_scrub_hide_the_password():
+    url = f"postgresql://sweeper:{PASSWORD}@db.example:5432/optuna"
+    assert mask_url(url) == "postgresql://sweeper:***@db.example:5432/optuna"
+    assert mask_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert mask_url("postgresql://user@h/db") == "postgresql://user@h/db"
+    encoded = "postgresql://u:p%40ss@h/db"  # password "p@ss", percent-encoded
+    assert mask_url(encoded) == "postgresql://u:***@h/db"
+    assert scrub("auth failed for p@ss and p%40ss", encoded) == "auth failed for *** and ***"
+
+
+def test_storage_url_scheme_and_environment(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match=r"expected a postgresql/mysql/sqlite URL") as info:
+        expand_storage_url(f"postgres://u:{PASSWORD}@h/db")
+    assert PASSWORD not in str(info.value) and "u:***@h" in str(info.value)
+    monkeypatch.delenv("REPRO_TEST_PGPASS", raising=False)
+    with pytest.raises(UserError, match="REPRO_TEST_PGPASS is not set"):
+        expand_storage_url("postgresql://u:${REPRO_TEST_PGPASS}@h/db")
+    monkeypatch.setenv("REPRO_TEST_PGPASS", PASSWORD)
+    # A bare postgresql:// gets the psycopg2 driver the project depends on.
+    assert expand_storage_url("postgresql://u:$REPRO_TEST_PGPASS@h/db") == (
+        f"postgresql+psycopg2://u:{PASSWORD}@h/db"
+    )
+    assert expand_storage_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_unreachable_database_is_refused_with_the_password_masked(tmp_path):
+    url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{closed_port()}/optuna"
+    spec = spec_from_dict(tiny(tmp_path, storage=url), "t.yaml")
+    with pytest.raises(UserError, match="cannot connect") as info:
+        open_storage(spec)
+    msg = str(info.value)
+    assert PASSWORD not in msg and "sweeper:***@127.0.0.1" in msg and "\n" not in msg
+
+
+def test_run_sweep_refuses_bad_storage_before_any_trial(tmp_path, capsys):
+    url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{closed_port()}/optuna"
+    spec = spec_from_dict(tiny(tmp_path, storage=url), "t.yaml")
+    with pytest.raises(UserError, match="cannot connect") as info:
+        run_sweep(spec, workers=1)
+    out = capsys.readouterr()
+    assert PASSWORD not in str(info.value) + out.out + out.err
+
+
+def test_search_key_that_is_not_a_config_field_is_refused_before_any_trial(tmp_path):
+    space = [{"key": "method.crr", "type": "float", "low": 0.01, "high": 1.0, "log": True}]
+    spec = spec_from_dict(tiny(tmp_path, space=space), "t.yaml")
+    with pytest.raises(UserError, match=r"space key method.crr .* is not a valid config"):
+        run_sweep(spec, workers=1)
+    assert not (tmp_path / "out").exists()  # no journal, hence no study and no trial
+
+
+def test_search_value_the_config_rejects_is_refused(tmp_path):
+    space = [{"key": "method.cr", "type": "float", "low": 0.01, "high": 2.0}]
+    spec = spec_from_dict(tiny(tmp_path, space=space), "t.yaml")
+    with pytest.raises(UserError, match=r"method.cr=2.0 .*must be in \(0, 1\]"):
+        run_sweep(spec, workers=1)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,74 @@
+"""AdaComm's tau rule (Wang & Joshi 2018, Sec. 4) on losses and learning rates we choose."""
+
+import math
+
+import pytest
+
+from repro.config import compose
+from repro.errors import UserError
+from repro.strategies.tau_schedule import TauSchedule
+
+
+def test_loss_rule_shrinks_tau_with_sqrt_of_loss_ratio():
+    s = TauSchedule(tau0=20, interval=10.0)
+    assert s.observe(now=1.0, loss=2.0, lr=0.1) == 20  # first period sets F(x_0) = 2.0
+    for t in (4.0, 7.0):
+        assert s.observe(now=t, loss=1.0, lr=0.1) == 20  # interval not over yet
+    # interval over at t=10: F(x_1) = mean(2.0, 1.0, 1.0, 0.5) = 1.125
+    tau = s.observe(now=10.0, loss=0.5, lr=0.1)
+    assert tau == math.ceil(math.sqrt(1.125 / 2.0) * 20) == 15
+    # next interval: losses 0.08 -> tau = ceil(sqrt(0.04) * 20) = 4
+    s.observe(now=15.0, loss=0.08, lr=0.1)
+    assert s.observe(now=20.0, loss=0.08, lr=0.1) == 4
+
+
+def test_loss_lr_rule_grows_tau_after_lr_decay():
+    s = TauSchedule(tau0=10, interval=1.0, rule="loss_lr")
+    s.observe(now=0.5, loss=1.0, lr=0.1)
+    # loss fell to 1/4 but lr fell to 1/10: sqrt(10 * 0.25) * 10 = 15.8 -> capped at tau_max
+    assert s.observe(now=1.0, loss=0.25, lr=0.01) == 10
+    s2 = TauSchedule(tau0=10, interval=1.0, rule="loss_lr", tau_max=100)
+    s2.observe(now=0.5, loss=1.0, lr=0.1)
+    # F(x_1) = mean(1.0, 0.25) = 0.625 ; sqrt(10 * 0.625) * 10 = 25
+    assert s2.observe(now=1.0, loss=0.25, lr=0.01) == 25
+
+
+def test_tau_never_below_one():
+    s = TauSchedule(tau0=8, interval=1.0)
+    s.observe(now=0.0, loss=1.0, lr=0.1)
+    assert s.observe(now=1.0, loss=1e-12, lr=0.1) == math.ceil(math.sqrt(0.5) * 8)
+    assert s.observe(now=2.0, loss=1e-12, lr=0.1) == 1
+
+
+def test_tau0_search_picks_fastest_candidate():
+    s = TauSchedule(tau0=1, interval=5.0, candidates=[32, 8, 2], search_window=1.0)
+    # window for 32: loss 2.0 -> 1.0 in 1 s (rate 1.0); 8: 1.0 -> 0.5 in 1 s (0.5); 2: 0.5->0.4
+    assert s.observe(0.0, 2.0, 0.1) == 32
+    assert s.observe(1.0, 1.0, 0.1) == 8
+    assert s.observe(2.0, 0.5, 0.1) == 2
+    assert s.observe(3.0, 0.4, 0.1) == 32
+    assert not s.searching and s.tau0 == 32
+
+
+def test_state_round_trip():
+    s = TauSchedule(tau0=16, interval=2.0)
+    for i in range(5):
+        s.observe(float(i), 1.0 / (i + 1), 0.1)
+    t = TauSchedule(tau0=16, interval=2.0)
+    t.load_state_dict(s.state_dict())
+    assert [t.observe(9.0, 0.05, 0.1)] == [s.observe(9.0, 0.05, 0.1)]
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["method.tau0=0"], "method.tau0"),
+        (["method.interval_s=0"], "method.interval_s"),
+        (["method.interval_s=-1"], "method.interval_s"),
+        (["method.tau0_search=true", "method.tau0_candidates=[]"], "tau0_candidates"),
+        (["method.rule=magic"], "method.rule"),
+    ],
+)
+def test_bad_adacomm_settings(overrides, needle):
+    with pytest.raises(UserError, match=needle):
+        compose(["method=adacomm", *overrides])
