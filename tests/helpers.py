@@ -26,12 +26,20 @@ TINY = [
 
 def train(tmp: Path, *overrides: str, tracking: str = "disabled") -> dict:
     cfg = compose(
-        [*TINY, f"tracking={tracking}", f"runs_root={tmp / 'runs'}", f"data.root={tmp / 'data'}", *overrides]
+        [
+            *TINY,
+            f"tracking={tracking}",
+            f"runs_root={tmp / 'runs'}",
+            f"data.root={tmp / 'data'}",
+            *overrides,
+        ]
     )
     return run_training(cfg)
 
 
-def repro_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def repro_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run the `repro` console command as a user would."""
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)

@@ -34,7 +34,9 @@ class ClusterConfig:
 
     def __post_init__(self):
         if self.kind not in CLUSTERS:
-            raise UserError(f"cluster.kind={self.kind!r} is unknown; choose one of {list(CLUSTERS)}")
+            raise UserError(
+                f"cluster.kind={self.kind!r} is unknown; choose one of {list(CLUSTERS)}"
+            )
         if self.nodes < 1:
             raise UserError(f"cluster.nodes={self.nodes} must be at least 1")
         if self.gpus_per_node < 0 or self.cpus_per_task < 1:

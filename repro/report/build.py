@@ -14,6 +14,7 @@ from repro.errors import UserError
 from repro.report.claims import SCALES, ClaimsFile, evaluate, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure
+from repro.report.published import with_published_tables
 from repro.report.render import FigureOut, to_html, to_markdown
 from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of, natural_key
 from repro.track.runs import find_runs
@@ -101,6 +102,7 @@ def render_report(
             continue
         figures.append(FigureOut(spec.id, spec.title, caption, path.name))
     page = assemble(claims, runs, scale, results, figures, [*notes, f"Regenerate: {command}"])
+    page = with_published_tables(page, claims.tables, runs, claims.display_name)
     (out_dir / "report.md").write_text(to_markdown(page))
     html_path = out_dir / "report.html"
     html_path.write_text(to_html(page))

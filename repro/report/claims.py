@@ -22,8 +22,10 @@ from typing import Any
 import yaml
 
 from repro.errors import UserError
+from repro.report import comparisons  # noqa: F401  (registers its calculators)
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.plots import FigureSpec
+from repro.report.published import PublishedTable
 from repro.report.series import MissingRun, NotMeasurable, Run, natural_key
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
@@ -196,10 +198,12 @@ class ClaimsFile:
     claims: list
     figures: list = field(default_factory=list)
     methods: dict = field(default_factory=dict)
+    tables: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         claims = [build(Claim, c, f"claims[{i}]") for i, c in enumerate(self.claims)]
         figures = [build(FigureSpec, f, f"figures[{i}]") for i, f in enumerate(self.figures)]
+        tables = [build(PublishedTable, t, f"tables[{i}]") for i, t in enumerate(self.tables)]
         for kind, items in (("claim", claims), ("figure", figures)):
             ids = [item.id for item in items]
             dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -212,6 +216,7 @@ class ClaimsFile:
                 raise UserError(f"methods: pattern '{pattern}' is not a regex: {err}") from None
         object.__setattr__(self, "claims", claims)
         object.__setattr__(self, "figures", figures)
+        object.__setattr__(self, "tables", tables)
 
     def order_key(self, label: str) -> tuple[int, list]:
         """Runs in the order the `methods` list names them (baseline first), then by label."""

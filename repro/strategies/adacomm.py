@@ -50,7 +50,9 @@ class AdaCommConfig(LocalSGDConfig):
         if self.tau_max < 0:
             raise UserError(f"method.tau_max={self.tau_max} must be >= 0 (0 = tau0)")
         if self.tau0_search and not self.tau0_candidates:
-            raise UserError("method.tau0_candidates is empty; list periods to try or set tau0_search=false")
+            raise UserError(
+                "method.tau0_candidates is empty; list periods to try or set tau0_search=false"
+            )
         if any(c < 1 for c in self.tau0_candidates):
             raise UserError(f"method.tau0_candidates={self.tau0_candidates} must all be >= 1")
         if self.tau0_search and not self.search_window_s > 0:

@@ -96,6 +96,11 @@ class AdasumStrategy:
         """Combine the local deltas and move every worker to start + combined."""
         if self._start is None or self._comm is None:
             raise RuntimeError("after_step needs setup() and after_backward() first")
+        if self.world_size == 1:
+            # Every combiner returns a lone delta unchanged; start + (p - start) would only
+            # round p, so one worker keeps the plain optimizer's parameters bit for bit.
+            self._start = None
+            return []
         deltas = [p - s for p, s in zip(self._params, self._start, strict=True)]
         combined, records = self._combine(deltas, self._comm)
         for p, s, d in zip(self._params, self._start, combined, strict=True):

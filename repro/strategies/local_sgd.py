@@ -35,7 +35,9 @@ class LocalSGDConfig(MethodConfig):
         if self.tau < 1:
             raise UserError(f"method.tau={self.tau} must be at least 1 (1 = synchronous SGD)")
         if self.momentum not in MOMENTUM_MODES:
-            raise UserError(f"method.momentum={self.momentum!r} must be one of {list(MOMENTUM_MODES)}")
+            raise UserError(
+                f"method.momentum={self.momentum!r} must be one of {list(MOMENTUM_MODES)}"
+            )
         if not 0 <= self.block_momentum < 1:
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
 

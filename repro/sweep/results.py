@@ -11,7 +11,7 @@ HTML page (inline SVG plus the data table, so it needs no plotting server or ext
   the reference point of `pareto.reference_point`; a rising curve that flattens says more
   trials would add little.
 
-`front_rows` is the piece a report reuses (e.g. the Top-k CR front beside the paper's CRs).
+`pareto_front` is the piece a report reuses (e.g. the Top-k CR front beside the paper's CRs).
 """
 
 from __future__ import annotations
@@ -62,6 +62,15 @@ def front_rows(spec: SweepSpec, trials: list[Any]) -> tuple[list[dict[str, Any]]
     if not front:
         return [], -1
     return [_row(spec, t) for t in front], knee_index([t.values for t in front], spec.directions)
+
+
+def pareto_front(spec: SweepSpec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The study's front as rows `{trial, params, values}` ordered by the first objective, and
+    the knee row. Raises `UserError` when the sweep has not completed a trial yet."""
+    rows, knee = front_rows(spec, _completed(load_study(spec)))
+    if not rows:
+        raise UserError(f"study {spec.name} has no completed trial yet: no Pareto front")
+    return rows, rows[knee]
 
 
 def _fmt(v: Any) -> str:
@@ -162,7 +171,8 @@ def plot_hypervolume(spec: SweepSpec, trials: list[Any]) -> list[Path]:
 
 
 def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
-    """Print the front (per `group_by` value if set) and knee; write the plots."""
+    """Print the failed trials' reasons, the front and its knee (then again per `group_by`
+    value, if set); write the plots. Returns the fronts, knees and written files."""
     from optuna.trial import TrialState
 
     study = load_study(spec)
@@ -177,16 +187,12 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         print(f"  failed trial {t.number}: {reason}", file=stream)
     if not trials:
         raise UserError(f"study {spec.name} has no completed trial yet: nothing to show")
-    groups = (
-        {None: trials}
-        if spec.group_by is None
-        else {
-            v: [t for t in trials if t.params.get(spec.group_by) == v]
-            for v in dict.fromkeys(t.params.get(spec.group_by) for t in trials)
-        }
-    )
+    groups: dict[Any, list[Any]] = {}
+    if spec.group_by is not None:
+        for t in trials:
+            groups.setdefault(t.params.get(spec.group_by), []).append(t)
     result: dict[str, Any] = {"groups": {}}
-    for value, members in groups.items():
+    for value, members in [(None, trials), *groups.items()]:
         rows, knee = front_rows(spec, members)
         label = "" if value is None else f" for {spec.group_by}={value}"
         print(
@@ -203,7 +209,8 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
             + ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items()),
             file=stream,
         )
-        result["groups"][value] = {"front": rows, "knee": k}
+        if value is not None:
+            result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = front_rows(spec, trials)
     files = plot_pareto(spec, trials, rows, knee, format_table(spec, rows, knee))
     files += plot_hypervolume(spec, trials)

@@ -29,7 +29,6 @@ YAML shape::
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,93 +38,12 @@ import yaml
 
 from repro.errors import UserError
 from repro.sweep.metrics import OBJECTIVE_METRICS
+from repro.sweep.space import ParamSpec, format_override, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
 
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 DIRECTIONS = ("maximize", "minimize")
-PARAM_TYPES = ("float", "int", "categorical")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise UserError(f"{what}={value!r} must be a finite number")
-    return value
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One search-space entry: an Optuna distribution bound to a config key."""
-
-    key: str
-    type: str
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    step: float | None = None
-    choices: tuple[Any, ...] = ()
-
-    def __post_init__(self) -> None:
-        where = f"space[{self.key}]"
-        if not isinstance(self.key, str) or not self.key:
-            raise UserError(f"space entry key={self.key!r} must be a config key such as method.cr")
-        if self.type not in PARAM_TYPES:
-            raise UserError(f"{where}.type={self.type!r} must be one of {', '.join(PARAM_TYPES)}")
-        if self.type == "categorical":
-            self._check_categorical(where)
-        else:
-            self._check_numeric(where)
-
-    def _check_categorical(self, where: str) -> None:
-        if self.low is not None or self.high is not None or self.log or self.step is not None:
-            raise UserError(f"{where}: a categorical entry takes choices, not low/high/log/step")
-        if not self.choices:
-            raise UserError(f"{where}.choices is empty: list at least one value")
-        for c in self.choices:
-            if c is not None and not isinstance(c, bool | int | float | str):
-                raise UserError(f"{where}.choices: {c!r} is not a scalar (str, number, bool)")
-        if len(set(map(repr, self.choices))) != len(self.choices):
-            raise UserError(f"{where}.choices={list(self.choices)} has duplicates")
-
-    def _check_numeric(self, where: str) -> None:
-        if self.choices:
-            raise UserError(f"{where}: a {self.type} entry takes low/high, not choices")
-        if self.low is None or self.high is None:
-            raise UserError(f"{where}: a {self.type} entry needs both low and high")
-        low, high = _number(self.low, f"{where}.low"), _number(self.high, f"{where}.high")
-        if self.type == "int":
-            for name, v in (("low", low), ("high", high), ("step", self.step)):
-                if v is not None and not isinstance(v, int):
-                    raise UserError(f"{where}.{name}={v!r} must be an integer for type int")
-        if low >= high:
-            raise UserError(f"{where}: low={low} must be below high={high}")
-        if self.log and low <= 0:
-            raise UserError(f"{where}: log scale needs low > 0, got low={low}")
-        if self.step is not None:
-            step = _number(self.step, f"{where}.step")
-            if step <= 0:
-                raise UserError(f"{where}.step={step} must be positive")
-            if self.log:
-                raise UserError(f"{where}: log and step cannot be combined (Optuna refuses it)")
-
-    def probe_values(self) -> list[Any]:
-        """Values that exercise the config schema: every choice, or both ends of the range."""
-        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
-
-    def grid_values(self) -> list[Any]:
-        """The points a grid sampler visits; a float without a step has none."""
-        if self.type == "categorical":
-            return list(self.choices)
-        if self.type == "float" and self.step is None:
-            raise UserError(f"sampler grid needs space[{self.key}].step (or make it categorical)")
-        step = self.step if self.step is not None else 1
-        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
-        return [self.low + i * step for i in range(n)]
-
-
-def grid_size(space: tuple[ParamSpec, ...]) -> int:
-    """Number of points a grid sampler visits: the product of each entry's grid."""
-    return math.prod(len(p.grid_values()) for p in space)
 
 
 @dataclass(frozen=True)
@@ -213,7 +131,7 @@ class SweepSpec:
             raise UserError(f"n_trials={self.n_trials!r} must be an integer")
         if self.n_trials < 1:
             raise UserError(f"n_trials={self.n_trials} must be at least 1")
-        if self.timeout_s is not None and _number(self.timeout_s, "timeout_s") <= 0:
+        if self.timeout_s is not None and number(self.timeout_s, "timeout_s") <= 0:
             raise UserError(f"timeout_s={self.timeout_s} must be positive (or null for none)")
         for name in ("heartbeat_s", "grace_s"):
             v = getattr(self, name)
@@ -259,15 +177,23 @@ class SweepSpec:
 _TOP_KEYS = {f for f in SweepSpec.__dataclass_fields__ if f != "source"}
 
 
-def _param(entry: Any, i: int) -> ParamSpec:
-    if not isinstance(entry, dict):
-        raise UserError(f"space[{i}] must be a mapping with key and type")
-    unknown = set(entry) - set(ParamSpec.__dataclass_fields__)
+def _build(cls: type, raw: Any, where: str, required: tuple[str, ...]) -> Any:
+    """`cls(**raw)` with unknown and missing fields reported as one line naming `where`."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where} must be a mapping with {', '.join(required)}")
+    unknown = set(raw) - set(cls.__dataclass_fields__)
     if unknown:
-        raise UserError(f"space[{i}]: unknown field(s) {sorted(unknown)}")
-    args = dict(entry)
-    args["choices"] = tuple(args.get("choices") or ())
-    return ParamSpec(**args)
+        raise UserError(f"{where}: unknown field(s) {sorted(unknown)}")
+    missing = [f for f in required if f not in raw]
+    if missing:
+        raise UserError(f"{where}: missing field(s) {missing}")
+    return cls(**raw)
+
+
+def _param(entry: Any, i: int) -> ParamSpec:
+    if isinstance(entry, dict) and "choices" in entry:
+        entry = {**entry, "choices": tuple(entry["choices"] or ())}
+    return _build(ParamSpec, entry, f"space[{i}]", ("key", "type"))
 
 
 def _sampler(raw: Any, n_objectives: int) -> SamplerSpec:
@@ -275,12 +201,7 @@ def _sampler(raw: Any, n_objectives: int) -> SamplerSpec:
         return SamplerSpec("nsga2" if n_objectives >= 2 else "tpe")
     if isinstance(raw, str):
         return SamplerSpec(raw)
-    if isinstance(raw, dict) and "name" in raw:
-        unknown = set(raw) - set(SamplerSpec.__dataclass_fields__)
-        if unknown:
-            raise UserError(f"sampler: unknown field(s) {sorted(unknown)}")
-        return SamplerSpec(**raw)
-    raise UserError(f"sampler={raw!r} must be a name or a mapping with a name")
+    return _build(SamplerSpec, raw, "sampler", ("name",))
 
 
 def spec_from_dict(raw: dict[str, Any], source: str = "") -> SweepSpec:
@@ -294,14 +215,17 @@ def spec_from_dict(raw: dict[str, Any], source: str = "") -> SweepSpec:
         if required not in raw:
             raise UserError(f"{source}: missing required key {required!r}")
     objectives = raw["objectives"]
-    if not isinstance(objectives, list) or not all(isinstance(o, dict) for o in objectives):
+    if not isinstance(objectives, list):
         raise UserError(f"{source}: objectives must be a list of {{metric, direction}}")
     space = raw.get("space") or []
     if not isinstance(space, list):
         raise UserError(f"{source}: space must be a list of entries")
     args = dict(raw)
     args.setdefault("name", Path(source).stem if source else "")
-    args["objectives"] = tuple(ObjectiveSpec(**o) for o in objectives)
+    args["objectives"] = tuple(
+        _build(ObjectiveSpec, o, f"objectives[{i}]", ("metric", "direction"))
+        for i, o in enumerate(objectives)
+    )
     args["space"] = tuple(_param(e, i) for i, e in enumerate(space))
     args["sampler"] = _sampler(raw.get("sampler"), len(objectives))
     args["overrides"] = tuple(raw.get("overrides") or ())
@@ -317,17 +241,6 @@ def load_spec(path: str | Path) -> SweepSpec:
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return spec_from_dict(raw, source=str(path))
-
-
-def format_override(key: str, value: Any) -> str:
-    """A Hydra override for one sampled value; strings outside plain identifiers are quoted."""
-    if value is None:
-        return f"{key}=null"
-    if isinstance(value, bool):
-        return f"{key}={str(value).lower()}"
-    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
-        return f"{key}='{value}'"
-    return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 
 def base_overrides(spec: SweepSpec) -> list[str]:

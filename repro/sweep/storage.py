@@ -3,20 +3,25 @@
 Two storages (issue 7, "Storage"):
 
 * Journal file (the default): `<out>/<name>/journal.log` through Optuna's `JournalStorage` with
-  `JournalFileBackend`. Workers on one machine share it. A journal has no heartbeat, so a trial
-  whose process was SIGKILLed would stay RUNNING forever; `WorkerLocks` closes that gap.
+  `JournalFileBackend`, shared by the workers of one machine. A journal has no heartbeat, so a
+  trial whose process was SIGKILLed would stay RUNNING forever; the worker locks below find it.
 * A database URL (PostgreSQL on a cluster): `RDBStorage` with a heartbeat. A trial whose
-  heartbeat is older than the grace period is failed by the next worker that looks, and
-  `RetryHeartbeatStaleTrialCallback` queues its parameters again.
+  heartbeat is older than `grace_s` is failed by the next worker that looks (Optuna's
+  `fail_stale_trials`) and `requeue_lost_trial` queues its point again. Optuna never judges a
+  trial that has no heartbeat yet (killed between `ask` and the first beat), so the worker
+  locks run on databases too.
 
-The lock approach for the journal: every worker process holds an exclusive `flock` on its own
-file `<study dir>/workers/<host>-<pid>.lock` for its whole life and stamps each trial it runs
-with the user attribute `worker=<host>:<pid>`. The kernel drops a flock when its process dies,
-however it dies, so "I can take that worker's lock" means "that worker is gone" with no PID-reuse
-ambiguity. A RUNNING trial is stale exactly when its worker is gone; trials of live workers (for
-example of a second `repro sweep` on the same study) are left alone. All of this runs under
-`<study dir>/ask.lock`, the same lock a worker holds from counting the budget until its new trial
-is stamped, so an unstamped RUNNING trial seen under the lock belongs to a worker that died.
+Worker locks (`WorkerLocks`, `fail_orphaned_trials`): every worker process holds an exclusive
+`flock` on its own file `<study dir>/workers/<host>-<pid>.lock` for its whole life and stamps
+each trial with the user attribute `worker=<host>:<pid>` right after asking. The kernel drops a
+flock when its process dies, however it dies, so "I can take that worker's lock" means "that
+worker is gone", with no PID-reuse ambiguity. A RUNNING trial of this host is stale exactly when
+its worker is gone; trials of live workers (for example of a second `repro sweep` on the same
+study) are left alone, and a trial stamped by another host is left to the heartbeat. Workers
+check under `<study dir>/ask.lock`, the lock a worker holds from counting the budget until its
+new trial is stamped, so with a journal an unstamped RUNNING trial seen under the lock belongs
+to a dead worker; with a database (other hosts do not share the lock) only once it is older
+than `grace_s`.
 
 Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
 is scrubbed of the password before it reaches a message.
@@ -29,6 +34,7 @@ import os
 import re
 import socket
 import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -38,6 +44,7 @@ from repro.errors import UserError
 if TYPE_CHECKING:
     import optuna
     from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
 
     from repro.sweep.spec import SweepSpec
 
@@ -124,9 +131,7 @@ def open_storage(spec: SweepSpec) -> BaseStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=spec.heartbeat_s,
                 grace_period=spec.grace_s,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    max_retry=MAX_RETRY
-                ),
+                heartbeat_stale_trial_callback=requeue_lost_trial,
             )
         except Exception as err:  # driver, DNS, auth and schema errors all mean "cannot use"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -192,35 +197,51 @@ class WorkerLocks:
         return False
 
 
-def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage, locks: WorkerLocks) -> int:
-    """Journal only, under the ask lock: fail RUNNING trials whose worker is dead (stamping
-    `stale` with the reason) and queue their parameters again as a WAITING trial, which the
-    next `ask` takes first (at most `MAX_RETRY` times per point, counted in `retries`).
-    Returns how many trials were failed."""
+def requeue_lost_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue a lost trial's point again as a WAITING trial, which the next `ask` takes first;
+    at most `MAX_RETRY` times per point (counted in the `retries` user attribute). A trial lost
+    before it was sampled has nothing to redo. Also the heartbeat's stale-trial callback."""
+    import optuna
+    from optuna.trial import TrialState
+
+    retries = trial.user_attrs.get("retries", 0)
+    if trial.params and retries < MAX_RETRY:
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params=trial.params,
+                distributions=trial.distributions,
+                user_attrs={"retry_of": trial.number, "retries": retries + 1},
+            )
+        )
+
+
+def fail_orphaned_trials(
+    study: optuna.Study, storage: BaseStorage, locks: WorkerLocks, unstamped_grace_s: float
+) -> int:
+    """Under the ask lock: fail RUNNING trials whose worker is dead, stamping `stale` with the
+    reason, and requeue them. A trial without a `worker` stamp is dead once it is older than
+    `unstamped_grace_s` (a live worker stamps within milliseconds of asking). Returns how many
+    trials were failed."""
     import optuna
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
+    now = datetime.now()
     failed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
         if owner is not None and locks.is_alive(owner):
             continue
+        started = t.datetime_start or now
+        if owner is None and (now - started).total_seconds() < unstamped_grace_s:
+            continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        storage.set_trial_user_attr(trial_id, "stale", f"worker {owner or 'unknown'} died")
         try:
+            storage.set_trial_user_attr(trial_id, "stale", f"worker {owner or 'unknown'} died")
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
-            continue
+            continue  # finished meanwhile (e.g. failed by another host's heartbeat check)
         failed += 1
-        retries = t.user_attrs.get("retries", 0)
-        if t.params and retries < MAX_RETRY:  # an unsampled trial lost nothing worth redoing
-            study.add_trial(
-                optuna.trial.create_trial(
-                    state=TrialState.WAITING,
-                    params=t.params,
-                    distributions=t.distributions,
-                    user_attrs={"retry_of": t.number, "retries": retries + 1},
-                )
-            )
+        requeue_lost_trial(study, t)
     return failed

@@ -6,13 +6,13 @@ overrides and the trial's sampled values are composed into a config whose `run_d
 `run_training` runs it through the same launcher as `repro train`.
 
 Budget. `n_trials` counts trials that ran to an end: COMPLETE, or FAIL with a `fail_reason`
-(crash, divergence, missing metric) recorded by the objective. A trial lost to a killed worker
-is not an outcome: it is failed as stale (journal: `storage.fail_orphaned_trials`; database:
-the heartbeat) and its parameters are queued again. Before starting a trial a worker takes the
-study's ask lock, counts finished plus running trials and starts one only if that is below the
-budget; the lock is handed on (released) inside the objective once the trial is stamped with
-its worker, so K workers on one machine never overshoot. Workers on other machines sharing a
-database have their own lock and may overshoot by at most one trial each.
+(crash, divergence, rejected config, missing metric) recorded by the objective. A trial lost to
+a killed worker is not an outcome: it is failed as stale (worker locks on this machine, the
+heartbeat across machines; see `repro.sweep.storage`) and its point is queued again. Before
+starting a trial a worker takes the study's ask lock, counts finished plus running trials and
+starts one only below the budget; the lock is handed on (released) inside the objective once
+the trial is stamped with its worker, so K workers on one machine never overshoot. Workers on
+other machines sharing a database have their own lock and may overshoot by one trial each.
 
 Resume is free: the study lives in its storage, so running `repro sweep SPEC` again loads it
 and works on the remaining budget.
@@ -24,12 +24,14 @@ import functools
 import logging
 import math
 import multiprocessing
+import sys
 import time
 import warnings
 from typing import Any
 
 from repro.errors import UserError
-from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys, format_override
+from repro.sweep.space import ParamSpec, format_override
+from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
 from repro.sweep.storage import FileLock, WorkerLocks, fail_orphaned_trials, open_storage
 
 log = logging.getLogger("repro.sweep")
@@ -59,7 +61,8 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
 
 
-def _suggest(trial: Any, p: Any) -> Any:
+def suggest(trial: Any, p: ParamSpec) -> Any:
+    """Draw one search-space entry through the trial (its sampler picks the value)."""
     if p.type == "categorical":
         return trial.suggest_categorical(p.key, list(p.choices))
     if p.type == "int":
@@ -100,7 +103,7 @@ def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[fl
 
     trial.set_user_attr("worker", worker)
     try:
-        params = {p.key: _suggest(trial, p) for p in spec.space}
+        params = {p.key: suggest(trial, p) for p in spec.space}
     finally:
         unlock()  # stamped and sampled: the next worker may count and ask now
     overrides = trial_overrides(spec, trial.number, params)
@@ -171,13 +174,14 @@ def _work(spec: SweepSpec, index: int, deadline: float | None) -> None:
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
+    unstamped_grace_s = 0 if spec.storage is None else spec.grace_s
     while True:
-        if spec.storage is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(study)
         with FileLock(spec.study_dir / "ask.lock") as lock:
-            if spec.storage is None and fail_orphaned_trials(study, storage, locks):
+            if spec.storage is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(study)
+            if fail_orphaned_trials(study, storage, locks, unstamped_grace_s):
                 log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
             done, running = tally(study)
             if done >= spec.n_trials or (deadline is not None and time.time() >= deadline):
@@ -197,8 +201,10 @@ def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
     try:
         _work(spec, index, deadline)
     except UserError as err:
-        print(f"error: sweep worker {index}: {err}", flush=True)
+        print(f"error: sweep worker {index}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C reaches every worker; the parent says what to do
+        raise SystemExit(130) from None
     return 0
 
 
@@ -206,11 +212,11 @@ def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
     """Run (or continue) the study with `workers` processes; returns `tally` at the end.
 
     Every check that can refuse the spec runs here first, so a bad spec creates no trial."""
+    import optuna
+
     if workers < 1:
         raise UserError(f"--workers={workers} must be at least 1")
     check_config_keys(spec)
-    import optuna
-
     study = _load(spec, open_storage(spec))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -56,7 +56,11 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def config_diff(old: dict, new: dict) -> list[str]:
     a, b = _flatten(old), _flatten(new)
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k)
+    ]
 
 
 def check_run_dir(run_dir: Path, identity: dict) -> None:

@@ -32,7 +32,9 @@ class OptimConfig:
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
-            raise UserError(f"optim.name={self.name!r} is unknown; choose one of {list(OPTIMIZERS)}")
+            raise UserError(
+                f"optim.name={self.name!r} is unknown; choose one of {list(OPTIMIZERS)}"
+            )
         if not self.lr > 0:
             raise UserError(f"optim.lr={self.lr} must be positive")
         if self.momentum < 0 or self.momentum >= 1:
@@ -62,7 +64,9 @@ def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
         )
     from repro.train.lamb import Lamb
 
-    return Lamb(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return Lamb(
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
 
 
 def lr_at(cfg: OptimConfig, step: int, epoch: float) -> float:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -27,6 +25,7 @@ from repro.netmodel.schedule import NetworkSchedule
 from repro.strategies.base import StepInfo, build_strategy
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
+from repro.train.evaluate import averaged_model, rng_state, seed_rank_rngs, set_rng_state
 from repro.train.metrics import RunningStats, point
 from repro.train.optim import build_optimizer, lr_at, set_lr
 from repro.workload.data import ShardSampler
@@ -55,7 +54,7 @@ class Trainer:
             self.strategy.set_probe(self.probe)
         self.n_train = self.workload.arrays.n_train
         self.sampler = ShardSampler(self.n_train, self.world, self.rank, tc.batch_size, cfg.seed)
-        self._seed_rank_rngs()
+        seed_rank_rngs(cfg.seed * 1009 + self.rank + 1, self.workload.aug_gen)
         self.schedule = NetworkSchedule.from_config(cfg.network)
         self.compute = ComputeModel(cfg.compute, self.world, cfg.seed)
         self.clock = ModeledClock(self.world, bytes_scale=cfg.network.bytes_scale)
@@ -65,13 +64,6 @@ class Trainer:
         self.run_id: str | None = None
         self.last_point: dict = {}
         self.recent_points: list[dict] = []
-
-    def _seed_rank_rngs(self) -> None:
-        s = self.cfg.seed * 1009 + self.rank + 1
-        torch.manual_seed(s)
-        np.random.seed(s % 2**32)
-        random.seed(s)
-        self.workload.aug_gen.manual_seed(s)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> dict | None:
@@ -185,7 +177,7 @@ class Trainer:
             copy.deepcopy(self.model.state_dict()),
             copy.deepcopy(self.optimizer.state_dict()),
             self.sampler.state_dict(),
-            self.rng_state(),
+            rng_state(self.workload.aug_gen),
         )
         for i in range(n_steps):
             x, y = self.workload.batch(self.sampler.next_indices())
@@ -201,28 +193,15 @@ class Trainer:
         self.model.load_state_dict(snap[0])
         self.optimizer.load_state_dict(snap[1])
         self.sampler.load_state_dict(snap[2])
-        self.set_rng_state(snap[3])
-
-    def rng_state(self) -> dict:
-        return {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-            "aug": self.workload.aug_gen.get_state(),
-        }
-
-    def set_rng_state(self, rng: dict) -> None:
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        self.workload.aug_gen.set_state(rng["aug"])
+        set_rng_state(snap[3], self.workload.aug_gen)
 
     # ------------------------------------------------------------- log points
     def log_point(self, step: int, tracker: Tracker | None) -> None:
         self.flush_measured_compute()
         loss = torch.tensor([self.stats.loss_sum, self.stats.loss_count], dtype=torch.float64)
         self.comm.allreduce_untracked(loss)
-        sums = self.workload.evaluate_shard(self.averaged_model(), self.rank, self.world)
+        model = averaged_model(self.model, self.comm)
+        sums = self.workload.evaluate_shard(model, self.rank, self.world)
         self.comm.allreduce_untracked(sums)
         wall_s = time.perf_counter() - self.t0
         samples = step * self.cfg.trainer.batch_size * self.world
@@ -242,23 +221,6 @@ class Trainer:
         self.recent_points.append(self.last_point)
         if tracker is not None:
             tracker.log(self.last_point, step=step)
-
-    def averaged_model(self) -> torch.nn.Module:
-        """The model the method would deliver now: parameters and float buffers averaged
-        over workers (local-update methods hold different models between averagings)."""
-        if self.world == 1:
-            return self.model
-        avg = copy.deepcopy(self.model)
-        tensors = [t for t in (*avg.parameters(), *avg.buffers()) if t.is_floating_point()]
-        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).double()
-        self.comm.allreduce_untracked(flat)
-        flat /= self.world
-        offset = 0
-        with torch.no_grad():
-            for t in tensors:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
-        return avg
 
     # ------------------------------------------------------- checkpoint/resume
     def _tracker(self) -> Tracker | None:
@@ -297,7 +259,7 @@ class Trainer:
             "run_id": self.run_id,
             "last_point": self.last_point,
             "recent_points": self.recent_points,
-            "rng": self.rng_state(),
+            "rng": rng_state(self.workload.aug_gen),
         }
 
     def save(self, step: int) -> None:
@@ -323,11 +285,11 @@ class Trainer:
         self.run_id = state["run_id"]
         self.last_point = state["last_point"]
         self.recent_points = state["recent_points"]
-        self.set_rng_state(state["rng"])
+        set_rng_state(state["rng"], self.workload.aug_gen)
         return state["step"]
 
     def finish(self, tracker: Tracker | None) -> dict | None:
-        final_model = self.averaged_model()
+        final_model = averaged_model(self.model, self.comm)
         self.comm.barrier()
         if self.rank != 0:
             return None

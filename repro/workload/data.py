@@ -34,7 +34,10 @@ class DataConfig:
 
 @dataclass
 class Arrays:
-    """A data set in memory. Images are uint8 NCHW; other inputs float32."""
+    """A data set in memory. Images are uint8 NCHW; other inputs float32.
+
+    `num_classes` is 0 for a regression data set, whose targets are float32 values.
+    """
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -88,6 +91,24 @@ def synthetic(num_samples: int, seed: int, dim: int = 16, num_classes: int = 4) 
     return Arrays(x[:num_samples], y[:num_samples], x[num_samples:], y[num_samples:], num_classes)
 
 
+# Horovod's Adasum toy problem fits f(x) = x^2 - 20x + 50.
+TOY_COEFFS = (1.0, -20.0, 50.0)
+
+
+def toy_quadratic(num_samples: int, seed: int) -> Arrays:
+    """Horovod's Adasum toy problem: samples (x, f(x)) of f(x) = x^2 - 20x + 50.
+
+    x is uniform in [-1, 1]; the targets are exact (no noise), so the model that recovers
+    the coefficients interpolates every sample. A fifth as many test points follow.
+    """
+    g = torch.Generator().manual_seed(seed)
+    n_test = max(num_samples // 5, 1)
+    x = torch.rand(num_samples + n_test, 1, generator=g) * 2 - 1
+    a, b, c = TOY_COEFFS
+    y = (a * x * x + b * x + c).squeeze(1)
+    return Arrays(x[:num_samples], y[:num_samples], x[num_samples:], y[num_samples:], 0)
+
+
 def cifar(name: str, root: str, download: bool) -> Arrays:
     """CIFAR-10/100 through torchvision's own download path, kept in memory as uint8."""
     from torchvision import datasets
@@ -119,9 +140,14 @@ def load(dataset: str, root: str, download: bool, num_samples: int, seed: int) -
         return mnist1d(root, num_samples, seed)
     if dataset == "synthetic":
         return synthetic(num_samples, seed)
+    if dataset == "toy_quadratic":
+        return toy_quadratic(num_samples, seed)
     if dataset in _CIFAR_STATS:
         return cifar(dataset, root, download)
-    raise UserError(f"workload.dataset={dataset!r} is unknown; use mnist1d, synthetic, cifar10 or cifar100")
+    raise UserError(
+        f"workload.dataset={dataset!r} is unknown; use mnist1d, synthetic, toy_quadratic, "
+        f"cifar10 or cifar100"
+    )
 
 
 class ShardSampler:

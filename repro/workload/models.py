@@ -6,6 +6,7 @@
 - `resnet18`, `resnet50`: ImageNet ResNets with the usual CIFAR stem (3x3 conv, no max-pool),
   as in the Top-k paper's CIFAR-100 runs and AdaComm's ResNet-50 runs.
 - `vgg16`: VGG-16 with batch norm and a single 512->classes classifier, AdaComm's CIFAR VGG.
+- `toy_quadratic`: Horovod's Adasum toy model x^2 + p0 x + p1 with p starting at [1, -1].
 """
 
 from __future__ import annotations
@@ -35,10 +36,28 @@ class CNN1D(nn.Module):
 class MLP(nn.Module):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(
+            nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        )
 
     def forward(self, x):
         return self.net(x)
+
+
+class ToyQuadratic(nn.Module):
+    """y = x^2 + p0 x + p1, p = [1, -1] at the start (Horovod's Adasum toy problem).
+
+    Fitting x^2 - 20x + 50 drives p to [-20, 50]; the two parameters form one tensor, so
+    Adasum combines them with one pair of coefficients, as Horovod's example does.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.param = nn.Parameter(torch.tensor([1.0, -1.0]))
+
+    def forward(self, x):
+        x = x.reshape(-1)
+        return x * x + self.param[0] * x + self.param[1]
 
 
 class BasicBlock(nn.Module):
@@ -50,7 +69,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.short = nn.Sequential()
         if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.short = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -60,7 +81,9 @@ class BasicBlock(nn.Module):
 class ResNet20(nn.Module):
     def __init__(self, num_classes: int = 10, blocks: int = 3):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()
+        )
         layers, cin = [], 16
         for cout, stride in ((16, 1), (32, 2), (64, 2)):
             for i in range(blocks):
@@ -86,7 +109,11 @@ class VGG16(nn.Module):
             if v == "M":
                 layers.append(nn.MaxPool2d(2))
             else:
-                layers += [nn.Conv2d(cin, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                layers += [
+                    nn.Conv2d(cin, v, 3, padding=1),
+                    nn.BatchNorm2d(v),
+                    nn.ReLU(inplace=True),
+                ]
                 cin = v
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(512, num_classes)
@@ -104,7 +131,7 @@ def _cifar_torchvision(name: str, num_classes: int) -> nn.Module:
     return net
 
 
-MODELS = ("cnn1d", "mlp", "resnet20", "resnet18", "resnet50", "vgg16")
+MODELS = ("cnn1d", "mlp", "resnet20", "resnet18", "resnet50", "vgg16", "toy_quadratic")
 
 
 def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
@@ -116,6 +143,8 @@ def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
         return ResNet20(num_classes)
     if name == "vgg16":
         return VGG16(num_classes)
+    if name == "toy_quadratic":
+        return ToyQuadratic()
     if name in ("resnet18", "resnet50"):
         return _cifar_torchvision(name, num_classes)
     raise UserError(f"workload.model={name!r} is unknown; choose one of {list(MODELS)}")

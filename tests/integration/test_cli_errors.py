@@ -30,7 +30,9 @@ def _assert_one_line_error(proc, needle):
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides,needle", CASES, ids=[c[1] for c in CASES])
 def test_bad_input_is_one_line(tmp_path, overrides, needle):
-    proc = repro_cli("train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path)
+    proc = repro_cli(
+        "train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path
+    )
     _assert_one_line_error(proc, needle)
     assert not (tmp_path / "runs").exists()
 
@@ -38,8 +40,12 @@ def test_bad_input_is_one_line(tmp_path, overrides, needle):
 @pytest.mark.slow
 def test_cifar_offline_names_data_root(tmp_path):
     proc = repro_cli(
-        "train", "workload=cifar10_resnet20", f"data.root={tmp_path}/cifar",
-        f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path,
+        "train",
+        "workload=cifar10_resnet20",
+        f"data.root={tmp_path}/cifar",
+        f"runs_root={tmp_path}/runs",
+        "tracking=disabled",
+        cwd=tmp_path,
     )
     _assert_one_line_error(proc, "data.root")
     assert not (tmp_path / "runs").exists()
@@ -57,8 +63,14 @@ def test_unwritable_run_dir(tmp_path):
 @pytest.mark.slow
 def test_resume_with_another_config_is_refused(tmp_path):
     run = tmp_path / "run"
-    common = [f"run_dir={run}", "tracking=disabled", "workload=synthetic_mlp", "trainer.steps=20",
-              "trainer.progress=false", f"data.root={tmp_path}/data"]
+    common = [
+        f"run_dir={run}",
+        "tracking=disabled",
+        "workload=synthetic_mlp",
+        "trainer.steps=20",
+        "trainer.progress=false",
+        f"data.root={tmp_path}/data",
+    ]
     first = repro_cli("train", *common, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = sorted(p.name for p in run.rglob("*"))

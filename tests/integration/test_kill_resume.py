@@ -53,8 +53,13 @@ def _checkpointed_step(run_dir: Path) -> int:
 @pytest.mark.slow
 def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
     killed, clean = tmp_path / "killed", tmp_path / "clean"
-    proc = subprocess.Popen(_cmd(tmp_path, killed), env=_env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(tmp_path, killed),
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 240
     while _checkpointed_step(killed) < 120 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -71,8 +76,16 @@ def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
 
     a = json.loads((killed / "summary.json").read_text())
     b = json.loads((clean / "summary.json").read_text())
-    for key in ("step", "train/loss", "test/loss", "test/acc", "time/modeled_s", "comm/bytes",
-                "comm/collectives", "method/tau"):
+    for key in (
+        "step",
+        "train/loss",
+        "test/loss",
+        "test/acc",
+        "time/modeled_s",
+        "comm/bytes",
+        "comm/collectives",
+        "method/tau",
+    ):
         assert a[key] == b[key], key
     ma, mb = torch.load(killed / "final_model.pt"), torch.load(clean / "final_model.pt")
     assert all(torch.equal(ma[k], mb[k]) for k in mb)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import optuna
@@ -42,7 +44,7 @@ def repro(*args: str, **kw) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=150,
         **kw,
     )
 
@@ -92,7 +94,33 @@ def _storage_of(spec_path: Path):
 
 
 def test_tiny_sweep_on_journal_with_two_workers(tmp_path):
-    run_tiny_sweep_and_show(write_spec(tmp_path))
+    spec_path = write_spec(tmp_path)
+    run_tiny_sweep_and_show(spec_path)
+
+    # The dashboard serves the same study, on localhost only.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dash = subprocess.Popen(
+        [sys.executable, "-m", "repro", "sweep", "dashboard", str(spec_path), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as r:
+                    studies = json.load(r)["study_summaries"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline and dash.poll() is None, "dashboard not up"
+                time.sleep(0.5)
+        assert [s["study_name"] for s in studies] == ["tiny"]
+    finally:
+        dash.terminate()
+        dash.wait()
 
 
 def test_tiny_sweep_on_postgresql(tmp_path, pg_url):

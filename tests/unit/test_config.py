@@ -27,7 +27,11 @@ def test_every_group_choice_composes(group, choice):
 
 def test_default_is_mnist1d_sync():
     cfg = compose([])
-    assert (cfg.workload.dataset, cfg.method.name, cfg.network.name) == ("mnist1d", "sync", "loopback")
+    assert (cfg.workload.dataset, cfg.method.name, cfg.network.name) == (
+        "mnist1d",
+        "sync",
+        "loopback",
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,5 +62,7 @@ def test_local_sgd_tau_must_be_positive():
 
 def test_hash_ignores_presentation_but_not_training_settings():
     base = compose([])
-    assert config_hash(base) == config_hash(compose(["trainer.progress=false", "tracking=disabled"]))
+    assert config_hash(base) == config_hash(
+        compose(["trainer.progress=false", "tracking=disabled"])
+    )
     assert config_hash(base) != config_hash(compose(["optim.lr=0.02"]))

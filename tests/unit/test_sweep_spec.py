@@ -9,13 +9,8 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.sweep.spec import (
-    ParamSpec,
-    format_override,
-    grid_size,
-    load_spec,
-    spec_from_dict,
-)
+from repro.sweep.space import ParamSpec, format_override, grid_size
+from repro.sweep.spec import load_spec, spec_from_dict
 from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
 from repro.sweep.study import run_sweep
 
@@ -125,6 +120,9 @@ def test_unknown_sampler_is_refused(tmp_path):
 
 def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
     refused(tiny(tmp_path, trials=3), "unknown key(s) ['trials']")
+    refused(tiny(tmp_path, objectives=[{"metric": "test/acc"}]), "objectives[0]: missing")
+    refused(tiny(tmp_path, objectives=["test/acc"]), "objectives[0] must be a mapping")
+    refused(tiny(tmp_path, space=[{"type": "float", "low": 0.1, "high": 1}]), "['key']")
     refused(
         tiny(tmp_path, objectives=[{"metric": "test/acc", "direction": "max"}]), "direction='max'"
     )

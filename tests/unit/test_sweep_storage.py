@@ -12,7 +12,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
-from repro.sweep.storage import WorkerLocks, fail_orphaned_trials
+from repro.sweep.storage import MAX_RETRY, WorkerLocks, fail_orphaned_trials, requeue_lost_trial
 from repro.sweep.study import tally
 
 # A worker that registers, optionally starts a trial of study "s", says who it is, then waits.
@@ -77,7 +77,11 @@ def test_restart_fails_only_dead_workers_trials_and_queues_them_again(tmp_path):
     try:
         kill(dead)
         locks = WorkerLocks(tmp_path)
-        assert fail_orphaned_trials(study, storage, locks) == 2
+        # With a database, an unstamped trial gets the grace period (other hosts may own it).
+        assert fail_orphaned_trials(study, storage, locks, 3600) == 1
+        assert study.trials[unstamped.number].state == TrialState.RUNNING
+        # With a journal, under the ask lock, it is dead at once.
+        assert fail_orphaned_trials(study, storage, locks, 0) == 1
         by_worker = {t.user_attrs.get("worker"): t for t in study.get_trials()}
         lost = by_worker[dead_stamp]
         assert lost.state == TrialState.FAIL
@@ -91,6 +95,19 @@ def test_restart_fails_only_dead_workers_trials_and_queues_them_again(tmp_path):
         ]
         # Stale failures do not use up the budget: 1 complete, 1 running.
         assert tally(study) == (1, 1)
-        assert fail_orphaned_trials(study, storage, locks) == 0  # idempotent
+        assert fail_orphaned_trials(study, storage, locks, 0) == 0  # idempotent
     finally:
         kill(live)
+
+
+def test_a_point_is_retried_at_most_max_retry_times():
+    study = optuna.create_study()
+    dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    lost = optuna.trial.create_trial(
+        params={"x": 0.5}, distributions=dist, value=0.0, user_attrs={"retries": MAX_RETRY - 1}
+    )
+    requeue_lost_trial(study, lost)
+    (again,) = study.get_trials(states=(TrialState.WAITING,))
+    assert again.params == {"x": 0.5} and again.user_attrs["retries"] == MAX_RETRY
+    requeue_lost_trial(study, again)  # the last allowed retry was lost as well: give up
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 1

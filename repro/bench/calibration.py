@@ -1,0 +1,53 @@
+"""How well the calibrated alpha-beta model predicts this machine's gloo collectives.
+
+Two independent measurement runs of allreduce and allgather (2 and 4 ranks, 1 KB to 64 MB):
+each op's latency and bandwidth are fitted on the first run exactly as `repro calibrate`
+does, and the model's relative error is evaluated on the second run, so the number is an
+out-of-sample prediction error, not a fitting residual. Goal: median |error| <= 25%
+(issue 3, item 9). The in-sample error of the first run is printed beside it: a large gap
+between the two means run-to-run noise (a loaded machine), not a wrong formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.netmodel.calibrate import DEFAULT_SIZES, describe, fit_all, measure, relative_errors
+
+OPS = ("allreduce", "allgather")
+RANKS = (2, 4)
+REPEATS, WARMUP = 3, 1
+GOAL = 0.25
+
+
+def _errors(links, samples, op: str | None = None) -> np.ndarray:
+    chosen = [s for s in samples if op is None or s.op == op]
+    return np.concatenate([relative_errors(links[s.op], [s]) for s in chosen])
+
+
+def run() -> list[str]:
+    fit_run = measure(RANKS, OPS, DEFAULT_SIZES, REPEATS, WARMUP)
+    eval_run = measure(RANKS, OPS, DEFAULT_SIZES, REPEATS, WARMUP)
+    links = fit_all(fit_run)
+    lines = [
+        f"sweep: {', '.join(OPS)}; ranks {list(RANKS)}; {len(DEFAULT_SIZES)} sizes "
+        f"{DEFAULT_SIZES[0]} B..{DEFAULT_SIZES[-1] >> 20} MB; median of {REPEATS} repeats",
+    ]
+    for op in OPS:
+        held_out = np.abs(_errors(links, eval_run, op))
+        in_sample = np.abs(_errors(links, fit_run, op))
+        lines.append(
+            f"{op}: {describe(links[op])}; median |error| held-out {np.median(held_out):.1%} "
+            f"(in-sample {np.median(in_sample):.1%})"
+        )
+    overall = float(np.median(np.abs(_errors(links, eval_run))))
+    verdict = "meets" if overall <= GOAL else "misses"
+    lines.append(
+        f"median |prediction error| on the second run: {overall:.1%} "
+        f"({verdict} the goal of at most {GOAL:.0%})"
+    )
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(run()))

@@ -1,0 +1,145 @@
+"""Tables that put a paper's published numbers beside ours, run by run (e.g. Flexible Top-k's
+Table IV: step time and final accuracy per method and compression ratio).
+
+A claims file lists them under `tables:`; each row names one of our runs by label and the
+published values it stands beside. Our columns: the mean modeled step time (last logged
+modeled time over the last step, probing included), its ratio to the reference run's, the
+final test accuracy (mean of the last `smooth` logged points, in %), and which collectives
+the run logged. Published columns: step time, its ratio to the reference row's published
+step time, top-1 accuracy, and where the numbers come from. Ratios make the two comparable
+when the networks differ (ours follows the experiment's network schedule, the paper's
+table one fixed link).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from repro.errors import UserError
+from repro.report.render import Page, Table, fmt
+from repro.report.series import NotMeasurable, Run, cfg, final, final_step, points
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One of our runs (`run`, a label) and the published numbers beside it (None: not
+    published)."""
+
+    run: str
+    source: str
+    step_ms: float | None = None
+    acc: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("step_ms", "acc"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise UserError(f"{name}={value!r} must be a number or absent")
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """`rows` against `reference` (the label whose step time the ratios divide by)."""
+
+    id: str
+    title: str
+    reference: str
+    rows: list
+    caption: str = ""
+    smooth: int = 1
+    parsed: list = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rows, list) or not self.rows:
+            raise UserError(f"table '{self.id}': rows must be a non-empty list")
+        if not isinstance(self.smooth, int) or self.smooth < 1:
+            raise UserError(f"table '{self.id}': smooth={self.smooth!r} must be an integer >= 1")
+        parsed = []
+        for i, row in enumerate(self.rows):
+            if not isinstance(row, dict) or set(row) - {"run", "source", "step_ms", "acc"}:
+                raise UserError(
+                    f"table '{self.id}' rows[{i}] must be a mapping of run, source, step_ms, acc"
+                )
+            try:
+                parsed.append(PublishedRow(**row))
+            except TypeError as err:
+                raise UserError(f"table '{self.id}' rows[{i}]: {err}") from None
+        if self.reference not in [row.run for row in parsed]:
+            raise UserError(f"table '{self.id}': reference '{self.reference}' is not a row's run")
+        object.__setattr__(self, "parsed", parsed)
+
+
+HEADERS = [
+    "method",
+    "label",
+    "CR",
+    "collectives logged",
+    "ours: step (ms, modeled)",
+    "ours: step / reference",
+    "ours: test acc (%)",
+    "published: step (ms)",
+    "published: step / reference",
+    "published: top-1 (%)",
+    "published source",
+]
+
+
+def _step_ms(run: Run) -> float | None:
+    try:
+        return 1e3 * final(run, "time/modeled_s") / final_step(run)
+    except NotMeasurable:
+        return None
+
+
+def _acc_pct(run: Run, smooth: int) -> float | None:
+    try:
+        return 100 * final(run, "test/acc", smooth)
+    except NotMeasurable:
+        return None
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    return None if value is None or not reference else value / reference
+
+
+def _collectives(run: Run) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in points(run, "method/collective")[1])) or "—"
+
+
+def render_table(
+    spec: PublishedTable, runs: Mapping[str, Run], name: Callable[[str], str]
+) -> Table:
+    """The spec as a page table; rows whose run is absent say "not run"."""
+    ref_run = runs.get(spec.reference)
+    ref_ours = None if ref_run is None else _step_ms(ref_run)
+    ref_pub = next(row.step_ms for row in spec.parsed if row.run == spec.reference)
+    rows = []
+    for row in spec.parsed:
+        run = runs.get(row.run)
+        if run is None:
+            ours = ["—", "not run", "—", "—", "—"]
+        else:
+            step = _step_ms(run)
+            ours = [
+                fmt(cfg(run, "method.cr")),
+                _collectives(run),
+                fmt(step),
+                fmt(_ratio(step, ref_ours)),
+                fmt(_acc_pct(run, spec.smooth)),
+            ]
+        published = [fmt(row.step_ms), fmt(_ratio(row.step_ms, ref_pub)), fmt(row.acc), row.source]
+        rows.append([name(row.run), row.run, *ours, *published])
+    return Table(spec.title, HEADERS, rows)
+
+
+def with_published_tables(
+    page: Page, specs: list[PublishedTable], runs: Mapping[str, Run], name: Callable[[str], str]
+) -> Page:
+    """`page` with the published-beside-ours tables after its other leading tables, and
+    each table's caption among the notes."""
+    tables = [render_table(spec, runs, name) for spec in specs]
+    captions = [f"{spec.title}: {spec.caption}" for spec in specs if spec.caption]
+    return replace(
+        page, tables_before=[*page.tables_before, *tables], notes=[*captions, *page.notes]
+    )

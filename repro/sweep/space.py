@@ -1,0 +1,110 @@
+"""Search-space entries of a sweep spec: one Optuna distribution bound to one config key.
+
+Each entry is checked as Optuna would check the distribution (bounds, log scale, step,
+choices), so a bad entry is refused when the spec is read instead of when the first trial
+samples it. `format_override` turns a sampled value back into the Hydra override that sets it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from repro.errors import UserError
+
+PARAM_TYPES = ("float", "int", "categorical")
+
+
+def number(value: Any, what: str) -> float:
+    """`value` as a finite number, or a `UserError` naming the setting `what`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UserError(f"{what}={value!r} must be a finite number")
+    return value
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One search-space entry: an Optuna distribution bound to a config key."""
+
+    key: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"space[{self.key}]"
+        if not isinstance(self.key, str) or not self.key:
+            raise UserError(f"space entry key={self.key!r} must be a config key such as method.cr")
+        if self.type not in PARAM_TYPES:
+            raise UserError(f"{where}.type={self.type!r} must be one of {', '.join(PARAM_TYPES)}")
+        if self.type == "categorical":
+            self._check_categorical(where)
+        else:
+            self._check_numeric(where)
+
+    def _check_categorical(self, where: str) -> None:
+        if self.low is not None or self.high is not None or self.log or self.step is not None:
+            raise UserError(f"{where}: a categorical entry takes choices, not low/high/log/step")
+        if not self.choices:
+            raise UserError(f"{where}.choices is empty: list at least one value")
+        for c in self.choices:
+            if c is not None and not isinstance(c, bool | int | float | str):
+                raise UserError(f"{where}.choices: {c!r} is not a scalar (str, number, bool)")
+        if len(set(map(repr, self.choices))) != len(self.choices):
+            raise UserError(f"{where}.choices={list(self.choices)} has duplicates")
+
+    def _check_numeric(self, where: str) -> None:
+        if self.choices:
+            raise UserError(f"{where}: a {self.type} entry takes low/high, not choices")
+        if self.low is None or self.high is None:
+            raise UserError(f"{where}: a {self.type} entry needs both low and high")
+        low, high = number(self.low, f"{where}.low"), number(self.high, f"{where}.high")
+        if self.type == "int":
+            for name, v in (("low", low), ("high", high), ("step", self.step)):
+                if v is not None and not isinstance(v, int):
+                    raise UserError(f"{where}.{name}={v!r} must be an integer for type int")
+        if low >= high:
+            raise UserError(f"{where}: low={low} must be below high={high}")
+        if self.log and low <= 0:
+            raise UserError(f"{where}: log scale needs low > 0, got low={low}")
+        if self.step is not None:
+            step = number(self.step, f"{where}.step")
+            if step <= 0:
+                raise UserError(f"{where}.step={step} must be positive")
+            if self.log:
+                raise UserError(f"{where}: log and step cannot be combined (Optuna refuses it)")
+
+    def probe_values(self) -> list[Any]:
+        """Values that exercise the config schema: every choice, or both ends of the range."""
+        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
+
+    def grid_values(self) -> list[Any]:
+        """The points a grid sampler visits; a float without a step has none."""
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.type == "float" and self.step is None:
+            raise UserError(f"sampler grid needs space[{self.key}].step (or make it categorical)")
+        step = self.step if self.step is not None else 1
+        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        return [self.low + i * step for i in range(n)]
+
+
+def grid_size(space: tuple[ParamSpec, ...]) -> int:
+    """Number of points a grid sampler visits: the product of each entry's grid."""
+    return math.prod(len(p.grid_values()) for p in space)
+
+
+def format_override(key: str, value: Any) -> str:
+    """A Hydra override for one sampled value; strings outside plain identifiers are quoted."""
+    if value is None:
+        return f"{key}=null"
+    if isinstance(value, bool):
+        return f"{key}={str(value).lower()}"
+    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
+        return f"{key}='{value}'"
+    return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"

