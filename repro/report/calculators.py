@@ -29,6 +29,7 @@ from repro.report.series import (
     final_step,
     first_reach,
     label_of,
+    value_at_step,
     x_metric,
 )
 
@@ -216,23 +217,32 @@ def trend(
     per_step: bool = False,
     smooth: int = 1,
     include: Mapping[str, float] | None = None,
+    common_step: bool = False,
 ) -> Measurement:
     """How consistently `metric` moves in `direction` as config `key` grows across runs.
 
     Runs are those matching `where` plus `include` (label -> key value, e.g. sync as tau 1).
     Per run the quantity is the final smoothed `metric`, or with `per_step` its final value
-    divided by the final step (e.g. modeled seconds per step). The value is the share of
-    consecutive pairs, ordered by `key`, that move strictly in `direction`.
+    divided by the final step (e.g. modeled seconds per step), or with `common_step` its
+    smoothed value at the last step every member reached (runs with a time budget end at
+    different steps). The value is the share of consecutive pairs, ordered by `key`, that
+    move strictly in `direction`.
     """
     members = _members(runs, where, key, include or {})
-    ys = [
-        final(run, metric) / final_step(run) if per_step else final(run, metric, smooth)
-        for _, _, run in members
-    ]
+    if common_step:
+        at = min(final_step(run) for _, _, run in members)
+        ys = [value_at_step(run, metric, at, smooth) for _, _, run in members]
+    else:
+        ys = [
+            final(run, metric) / final_step(run) if per_step else final(run, metric, smooth)
+            for _, _, run in members
+        ]
     sign = 1 if direction == "increasing" else -1
     good = sum(1 for a, b in zip(ys, ys[1:], strict=False) if sign * (b - a) > 0)
     name = key.rsplit(".", 1)[-1]
     note = ", ".join(f"{name}={k:g}: {y:.4g}" for (k, _, _), y in zip(members, ys, strict=True))
+    if common_step:
+        note += f" (at step {at:g})"
     return Measurement(good / (len(ys) - 1), note)
 
 

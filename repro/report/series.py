@@ -109,6 +109,15 @@ def final(run: Run, metric: str, window: int = 1) -> float:
     return curve(run, metric, "step", window)[1][-1]
 
 
+def value_at_step(run: Run, metric: str, step: float, window: int = 1) -> float:
+    """The smoothed `metric` at the last logged point at or before `step`."""
+    xs, ys = curve(run, metric, "step", window)
+    before = [y for x, y in zip(xs, ys, strict=True) if x <= step]
+    if not before:
+        raise NotMeasurable(f"run '{label_of(run)}' logged no '{metric}' by step {step:g}")
+    return before[-1]
+
+
 def final_step(run: Run) -> float:
     """The step of the last logged point."""
     steps = [float(r["step"]) for r in run.history if _present(r.get("step"))]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import yaml
 
 from repro.errors import UserError
 from repro.netmodel.calibrate import Sample, _parse_size, coefficients, fit, fit_all, preset_text
@@ -72,5 +73,8 @@ def test_sizes_parse_with_binary_suffixes():
 def test_preset_holds_the_chosen_fit():
     samples = _exact_samples()
     text = preset_text("here", fit_all(samples), samples, "allgather")
-    assert "name: here\n" in text
-    assert f"latency_ms: {A * 1e3!r}" in text.replace("0.049999999999", "0.05")[:0] + text or True
+    values = yaml.safe_load(text)
+    assert values["name"] == "here"
+    assert values["latency_ms"] == pytest.approx(A * 1e3, rel=1e-9)
+    assert values["bandwidth_gbps"] == pytest.approx(BW * 8 / 1e9, rel=1e-9)
+    assert values["defaults"] == ["network_schema", "_self_"]
