@@ -4,10 +4,11 @@ PY      := .venv/bin/python
 VENV    := .venv/.installed
 SCALE   ?= small
 SPEC    ?= sweeps/topk_cr_pareto.yaml
+PORT    ?= 8080
 export WANDB_SILENT := true
 
 .PHONY: install test test-fast lint bench reproduce-adacomm reproduce-topk reproduce-adasum \
-        reproduce-all report sweep dashboard slurm-up slurm-down clean
+        reproduce-all report sweep dashboard slurm-up slurm-down pg-up pg-down clean
 
 install: $(VENV)
 
@@ -43,17 +44,26 @@ reproduce-adasum: $(VENV)
 reproduce-all: reproduce-adacomm reproduce-topk reproduce-adasum
 	.venv/bin/repro report all
 
+report: $(VENV)
+	.venv/bin/repro report all
+
 sweep: $(VENV)
 	.venv/bin/repro sweep $(SPEC)
 
 dashboard: $(VENV)
-	.venv/bin/repro sweep dashboard $(SPEC)
+	.venv/bin/repro sweep dashboard $(SPEC) --port $(PORT)
 
 slurm-up:
 	scripts/slurm-local up
 
 slurm-down:
 	scripts/slurm-local down
+
+pg-up:
+	scripts/pg-local up
+
+pg-down:
+	scripts/pg-local down
 
 clean:
 	rm -rf runs reports/adacomm reports/topk reports/adasum .pytest_cache

@@ -4,9 +4,10 @@ Maleki et al. (MLSys 2021) call their Adasum allreduce "almost as efficient as s
 summing gradients": it moves a reduce-scatter's plus an allgather's worth of data, like a
 ring allreduce, and adds per-level dot products and three float64 scalars per tensor.
 Here both run over 4 spawned gloo ranks on 1 MB to 64 MB of float32 split into 8 tensors
-of unequal sizes (a model's layers): the plain allreduce sums one flat buffer in place (the
-`combiner=sum` path); Adasum takes the list and returns the per-tensor combination. Each
-time is the median over repeats of the slowest rank, after a warm-up call. Goal (issue 6):
+of unequal sizes (a model's layers), both in place on one persistent flat buffer, as
+`method=adasum` runs them: the plain allreduce sums it (the `combiner=sum` path), Adasum
+(`adasum_allreduce_`) combines it per tensor. Each time is the median over repeats of the
+slowest rank, after a warm-up call. Goal (issue 6):
 Adasum at most 1.5x the plain allreduce at 64 MB.
 
 Bytes moved per rank: Adasum's are its recorded sendrecv and scalar payloads; the plain
@@ -21,7 +22,7 @@ import time
 
 import torch
 
-from repro.dist.adasum_allreduce import adasum_allreduce
+from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
 from repro.dist.collectives import Collectives
 from repro.dist.launch import init_process_group, spawn
 
@@ -63,11 +64,12 @@ def _worker(rank: int, world: int, repeats: int) -> list[tuple[int, float, float
     rows = []
     for mb in SIZES_MB:
         layers = _layers(mb << 20, rank)
-        flat = torch.cat(layers)
+        layout = FlatLayout(layers, world)
+        flat = layout.flatten(layers)
         t_plain = _time(comm, functools.partial(comm.allreduce, flat), repeats)
-        adasum = functools.partial(adasum_allreduce, layers, comm)
+        adasum = functools.partial(adasum_allreduce_, flat, layout, comm)
         t_adasum = _time(comm, adasum, repeats)
-        moved = sum(r.nbytes for r in adasum()[1])
+        moved = sum(r.nbytes for r in adasum())
         rows.append((mb, t_plain, t_adasum, moved))
     return rows
 

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.netmodel.calibrate import DEFAULT_SIZES, describe, fit_all, measure, relative_errors
+from repro.netmodel.calibrate import (
+    DEFAULT_SIZES,
+    describe,
+    fit_all,
+    load_note,
+    measure,
+    relative_errors,
+)
 
 OPS = ("allreduce", "allgather")
 RANKS = (2, 4)
@@ -20,18 +27,21 @@ REPEATS, WARMUP = 3, 1
 GOAL = 0.25
 
 
-def _errors(links, samples, op: str | None = None) -> np.ndarray:
-    chosen = [s for s in samples if op is None or s.op == op]
+def _errors(links, samples, op: str | None = None, world: int | None = None) -> np.ndarray:
+    chosen = [
+        s for s in samples if (op is None or s.op == op) and (world is None or s.world == world)
+    ]
     return np.concatenate([relative_errors(links[s.op], [s]) for s in chosen])
 
 
 def run() -> list[str]:
     fit_run = measure(RANKS, OPS, DEFAULT_SIZES, REPEATS, WARMUP)
     eval_run = measure(RANKS, OPS, DEFAULT_SIZES, REPEATS, WARMUP)
+    load = load_note()
     links = fit_all(fit_run)
     lines = [
         f"sweep: {', '.join(OPS)}; ranks {list(RANKS)}; {len(DEFAULT_SIZES)} sizes "
-        f"{DEFAULT_SIZES[0]} B..{DEFAULT_SIZES[-1] >> 20} MB; median of {REPEATS} repeats",
+        f"{DEFAULT_SIZES[0]} B..{DEFAULT_SIZES[-1] >> 20} MB; median of {REPEATS} repeats; {load}",
     ]
     for op in OPS:
         held_out = np.abs(_errors(links, eval_run, op))
@@ -40,6 +50,11 @@ def run() -> list[str]:
             f"{op}: {describe(links[op])}; median |error| held-out {np.median(held_out):.1%} "
             f"(in-sample {np.median(in_sample):.1%})"
         )
+    for world in RANKS:
+        by_op = ", ".join(
+            f"{op} {np.median(np.abs(_errors(links, eval_run, op, world))):.1%}" for op in OPS
+        )
+        lines.append(f"{world} ranks, held-out median |error|: {by_op}")
     overall = float(np.median(np.abs(_errors(links, eval_run))))
     verdict = "meets" if overall <= GOAL else "misses"
     lines.append(

@@ -1,7 +1,12 @@
 """Where a run executes: `local` (spawned on this machine) or a SLURM cluster via submitit.
 
 The training code is identical in every case; only how the N worker processes are started
-differs. The SLURM fields are used by the `slurm`, `slurm_local` and `submitit_local` presets.
+differs. `local` spawns them here; `submitit_local` hands the job to submitit's
+LocalExecutor (a detached process on this machine, the same job files and requeue logic as
+SLURM, no scheduler); `slurm` submits it with sbatch through submitit. The SLURM fields are
+read by `repro.cluster.submit`: one training run is one job of `nodes` nodes with
+`trainer.world_size / nodes` tasks per node, each task one worker (one GPU when
+`gpus_per_node > 0`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,15 @@ CLUSTERS = ("local", "submitit_local", "slurm")
 
 @dataclass
 class ClusterConfig:
+    """`setup` lines run in the batch script before srun (module loads, conda activate,
+    NCCL variables); `sbatch_args` are extra `#SBATCH --key=value` lines and `srun_args`
+    extra srun flags. `folder` holds submitit's job files and logs (empty: `<runs_root>/
+    slurm`); it must be on a file system the compute nodes share. `env_file` is a shell file
+    of `export KEY='value'` lines applied before any SLURM command (the local test cluster
+    keeps its SLURM_CONF there). `array_parallelism` caps how many array tasks of one run
+    set or sweep run at once. `max_requeues` bounds how often a job that hit its time limit
+    resubmits itself."""
+
     name: str = "local"
     kind: str = "local"
     partition: str | None = None
@@ -30,7 +44,10 @@ class ClusterConfig:
     setup: list[str] = field(default_factory=list)
     sbatch_args: dict[str, str] = field(default_factory=dict)
     srun_args: list[str] = field(default_factory=list)
-    folder: str = "runs/slurm_logs"
+    folder: str = ""
+    env_file: str | None = None
+    array_parallelism: int = 64
+    max_requeues: int = 3
 
     def __post_init__(self):
         if self.kind not in CLUSTERS:
@@ -43,6 +60,14 @@ class ClusterConfig:
             raise UserError("cluster.gpus_per_node must be >= 0 and cluster.cpus_per_task >= 1")
         if self.time_min < 1:
             raise UserError(f"cluster.time_min={self.time_min} must be at least 1 minute")
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise UserError(f"cluster.mem_gb={self.mem_gb} must be positive (or null for none)")
+        if self.array_parallelism < 1:
+            raise UserError(f"cluster.array_parallelism={self.array_parallelism} must be >= 1")
+        if self.max_requeues < 0:
+            raise UserError(f"cluster.max_requeues={self.max_requeues} must be >= 0")
+        if self.kind == "submitit_local" and self.nodes != 1:
+            raise UserError(f"cluster.nodes={self.nodes}: submitit_local runs on one node only")
 
 
 ConfigStore.instance().store(group="cluster", name="cluster_schema", node=ClusterConfig)

@@ -69,7 +69,7 @@ def env_rank_world() -> tuple[int, int] | None:
     return None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # A SIGKILLed launcher must not leave workers blocked in a collective forever.
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -79,7 +79,7 @@ def _die_with_parent() -> None:
 
 
 def _worker(rank, world, port, fn, args, results):
-    _die_with_parent()
+    die_with_parent()
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),

@@ -9,8 +9,9 @@ broadcast a log n + log n M b. Every cost is linear in (a, b), so the fit is a n
 least-squares problem. Residuals are relative (each row divided by its measured time) so
 that 1 KB and 64 MB messages weigh alike instead of the largest drowning out the latency.
 
-The ops do not share one link here: gloo's allgather moves bytes several times slower than
-its allreduce on one machine, so a single link that serves all three misses each of them.
+The ops do not share one link here: gloo's allgather (into a freshly allocated buffer, as
+`Collectives` runs it) moves bytes a few times slower than its allreduce on one machine, so
+a single link that serves all three misses each of them.
 A network preset holds one link, which the modeled clock charges for every op, so the preset
 takes the allreduce fit by default (every dense method's traffic is allreduce);
 `--link-from` picks another op's fit or the joint fit over all ops. All fits are printed
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import time
 from collections.abc import Sequence
@@ -38,7 +40,7 @@ from repro.errors import UserError
 from repro.netmodel.cost import Link, record_cost
 
 OPS = ("allreduce", "allgather", "broadcast")
-DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KB .. 64 MB
+DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KB .. 64 MB, as --sizes defaults
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "configs" / "network" / "calibrated.yaml"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -96,32 +98,39 @@ def _run_op(comm: Collectives, op: str, t: torch.Tensor) -> CommRecord:
 def measure_worker(
     rank: int, world: int, ops: Sequence[str], sizes: Sequence[int], repeats: int, warmup: int
 ) -> list[Sample] | None:
-    """One rank of a measurement run; rank 0 returns the samples."""
+    """One rank of a measurement run; rank 0 returns the samples.
+
+    Each round times every (op, size) once, and rounds repeat: a burst of load from other
+    processes then spoils one repeat of many sizes, which the median discards, rather than
+    every repeat of one size.
+    """
     init_process_group()
     torch.set_num_threads(1)
     comm = Collectives()
-    bar = tqdm(
-        total=len(ops) * len(sizes), desc=f"calibrate {world} ranks", disable=rank != 0,
+    # Zeros stay zeros under repeated in-place sums, so no overflow slows a repeat.
+    tensors = [torch.zeros(max(n // 4, 1), dtype=torch.float32) for n in sizes]
+    cells = [(op, t) for op in ops for t in tensors]
+    secs = torch.zeros(repeats, len(cells), dtype=torch.float64)
+    for i in tqdm(
+        range(warmup + repeats),
+        desc=f"calibrate {world} ranks",
+        unit="round",
+        disable=rank != 0,
         dynamic_ncols=True,
-    )
-    samples = []
-    for op in ops:
-        for nbytes in sizes:
-            # Zeros stay zeros under repeated in-place sums, so no overflow slows a repeat.
-            t = torch.zeros(max(nbytes // 4, 1), dtype=torch.float32)
-            secs = []
-            for i in range(warmup + repeats):
-                comm.barrier()
-                rec = _run_op(comm, op, t)
-                if i >= warmup:
-                    secs.append(rec.seconds)
-            # A collective ends when its last participant does: the slowest rank per repeat.
-            per_rank = comm.allgather_untracked(torch.tensor(secs, dtype=torch.float64))
-            slowest = per_rank.max(dim=0).values.numpy()
-            samples.append(Sample(op, world, t.numel() * 4, float(np.median(slowest))))
-            bar.update()
-    bar.close()
-    return samples if rank == 0 else None
+    ):
+        for j, (op, t) in enumerate(cells):
+            comm.barrier()
+            rec = _run_op(comm, op, t)
+            if i >= warmup:
+                secs[i - warmup, j] = rec.seconds
+    # A collective ends when its last participant does: the slowest rank in each repeat.
+    slowest = comm.allgather_untracked(secs).max(dim=0).values.numpy()
+    if rank != 0:
+        return None
+    return [
+        Sample(op, world, t.numel() * 4, float(np.median(slowest[:, j])))
+        for j, (op, t) in enumerate(cells)
+    ]
 
 
 def measure(
@@ -159,13 +168,20 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="repro calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (each >= 2)")
-    p.add_argument("--sizes", default=",".join(f"{s // 1024}K" for s in DEFAULT_SIZES),
-                   help="bytes per rank, comma-separated, with K/M suffixes")
+    p.add_argument(
+        "--sizes",
+        default="1K,4K,16K,64K,256K,1M,4M,16M,64M",
+        help="bytes per rank, comma-separated, with K/M suffixes",
+    )
     p.add_argument("--ops", default=",".join(OPS), help=f"collectives among {', '.join(OPS)}")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per size (median)")
     p.add_argument("--warmup", type=int, default=2, help="untimed repeats before those")
-    p.add_argument("--link-from", default="allreduce", choices=[*OPS, "joint"],
-                   help="whose fit the preset's link takes (the joint fit covers every op)")
+    p.add_argument(
+        "--link-from",
+        default="allreduce",
+        choices=[*OPS, "joint"],
+        help="whose fit the preset's link takes (the joint fit covers every op)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="network preset to write")
     return p
 
@@ -193,6 +209,11 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
     return ranks, ops, sizes, args
 
 
+def load_note() -> str:
+    """The machine's load now: other processes' work shows up as slower collectives."""
+    return f"1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
 def describe(link: Link) -> str:
     gbps = link.bandwidth_Bps * 8 / 1e9
     return f"latency {link.latency_s * 1e3:.4f} ms, bandwidth {gbps:.3f} Gbit/s"
@@ -200,8 +221,10 @@ def describe(link: Link) -> str:
 
 def error_table(links: dict[str, Link], samples: Sequence[Sample]) -> list[str]:
     """Measured and modeled ms per sample, under the op's own fit and the joint fit."""
-    lines = [f"{'op':<10}{'ranks':>6}{'bytes':>11}{'measured ms':>13}"
-             f"{'op fit ms':>11}{'err':>8}{'joint ms':>10}{'err':>8}"]
+    lines = [
+        f"{'op':<10}{'ranks':>6}{'bytes':>11}{'measured ms':>13}"
+        f"{'op fit ms':>11}{'err':>8}{'joint ms':>10}{'err':>8}"
+    ]
     for s in samples:
         own, joint = predict(links[s.op], s), predict(links["joint"], s)
         lines.append(
@@ -235,7 +258,8 @@ def preset_text(
     header = [
         f"Fitted by `repro calibrate` on {socket.gethostname()} at "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: gloo, ranks {ranks},",
-        f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]} bytes per rank, median of repeats.",
+        f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]} bytes per rank, median of repeats;",
+        f"{load_note()} after measuring.",
         f"The link is the {link_from} fit (median |error| on its samples "
         f"{median_error(chosen, own):.1%}); the",
         "modeled clock charges it for every op. Fits (relative least squares):",
@@ -260,8 +284,10 @@ def preset_text(
 def main(argv: list[str]) -> int:
     ranks, ops, sizes, args = _args(argv)
     samples = measure(ranks, ops, sizes, args.repeats, args.warmup)
+    load = load_note()
     links = fit_all(samples)
     print("\n".join(error_table(links, samples)))
+    print(f"measured with a {load}")
     for op, link in links.items():
         print(f"{op + ' fit:':<16}{describe(link)}")
     try:
@@ -269,6 +295,8 @@ def main(argv: list[str]) -> int:
         args.out.write_text(preset_text(args.out.stem, links, samples, args.link_from))
     except OSError as e:
         raise UserError(f"repro calibrate: cannot write --out={args.out}: {e.strerror}") from None
-    print(f"wrote {args.out} with the {args.link_from} fit; "
-          f"use it as network={args.out.stem} from configs/network/")
+    print(
+        f"wrote {args.out} with the {args.link_from} fit; "
+        f"use it as network={args.out.stem} from configs/network/"
+    )
     return 0

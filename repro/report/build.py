@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.report.claims import SCALES, ClaimsFile, evaluate, load_claims
+from repro.report.claims import SCALES, ClaimResult, ClaimsFile, evaluate, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure
 from repro.report.published import with_published_tables
@@ -75,6 +75,53 @@ def _progress(run: Run) -> tuple[bool, float]:
         return run.exit_code == 0, -1.0
 
 
+def draw_parts(
+    claims: ClaimsFile, runs: dict[str, Run], scale: str, out_dir: Path
+) -> tuple[list[ClaimResult], list[FigureOut]]:
+    """Evaluate the claims and draw the figures into `out_dir` (the index page reuses both).
+
+    Figures that have nothing to draw come back with the reason instead of a file, so a page
+    refers only to files that exist.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = evaluate(claims.claims, runs, scale)
+    figures = []
+    for spec in claims.figures:
+        caption = f"{spec.caption} {spec.clock_sentence()}".strip()
+        try:
+            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
+        except NotMeasurable as err:
+            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
+            continue
+        figures.append(FigureOut(spec.id, spec.title, caption, path.name))
+    return results, figures
+
+
+def write_page(
+    claims: ClaimsFile,
+    runs: dict[str, Run],
+    scale: str,
+    out_dir: Path,
+    parts: tuple[list[ClaimResult], list[FigureOut]],
+    *,
+    command: str,
+    notes: Sequence[str] = (),
+) -> Path:
+    """Write report.md + report.html in `out_dir` from `draw_parts`' output; returns the HTML."""
+    results, figures = parts
+    page = assemble(claims, runs, scale, results, figures, [*notes, f"Regenerate: {command}"])
+    page = with_published_tables(page, claims.tables, runs, claims.display_name)
+    (out_dir / "report.md").write_text(to_markdown(page))
+    html_path = out_dir / "report.html"
+    html_path.write_text(to_html(page))
+    return html_path
+
+
+def ordered(claims: ClaimsFile, runs: dict[str, Run]) -> dict[str, Run]:
+    """Runs in the order the claims file's `methods` names them (baseline first)."""
+    return dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
+
+
 def render_report(
     claims: ClaimsFile,
     runs: dict[str, Run],
@@ -86,27 +133,11 @@ def render_report(
 ) -> Path:
     """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`.
 
-    Returns the path of report.html. Figures that have nothing to draw are listed with the
-    reason instead of an image, so the page refers only to files that exist.
+    Returns the path of report.html.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    runs = dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
-    results = evaluate(claims.claims, runs, scale)
-    figures = []
-    for spec in claims.figures:
-        caption = f"{spec.caption} {spec.clock_sentence()}".strip()
-        try:
-            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
-        except NotMeasurable as err:
-            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
-            continue
-        figures.append(FigureOut(spec.id, spec.title, caption, path.name))
-    page = assemble(claims, runs, scale, results, figures, [*notes, f"Regenerate: {command}"])
-    page = with_published_tables(page, claims.tables, runs, claims.display_name)
-    (out_dir / "report.md").write_text(to_markdown(page))
-    html_path = out_dir / "report.html"
-    html_path.write_text(to_html(page))
-    return html_path
+    runs = ordered(claims, runs)
+    parts = draw_parts(claims, runs, scale, Path(out_dir))
+    return write_page(claims, runs, scale, Path(out_dir), parts, command=command, notes=notes)
 
 
 def build_report(

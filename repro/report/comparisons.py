@@ -44,7 +44,8 @@ def step_time_ratio(
     for in its mean. Below 1 means every selected run steps faster than the reference.
     """
     ref = seconds_per_step(_reference(runs, reference), clock)
-    ratios = {label: seconds_per_step(run, clock) / ref for label, run in matching(runs, pattern).items()}
+    chosen = matching(runs, pattern)
+    ratios = {label: seconds_per_step(run, clock) / ref for label, run in chosen.items()}
     note = f"{reference} {ref * 1e3:.4g} ms/step; " + ", ".join(
         f"{label} {r:.3g}x" for label, r in ratios.items()
     )

@@ -78,7 +78,7 @@ def setup_table(runs: Mapping[str, Run], scale: str) -> Table:
     return Table("Setup", ["", "value"], rows)
 
 
-def _with_unit(value: Any, unit: str) -> str:
+def with_unit(value: Any, unit: str) -> str:
     text = fmt(value)
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
     return f"{text} {unit}" if numeric and unit and text != "never reached" else text
@@ -90,8 +90,8 @@ def claims_table(results: list[ClaimResult], scale: str) -> Table:
             r.claim.id,
             r.claim.statement,
             r.claim.source,
-            _with_unit(r.claim.published, r.claim.unit),
-            _with_unit(r.ours, r.claim.unit),
+            with_unit(r.claim.published, r.claim.unit),
+            with_unit(r.ours, r.claim.unit),
             r.verdict,
             scale,
             r.note,

@@ -5,26 +5,24 @@ runs and writes the PNG. Kinds: `curves` (a metric against step or a clock, one 
 run), `steps` (a piecewise-constant metric such as tau, or a categorical one such as the
 chosen collective, drawn as a step plot), `points` (one number per run, computed by a
 calculator, against a config value such as the effective batch; one series per setting).
-Colours are keyed by run label with a fixed palette, so a method looks the same in every
-report.
+Colours and line styles come from `colours` (keyed by run label), so a method looks the
+same in every report.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from matplotlib import colormaps
-from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from repro.errors import UserError
 from repro.report.calculators import CALCULATORS, check_params
+from repro.report.colours import colour_for, line_style
 from repro.report.series import NotMeasurable, Run, cfg, points, trailing_mean, x_metric
 
 KINDS = ("curves", "steps", "points")
@@ -40,8 +38,14 @@ AXIS_LABELS = {
     "method/cr": "compression ratio c (fraction kept)",
     "method/collective": "collective",
     "method/gain": "compression gain",
-    "comm/bytes": "payload bytes sent (cumulative, B)",
+    "comm/bytes": "payload sent (cumulative, bytes)",
     "lr": "learning rate",
+    "epoch": "epoch (passes over the training set)",
+    "samples": "samples processed (all workers)",
+    "comm/collectives": "collectives issued (cumulative count)",
+    "comm/measured_s": "measured communication time (cumulative, s)",
+    "throughput/samples_per_s": "throughput (samples/s, wall clock)",
+    "throughput/modeled_samples_per_s": "throughput (samples/s, modeled clock)",
     "effective_batch": "effective batch (workers x batch per worker)",
 }
 
@@ -51,51 +55,6 @@ CLOCK_SENTENCES = {
     "time/wall_s": "x axis: measured wall clock on this machine, seconds.",
     "step": "x axis: optimizer steps (no clock).",
 }
-
-# Fixed colours for the methods of the three papers; families of parameterised runs
-# (fixed tau, one Top-k variant at several ratios) share a colour map, shaded by parameter.
-FIXED_COLOURS = {
-    "sync": "#000000",
-    "dense": "#000000",
-    "adacomm": "#d62728",
-    "adacomm_lrdecay": "#ff7f0e",
-    "adasum": "#d62728",
-    "sum": "#1f77b4",
-    "mean": "#2ca02c",
-    "moo": "#d62728",
-}
-FAMILY_MAPS = (
-    (r"local_sgd.*", "Blues"),
-    (r"ag_topk.*", "Oranges"),
-    (r"star_topk.*", "Greens"),
-    (r"var_topk.*", "Purples"),
-)
-FALLBACK = colormaps["tab10"]
-
-
-def _family(label: str) -> str | None:
-    return next((cmap for pattern, cmap in FAMILY_MAPS if re.fullmatch(pattern, label)), None)
-
-
-def colour_for(label: str) -> str:
-    """The colour of a run label in every report (fixed map, family shade, or stable hash).
-
-    A family member is shaded by |log2| of the first number in its label (tau 4 lighter than
-    tau 16, ratio 0.1 lighter than 0.001), saturating so that large values stay distinct.
-    """
-    if label in FIXED_COLOURS:
-        return FIXED_COLOURS[label]
-    cmap = _family(label)
-    if cmap is not None:
-        number = re.search(r"\d+(?:\.\d+)?", label)
-        magnitude = abs(math.log2(float(number.group()))) if number and float(number.group()) else 3
-        return to_hex(colormaps[cmap](0.3 + 0.7 * (1 - math.exp(-magnitude / 4))))
-    return to_hex(FALLBACK(zlib.crc32(label.encode()) % FALLBACK.N))
-
-
-def line_style(label: str) -> str:
-    """Dashed for fixed-parameter baselines (a family), solid for every other method."""
-    return "--" if _family(label) else "-"
 
 
 def axis_label(name: str) -> str:
@@ -109,7 +68,9 @@ class FigureSpec:
     `x` is "step", a clock ("modeled", "wall"), a metric, or for `points` a config path
     ("trainer.batch_size") or "effective_batch". `runs` is "all" or a list of labels.
     `reference` lines/markers: {y: v} horizontal, {x: v} vertical, {x, y} a marker; each
-    with a `label` saying where the published value comes from.
+    with a `label` saying where the published value comes from. A published value stated
+    relative to a run ("a third of sync's time") is {run: sync, x_times: 0.333}: a vertical
+    line at that multiple of the run's last logged x (y_times: of its last logged y).
     """
 
     id: str
@@ -142,10 +103,14 @@ class FigureSpec:
         for ref in self.reference:
             if (
                 not isinstance(ref, dict)
-                or not ({"x", "y"} & set(ref))
-                or set(ref) - {"x", "y", "label"}
+                or not ({"x", "y", "x_times", "y_times"} & set(ref))
+                or set(ref) - {"x", "y", "label", "run", "x_times", "y_times"}
+                or (({"x_times", "y_times"} & set(ref)) and "run" not in ref)
             ):
-                raise UserError(f"reference {ref!r} must be a mapping of x and/or y (+ label)")
+                raise UserError(
+                    f"reference {ref!r} must be a mapping of x and/or y, or of run and "
+                    "x_times and/or y_times (+ label)"
+                )
         if self.kind == "points":
             params = {"run": "", "metric": self.y, **(self.measure.get("params") or {})}
             check_params(self.measure.get("calculator"), params)
@@ -173,8 +138,28 @@ def _axes(spec: FigureSpec, xname: str):
     return fig, ax
 
 
-def _finish(fig: Figure, ax, spec: FigureSpec, path: Path) -> Path:
-    for ref in spec.reference:
+def resolve_reference(ref: dict, spec: FigureSpec, runs: Mapping[str, Run]) -> dict | None:
+    """`ref` with x_times / y_times turned into numbers from its run's last logged point;
+    None when that run is absent or logged nothing on this figure's axes."""
+    if "run" not in ref:
+        return ref
+    run = runs.get(ref["run"])
+    xs, ys = points(run, spec.y, spec.x) if run is not None else ([], [])
+    if not ys or isinstance(ys[-1], str):
+        return None
+    out = {k: v for k, v in ref.items() if k in ("x", "y", "label")}
+    if "x_times" in ref:
+        out["x"] = ref["x_times"] * xs[-1]
+    if "y_times" in ref:
+        out["y"] = ref["y_times"] * float(ys[-1])
+    return out
+
+
+def _finish(fig: Figure, ax, spec: FigureSpec, runs: Mapping[str, Run], path: Path) -> Path:
+    for given in spec.reference:
+        ref = resolve_reference(given, spec, runs)
+        if ref is None:
+            continue
         label = ref.get("label", "published")
         if "x" in ref and "y" in ref:
             ax.plot([ref["x"]], [ref["y"]], "k*", markersize=11, label=label)
@@ -221,7 +206,7 @@ def _draw_lines(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Pa
         raise NotMeasurable(f"no selected run logged '{spec.y}' against '{x_metric(spec.x)}'")
     if categories:
         ax.set_yticks(range(len(categories)), categories)
-    return _finish(fig, ax, spec, path)
+    return _finish(fig, ax, spec, runs, path)
 
 
 def _setting(run: Run, x: str) -> float | None:
@@ -252,7 +237,7 @@ def _draw_points(spec: FigureSpec, runs: Mapping[str, Run], path: Path) -> Path:
     for key, pts in sorted(groups.items()):
         pts.sort()
         ax.plot(*zip(*pts, strict=True), "o-", color=colour_for(key), label=key)
-    return _finish(fig, ax, spec, path)
+    return _finish(fig, ax, spec, runs, path)
 
 
 def draw_figure(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Path) -> Path:

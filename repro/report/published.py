@@ -34,7 +34,8 @@ class PublishedRow:
     def __post_init__(self) -> None:
         for name in ("step_ms", "acc"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not numeric:
                 raise UserError(f"{name}={value!r} must be a number or absent")
 
 
@@ -73,7 +74,7 @@ class PublishedTable:
 HEADERS = [
     "method",
     "label",
-    "CR",
+    "CR (logged)",
     "collectives logged",
     "ours: step (ms, modeled)",
     "ours: step / reference",
@@ -103,6 +104,15 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return None if value is None or not reference else value / reference
 
 
+def _ratios(run: Run) -> str:
+    """The compression ratio the run logged: one value, or the range a controller moved in."""
+    logged = [float(c) for c in points(run, "method/cr")[1]]
+    if not logged:
+        return fmt(cfg(run, "method.cr"))
+    low, high = min(logged), max(logged)
+    return fmt(low) if low == high else f"{fmt(low)} to {fmt(high)}"
+
+
 def _collectives(run: Run) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in points(run, "method/collective")[1])) or "—"
 
@@ -122,7 +132,7 @@ def render_table(
         else:
             step = _step_ms(run)
             ours = [
-                fmt(cfg(run, "method.cr")),
+                _ratios(run),
                 _collectives(run),
                 fmt(step),
                 fmt(_ratio(step, ref_ours)),

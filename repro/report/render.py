@@ -62,7 +62,7 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _md_table(table: Table) -> list[str]:
+def markdown_table(table: Table) -> list[str]:
     out = [f"## {table.title}", ""]
     out.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
     out.append("|" + "---|" * len(table.headers))
@@ -73,7 +73,7 @@ def _md_table(table: Table) -> list[str]:
 def to_markdown(page: Page) -> str:
     out = [f"# {page.title}", "", *[f"{line}  " for line in page.lines], ""]
     for table in page.tables_before:
-        out += _md_table(table)
+        out += markdown_table(table)
     out += ["## Figures", ""]
     for fig in page.figures:
         if fig.file:
@@ -81,7 +81,7 @@ def to_markdown(page: Page) -> str:
         else:
             out += [f"**{fig.title}**: not drawn: {fig.missing}", ""]
     for table in page.tables_after:
-        out += _md_table(table)
+        out += markdown_table(table)
     if page.notes:
         out += ["## Notes", "", *[f"- {note}" for note in page.notes], ""]
     return "\n".join(out)

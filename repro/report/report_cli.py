@@ -1,14 +1,22 @@
-"""`repro report PAPER [--runs ROOT] [--out DIR] [--scale S]`: one paper's reproduction report.
+"""`repro report`: reports from runs read back from disk.
 
-Reads the runs of group `<PAPER>_<scale>` under ROOT back from disk, evaluates the claims of
-`reports/claims/<PAPER>.yaml` and writes `DIR/<PAPER>/report.md`, `report.html` and the
-figures beside them.
+repro report PAPER [--runs ROOT] [--out DIR | --dir DIR] [--scale S] [--publish]
+    one paper's report: DIR/PAPER/report.md, report.html and the figures beside them;
+    --publish also builds a wandb Report over the run group (needs a key and a server)
+repro report all [--runs ROOT] [--out DIR]
+    every paper's report, then DIR/index.html and index.md over all of them
+repro report compare RUN_OR_GROUP ... [--metric M] [--x X] [--out DIR]
+    overlays one metric of any runs (run ids, run directories or group names)
+repro report check [DIR]
+    opens every HTML page under DIR in headless Chromium: images load, no console errors,
+    a screenshot of each page at 1280 px beside it
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from repro.errors import UserError
@@ -18,26 +26,28 @@ from repro.report.claims import SCALES, known_papers
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise UserError(f"repro report: {message}")
+        raise UserError(f"{self.prog}: {message}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="repro report", description=__doc__.splitlines()[0])
+def _paper_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="repro report", description="one paper's reproduction report")
     p.add_argument("paper", help="a paper with a claims file, e.g. adacomm")
     p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
+    p.add_argument("--dir", help="write into exactly this directory (default OUT/PAPER)")
     p.add_argument("--scale", choices=SCALES, help="which reproduction, when several exist")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
+    p.add_argument("--publish", action="store_true", help="also build a wandb Report")
     return p
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def _paper(argv: list[str]) -> int:
+    args = _paper_parser().parse_args(argv)
     claims_dir = Path(args.claims) if args.claims else default_claims_dir()
     if args.paper not in known_papers(claims_dir):
         known = ", ".join(known_papers(claims_dir)) or f"none (no *.yaml in {claims_dir})"
         raise UserError(f"repro report: unknown paper '{args.paper}'; known papers: {known}")
-    out_dir = Path(args.out) / args.paper
+    out_dir = Path(args.dir) if args.dir else Path(args.out) / args.paper
     html = build_report(
         args.paper,
         Path(args.runs),
@@ -47,4 +57,68 @@ def main(argv: list[str]) -> int:
         command=shlex.join(["repro", "report", *argv]),
     )
     print(f"wrote {out_dir / 'report.md'} and {html}")
+    if args.publish:
+        from repro.report.wandb_report import publish
+
+        url, missing = publish(args.paper, Path(args.runs), args.scale, claims_dir)
+        if url:
+            print(f"wandb report: {url}")
+        else:
+            print(f"wandb report not published: {missing}; wrote the local report only")
     return 0
+
+
+def _all(argv: list[str]) -> int:
+    p = _Parser(prog="repro report all", description="every paper's report and an index")
+    p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
+    p.add_argument("--out", default="reports", help="reports directory (default reports)")
+    p.add_argument("--claims", help="directory of claims files (default reports/claims)")
+    args = p.parse_args(argv)
+    from repro.report.environment import environment_rows
+    from repro.report.index import collect
+    from repro.report.index_page import to_html, to_markdown
+
+    out = Path(args.out)
+    claims_dir = Path(args.claims) if args.claims else default_claims_dir()
+    command = shlex.join(["repro", "report", "all", *argv])
+    index = collect(Path(args.runs), out, claims_dir=claims_dir, command=command)
+    env = environment_rows(Path(__file__).resolve().parents[2])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.md").write_text(to_markdown(index, env))
+    (out / "index.html").write_text(to_html(index, env))
+    for s in index.sections:
+        if s.refused:
+            print(f"{s.paper} at scale {s.scale} not reported: {s.refused}", file=sys.stderr)
+        for fig in s.figures:
+            if not fig.file:
+                print(
+                    f"{s.paper} ({s.scale}): figure {fig.id} not drawn: {fig.missing}",
+                    file=sys.stderr,
+                )
+        if not s.refused:
+            print(f"wrote {out / s.where}")
+    for paper in index.not_run:
+        print(f"{paper.paper}: not run; run it with `{paper.command}`")
+    print(f"wrote {out / 'index.md'} and {out / 'index.html'}")
+    return 0
+
+
+def _compare(argv: list[str]) -> int:
+    from repro.report.compare import main
+
+    return main(argv)
+
+
+def _check(argv: list[str]) -> int:
+    from repro.report.browser import main
+
+    return main(argv)
+
+
+SUBCOMMANDS = {"all": _all, "compare": _compare, "check": _check}
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
+    return _paper(argv)

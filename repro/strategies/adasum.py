@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from hydra.core.config_store import ConfigStore
 
-from repro.dist.adasum_allreduce import adasum_allreduce, check_world_size
+from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_, check_world_size
 from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
 from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
@@ -65,14 +65,23 @@ ConfigStore.instance().store(group="method", name="adasum_schema", node=AdasumCo
 
 @register("adasum", AdasumConfig)
 class AdasumStrategy:
-    """Local optimizer step, then per-tensor combination of the parameter deltas."""
+    """Local optimizer step, then per-tensor combination of the parameter deltas.
+
+    The start copy and the flat delta buffer are allocated once in `setup`: the deltas are
+    written straight into the buffer the allreduce works on, so a step allocates nothing
+    of the model's size.
+    """
 
     def __init__(self, cfg: AdasumConfig, world_size: int):
         cfg.validate_world_size(world_size)
         self.cfg = cfg
         self.world_size = world_size
         self._params: list[torch.Tensor] = []
-        self._start: list[torch.Tensor] | None = None
+        self._start: list[torch.Tensor] = []
+        self._layout: FlatLayout | None = None
+        self._flat = torch.empty(0)
+        self._deltas: list[torch.Tensor] = []
+        self._pending = False
         self._comm: Collectives | None = None
         self._last_bytes = 0
 
@@ -84,40 +93,45 @@ class AdasumStrategy:
                 f"strategy built for {self.world_size} workers, group has {comm.world_size}"
             )
         self._params = [p for p in model.parameters() if p.requires_grad]
+        if len({(p.dtype, p.device) for p in self._params}) > 1:
+            raise ValueError("method=adasum needs every parameter in one dtype on one device")
         self._comm = comm
+        self._start = [torch.empty_like(p) for p in self._params]
+        if self.world_size > 1 and self._params:
+            self._layout = FlatLayout(self._params, self.world_size)
+            self._flat = self._layout.new_buffer(self._params[0].dtype, self._params[0].device)
+            self._deltas = self._layout.unflatten(self._flat)
 
+    @torch.no_grad()
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         """Remember where this step starts; gradients stay local."""
-        self._start = [p.detach().clone() for p in self._params]
+        for s, p in zip(self._start, self._params, strict=True):
+            s.copy_(p)
+        self._pending = True
         return []
 
     @torch.no_grad()
     def after_step(self, info: StepInfo) -> list[CommRecord]:
         """Combine the local deltas and move every worker to start + combined."""
-        if self._start is None or self._comm is None:
+        if not self._pending or self._comm is None:
             raise RuntimeError("after_step needs setup() and after_backward() first")
-        if self.world_size == 1:
-            # Every combiner returns a lone delta unchanged; start + (p - start) would only
-            # round p, so one worker keeps the plain optimizer's parameters bit for bit.
-            self._start = None
+        self._pending = False
+        if self._layout is None:
+            # One worker: every combiner returns a lone delta unchanged, and start + (p -
+            # start) would only round p, so the plain optimizer's parameters stay bit for bit.
             return []
-        deltas = [p - s for p, s in zip(self._params, self._start, strict=True)]
-        combined, records = self._combine(deltas, self._comm)
-        for p, s, d in zip(self._params, self._start, combined, strict=True):
+        for p, s, d in zip(self._params, self._start, self._deltas, strict=True):
+            torch.sub(p, s, out=d)
+        records = self._combine(self._layout, self._comm)
+        for p, s, d in zip(self._params, self._start, self._deltas, strict=True):
             torch.add(s, d, out=p)
-        self._start = None
         self._last_bytes = sum(r.nbytes for r in records)
         return records
 
-    def _combine(
-        self, deltas: list[torch.Tensor], comm: Collectives
-    ) -> tuple[list[torch.Tensor], list[CommRecord]]:
+    def _combine(self, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
         if self.cfg.combiner == "adasum":
-            return adasum_allreduce(deltas, comm)
-        flat = torch.cat([d.reshape(-1) for d in deltas])
-        rec = comm.allreduce(flat, average=self.cfg.combiner == "mean")
-        parts = flat.split([d.numel() for d in deltas])
-        return [p.view(d.shape) for p, d in zip(parts, deltas, strict=True)], [rec]
+            return adasum_allreduce_(self._flat, layout, comm)
+        return [comm.allreduce(self._flat[: layout.total], average=self.cfg.combiner == "mean")]
 
     def metrics(self) -> dict[str, float | str]:
         """`method/bytes`: payload bytes this worker contributed to the last combination."""
@@ -125,7 +139,8 @@ class AdasumStrategy:
 
     def state_dict(self) -> dict:
         # Between steps the strategy holds nothing a resumed run would need: the start copy
-        # lives only from after_backward to after_step, and optimizer state is the trainer's.
+        # and the deltas matter only from after_backward to after_step, and optimizer state
+        # is the trainer's.
         return {}
 
     def load_state_dict(self, state: dict) -> None:

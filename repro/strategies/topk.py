@@ -109,6 +109,12 @@ class TopKConfig(MethodConfig):
                 "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
             )
         check_candidates(self.candidates)
+        if self.cr_controller == "moo" and self.collective == "allgather" and 1 in self.candidates:
+            # a probe at c = 1 would be a dense exchange, which allgather cannot carry
+            raise UserError(
+                "method.collective=allgather needs method.candidates < 1 (cr=1 is a dense "
+                "allreduce)"
+            )
         check_weights(self.weights)
         if self.probe_steps < 1:
             raise UserError(f"method.probe_steps={self.probe_steps} must be at least 1")

@@ -27,6 +27,7 @@ import multiprocessing
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from repro.errors import UserError
@@ -97,10 +98,20 @@ def objective_values(spec: SweepSpec, summary: dict[str, Any]) -> list[float]:
     return values
 
 
-def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[float]:
+@dataclass
+class TrialRun:
+    """What a worker knows of the trial it is running: its number once asked, and whether the
+    run itself is over (from then on only the result is still to be written)."""
+
+    number: int | None = None
+    ended: bool = False
+
+
+def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any, run: TrialRun) -> list[float]:
     from repro.config import compose
     from repro.train.entry import Diverged, run_training
 
+    run.number = trial.number
     trial.set_user_attr("worker", worker)
     try:
         params = {p.key: suggest(trial, p) for p in spec.space}
@@ -120,6 +131,9 @@ def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any) -> list[fl
     except Exception as err:  # any crash of one run is that trial's failure, not the sweep's
         reason = f"crashed: {type(err).__name__}: {err}"
     else:
+        reason = ""
+    run.ended = True
+    if not reason:
         trial.set_user_attr(
             "summary", {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
         )
@@ -188,16 +202,45 @@ def _work(spec: SweepSpec, index: int, deadline: float | None) -> None:
                 return
             idle = done + running >= spec.n_trials
             if not idle:
-                objective = functools.partial(_objective, spec=spec, worker=me, unlock=lock.release)
-                study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+                run = TrialRun()
+                objective = functools.partial(
+                    _objective, spec=spec, worker=me, unlock=lock.release, run=run
+                )
+                lost = run_one_trial(study, objective, run)
+                if lost is not None:
+                    log.warning(
+                        "sweep %s: trial %d was failed as stale while it ran (no heartbeat "
+                        "for grace_s=%d s: raise it on a loaded machine); its point is queued "
+                        "again",
+                        spec.name,
+                        lost,
+                        spec.grace_s,
+                    )
         if idle:
             time.sleep(POLL_S)
 
 
-def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
-    from repro.dist.launch import _die_with_parent
+def run_one_trial(study: Any, objective: Any, run: TrialRun) -> int | None:
+    """Run one trial of `objective` (which fills in `run`). Returns None, or the trial's
+    number when another worker failed it as stale while it ran (its heartbeat came too late):
+    Optuna then refuses this worker's writes of the result, with one error or another, and
+    that must not end the worker. Any other error propagates."""
+    from optuna.trial import TrialState
 
-    _die_with_parent()
+    try:
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+    except Exception:
+        mine = [t for t in study.get_trials(deepcopy=False) if t.number == run.number]
+        if not run.ended or not mine or mine[0].state != TrialState.FAIL:
+            raise
+        return run.number
+    return None
+
+
+def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
+    from repro.dist.launch import die_with_parent
+
+    die_with_parent()
     try:
         _work(spec, index, deadline)
     except UserError as err:
@@ -218,6 +261,12 @@ def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
         raise UserError(f"--workers={workers} must be at least 1")
     check_config_keys(spec)
     study = _load(spec, open_storage(spec))
+    if not study.get_trials(deepcopy=False) and any(spec.study_dir.glob("trial_*")):
+        # A new study would reuse trial_<n> directories holding an earlier study's runs.
+        raise UserError(
+            f"{spec.study_dir} holds trial directories of an earlier study {spec.name}; "
+            "move them away or give the sweep another name or out directory"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)

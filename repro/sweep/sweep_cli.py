@@ -1,6 +1,8 @@
 """`repro sweep`: run, continue, show and browse an Optuna sweep (issue 7).
 
     repro sweep SPEC [--workers K]      run the study, or continue it where it stopped
+    repro sweep SPEC --workers K --cluster NAME
+                                        submit K workers as a job array (configs/cluster/NAME)
     repro sweep show SPEC               Pareto front table + knee; writes pareto/hypervolume plots
     repro sweep dashboard SPEC [--port P]
                                         optuna-dashboard on 127.0.0.1 on the study's storage
@@ -17,7 +19,7 @@ import sys
 
 from repro.errors import UserError
 
-USAGE = """repro sweep SPEC [--workers K]
+USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
        repro sweep show SPEC
        repro sweep dashboard SPEC [--port P]"""
 
@@ -33,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("spec", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
     p.add_argument("--workers", type=int, default=1, help="trials in parallel (processes)")
+    p.add_argument("--cluster", help="submit the workers as SLURM jobs (configs/cluster/NAME)")
     p.add_argument("--port", type=int, default=8080, help="dashboard port on 127.0.0.1")
     return p
 
@@ -66,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
         show_sweep(spec)
         return 0
+    if args.cluster:
+        from repro.cluster.submit import submit_sweep
+
+        return submit_sweep(spec, workers=args.workers, cluster=args.cluster)
     from repro.sweep.study import run_sweep
 
     done, running = run_sweep(spec, workers=args.workers)

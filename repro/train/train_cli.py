@@ -1,5 +1,8 @@
 """`repro train [overrides] [--multirun]`: one run, or a Hydra multirun of several.
 
+With `cluster=` other than local, each run is submitted as a job and the command returns
+at once with the job ids (`repro jobs` follows them).
+
 Every combination is composed and validated before anything runs, so a bad key or value
 in any of them fails at once with one line, and nothing is written.
 """
@@ -27,6 +30,14 @@ def main(argv: list[str]) -> int:
         combos = combos[:1]
         compose(overrides)  # Hydra's own message: sweep syntax needs --multirun
     configs = [compose(c) for c in combos]
+    if configs[0].cluster.kind != "local":
+        from repro.cluster.submit import submit_run
+
+        for cfg in configs:
+            job = submit_run(cfg)
+            print(f"submitted {cfg.label}: job {job.job_id} run_dir={run_dir_of(cfg)}", flush=True)
+        print(f"follow with `repro jobs --root {configs[0].runs_root} --watch`")
+        return 0
     if not multirun:
         print(describe(run_training(configs[0])))
         return 0

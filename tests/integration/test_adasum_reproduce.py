@@ -61,7 +61,7 @@ def test_every_scale_composes_its_run_set():
 
     small = dict(run_set("adasum", "small", []))
     grid = [k for k in small if not k.startswith(("toy_", "cost_"))]
-    assert len(grid) == 27 and len(small) == 32
+    assert len(grid) == 21 and len(small) == 26
     for label, cfg in small.items():
         combiner, opt = label.split("_")[:2]
         assert cfg.method.name == "adasum" and cfg.experiment.label == label

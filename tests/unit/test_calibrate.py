@@ -5,7 +5,16 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.netmodel.calibrate import Sample, _parse_size, coefficients, fit, fit_all, preset_text
+from repro.netmodel.calibrate import (
+    DEFAULT_SIZES,
+    Sample,
+    _parse_size,
+    _parser,
+    coefficients,
+    fit,
+    fit_all,
+    preset_text,
+)
 
 A, BW = 50e-6, 1.25e9  # 50 us, 10 Gbit/s
 
@@ -31,7 +40,9 @@ def test_coefficients_are_the_ops_formula(op, expected):
 def _exact_samples(ops=("allreduce", "allgather", "broadcast")) -> list[Sample]:
     return [
         Sample(op, n, m, _hand_cost(op, m, n))
-        for op in ops for n in (2, 4) for m in (1024, 65536, 4 << 20)
+        for op in ops
+        for n in (2, 4)
+        for m in (1024, 65536, 4 << 20)
     ]
 
 
@@ -78,3 +89,9 @@ def test_preset_holds_the_chosen_fit():
     assert values["latency_ms"] == pytest.approx(A * 1e3, rel=1e-9)
     assert values["bandwidth_gbps"] == pytest.approx(BW * 8 / 1e9, rel=1e-9)
     assert values["defaults"] == ["network_schema", "_self_"]
+
+
+def test_default_sizes_span_1k_to_64m():
+    default = _parser().parse_args([]).sizes
+    assert tuple(_parse_size(s) for s in default.split(",")) == DEFAULT_SIZES
+    assert (DEFAULT_SIZES[0], DEFAULT_SIZES[-1]) == (1024, 64 << 20)

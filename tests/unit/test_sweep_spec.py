@@ -10,7 +10,7 @@ import yaml
 
 from repro.errors import UserError
 from repro.sweep.space import ParamSpec, format_override, grid_size
-from repro.sweep.spec import load_spec, spec_from_dict
+from repro.sweep.spec import check_config_keys, load_spec, spec_from_dict
 from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
 from repro.sweep.study import run_sweep
 
@@ -63,6 +63,7 @@ def test_shipped_specs_are_valid(path):
     spec = load_spec(path)
     assert spec.name == path.stem
     assert spec.storage is None  # shipped sweeps default to the journal file
+    check_config_keys(spec)  # every search key and value composes with the base experiment
 
 
 def test_unknown_metric_is_refused(tmp_path):
@@ -211,3 +212,11 @@ def test_search_value_the_config_rejects_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"method.cr=2.0 .*must be in \(0, 1\]"):
         run_sweep(spec, workers=1)
     assert not (tmp_path / "out").exists()
+
+
+def test_new_study_over_an_earlier_studys_trial_dirs_is_refused(tmp_path):
+    spec = spec_from_dict(tiny(tmp_path), "t.yaml")
+    (spec.study_dir / "trial_0").mkdir(parents=True)
+    with pytest.raises(UserError, match="holds trial directories of an earlier study tiny"):
+        run_sweep(spec, workers=1)
+    assert not any(spec.study_dir.glob("trial_*/summary.json"))

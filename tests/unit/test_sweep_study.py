@@ -11,8 +11,10 @@ import pytest
 from repro.sweep.spec import spec_from_dict
 from repro.sweep.study import (
     TrialFailed,
+    TrialRun,
     make_sampler,
     objective_values,
+    run_one_trial,
     suggest,
     tally,
     trial_overrides,
@@ -126,3 +128,44 @@ def test_tally_counts_outcomes_not_lost_trials():
     )
     study.ask()
     assert tally(study) == (2, 1)
+
+
+def _fail_as_stale(storage, study, number):
+    """What another worker's stale check does to a trial whose heartbeat came too late."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+
+
+@pytest.mark.parametrize("when", ["before_return", "before_attr"])
+def test_a_trial_failed_as_stale_under_a_live_worker_does_not_end_the_worker(when):
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage)
+    run = TrialRun()
+
+    def objective(trial):
+        run.number = trial.number
+        _fail_as_stale(storage, study, trial.number)  # while the training runs
+        run.ended = True
+        if when == "before_attr":
+            trial.set_user_attr("summary", {})  # refused: the trial is finished
+        return 1.0  # refused when the result is told
+
+    assert run_one_trial(study, objective, run) == 0
+    assert run_one_trial(study, lambda t: 2.0, TrialRun()) is None
+    assert [t.state for t in study.trials] == [
+        optuna.trial.TrialState.FAIL,
+        optuna.trial.TrialState.COMPLETE,
+    ]
+
+
+def test_other_errors_still_end_the_worker():
+    study = optuna.create_study()
+    run = TrialRun()
+
+    def objective(trial):
+        run.number = trial.number
+        raise ValueError("a bug in the objective")
+
+    with pytest.raises(ValueError, match="a bug"):
+        run_one_trial(study, objective, run)

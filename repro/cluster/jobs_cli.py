@@ -1,0 +1,52 @@
+"""`repro jobs [--root runs] [--watch]`: submitted runs, run sets and sweep workers.
+
+One line per job from `<root>/jobs.jsonl` with its state (SLURM accounting through
+submitit) and its stdout log; a failed job also shows each task's stderr path and last
+lines, so the cause is on screen without a search through the job folder. `--watch`
+redraws every `--interval` seconds until no job is pending or running (a job sacct does not
+list yet, UNKNOWN, counts as pending), then exits 1 if any failed and 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, read_records
+
+
+def render(records: list[JobRecord], states: dict[str, str]) -> str:
+    width = max([len("LABEL"), *(len(r.label) for r in records)])
+    lines = [f"{'JOB':<12} {'KIND':<8} {'LABEL':<{width}} {'STATE':<11} LOG"]
+    for r in records:
+        state = states.get(r.job_id, "UNKNOWN")
+        lines.append(f"{r.job_id:<12} {r.kind:<8} {r.label:<{width}} {state:<11} {r.stdout}")
+        if state in FAILED:
+            lines.append(failure_report(r))
+    return "\n".join(lines)
+
+
+def summary_line(states: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for s in states.values():
+        counts[s] = counts.get(s, 0) + 1
+    return f"{len(states)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="repro jobs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default="runs", help="runs_root the jobs were submitted from")
+    p.add_argument("--watch", action="store_true", help="redraw until every job has ended")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between redraws")
+    args = p.parse_args(argv)
+    records = read_records(args.root)
+    while True:
+        states = job_states(records)
+        print(render(records, states))
+        print(summary_line(states), flush=True)
+        if not args.watch:
+            return 0
+        if not any(s in ACTIVE or s == "UNKNOWN" for s in states.values()):
+            return 1 if any(s in FAILED for s in states.values()) else 0
+        time.sleep(args.interval)
+        print()

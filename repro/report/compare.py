@@ -1,0 +1,193 @@
+"""`repro report compare RUN_OR_GROUP ...`: one metric of any runs, overlaid (issue 9 item 5).
+
+Each argument is a run directory (or a directory of runs, or a `.wandb` file), a run id, or
+a run group under `--runs` (every run of that group: a reproduction, a sweep). This puts,
+for example, a sweep's Pareto points beside a paper's runs. The figure (`compare.png`) and
+a page (`compare.html`) with a table of each run's last point go into `--out`.
+
+A run's colour is its method's colour in the reports (by label), so a method looks the same
+here; when the runs come from several groups, each group gets its own line style and the
+legend says which group a run belongs to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from repro.errors import UserError
+from repro.report.build import default_claims_dir
+from repro.report.claims import load_claims
+from repro.report.colours import colour_for
+from repro.report.plots import CLOCK_SENTENCES, axis_label
+from repro.report.render import CSS, fmt
+from repro.report.series import Run, cfg, label_of, points, x_metric
+from repro.track.runs import find_runs, read_run
+
+GROUP_STYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's curve as drawn: its legend name and last logged point."""
+
+    name: str
+    run: Run
+    xs: list[float]
+    ys: list[float]
+
+
+def resolve(args: Sequence[str], runs_root: Path) -> list[Run]:
+    """The runs the arguments name, each once, in argument order (see module doc)."""
+    chosen: dict[str, Run] = {}
+    known: list[Run] | None = None
+    for arg in args:
+        path = Path(arg)
+        if path.exists():
+            try:
+                found = [read_run(path)]
+            except UserError:
+                found = find_runs(path) if path.is_dir() else []
+            if not found:
+                raise UserError(f"no wandb runs under {path}")
+        else:
+            if known is None:
+                if not runs_root.is_dir():
+                    raise UserError(f"'{arg}' is not a path and runs root {runs_root} is missing")
+                known = find_runs(runs_root)
+            found = [r for r in known if arg in (r.run_id, r.group)]
+            if not found:
+                groups = ", ".join(sorted({str(r.group) for r in known})) or "none"
+                raise UserError(
+                    f"'{arg}' is not a run directory, run id or group under {runs_root} "
+                    f"(groups: {groups})"
+                )
+        for run in found:
+            chosen.setdefault(run.run_id, run)
+    return list(chosen.values())
+
+
+@functools.cache
+def _namer(paper: str) -> Callable[[str], str]:
+    """How `paper`'s claims file names its methods; the bare label for runs of no paper."""
+    try:
+        return load_claims(paper, default_claims_dir()).display_name
+    except UserError:
+        return str
+
+
+def _names(runs: Sequence[Run]) -> list[str]:
+    """Legend names: the method as its paper names it, with the run's group when runs come
+    from several groups, and its run id when two would otherwise read the same."""
+    several = len({r.group for r in runs}) > 1
+    methods = [_namer(str(cfg(r, "experiment.paper")))(label_of(r)) for r in runs]
+    names = [f"{r.group}: {m}" if several else m for m, r in zip(methods, runs, strict=True)]
+    return [
+        f"{n} ({r.run_id})" if names.count(n) > 1 else n for n, r in zip(names, runs, strict=True)
+    ]
+
+
+def curves(runs: Sequence[Run], metric: str, x: str) -> tuple[list[Curve], list[str]]:
+    """The runs' numeric curves of `metric` against `x`, and a note per run without one."""
+    out, skipped = [], []
+    for name, run in zip(_names(runs), runs, strict=True):
+        xs, ys = points(run, metric, x)
+        if not ys or any(isinstance(y, str) for y in ys):
+            skipped.append(f"{name}: logged no numeric '{metric}' against '{x_metric(x)}'")
+            continue
+        out.append(Curve(name, run, xs, [float(y) for y in ys]))
+    if not out:
+        raise UserError(f"none of the {len(runs)} runs logged '{metric}' against '{x_metric(x)}'")
+    return out, skipped
+
+
+def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Path:
+    groups = list(dict.fromkeys(c.run.group for c in drawn))
+    fig = Figure(figsize=(7.5, 4.5), dpi=110, layout="constrained")
+    ax = fig.add_subplot()
+    for c in drawn:
+        style = GROUP_STYLES[groups.index(c.run.group) % len(GROUP_STYLES)]
+        ax.plot(c.xs, c.ys, style, color=colour_for(label_of(c.run)), label=c.name, linewidth=1.5)
+    ax.set_title(f"{axis_label(metric)} against {axis_label(x_metric(x))}")
+    ax.set_xlabel(axis_label(x_metric(x)))
+    ax.set_ylabel(axis_label(metric))
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def page(drawn: list[Curve], skipped: list[str], metric: str, x: str, png: str, command: str):
+    e = html.escape
+    xname = x_metric(x)
+    heads = [
+        "run",
+        "label",
+        "group",
+        "run id",
+        "points",
+        f"last {xname}",
+        f"last {metric}",
+        "directory",
+    ]
+    rows = [
+        [
+            c.name,
+            label_of(c.run),
+            str(c.run.group),
+            c.run.run_id,
+            str(len(c.xs)),
+            fmt(c.xs[-1]),
+            fmt(c.ys[-1]),
+            str(c.run.path),
+        ]
+        for c in drawn
+    ]
+    clock = CLOCK_SENTENCES.get(xname, f"x axis: '{xname}'.")
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>Comparison: {e(metric)}</title><style>{CSS}</style></head><body>",
+        f"<h1>Comparison: {e(axis_label(metric))}</h1>",
+        f"<p>Regenerate: <code>{e(command)}</code></p>",
+        f'<figure><img src="{e(png)}" alt="{e(metric)} against {e(xname)}">',
+        f"<figcaption>{e(clock)}</figcaption></figure>",
+        "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>",
+        *["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows],
+        "</table>",
+    ]
+    if skipped:
+        out += ["<h2>Not drawn</h2>", "<ul>", *[f"<li>{e(s)}</li>" for s in skipped], "</ul>"]
+    return "\n".join([*out, "</body></html>"]) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    import shlex
+
+    p = argparse.ArgumentParser(prog="repro report compare", description=__doc__.splitlines()[0])
+    p.add_argument("runs_or_groups", nargs="+", metavar="RUN_OR_GROUP")
+    p.add_argument("--runs", default="runs", help="root run ids and groups are looked up in")
+    p.add_argument("--metric", default="train/loss", help="y axis (default train/loss)")
+    p.add_argument("--x", default="time/modeled_s", help="x axis: step, modeled, wall, a metric")
+    p.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    p.add_argument("--out", default="reports/compare", help="output directory")
+    args = p.parse_args(argv)
+    runs = resolve(args.runs_or_groups, Path(args.runs))
+    drawn, skipped = curves(runs, args.metric, args.x)
+    out = Path(args.out)
+    png = draw(drawn, args.metric, args.x, out / "compare.png", args.logy)
+    command = shlex.join(["repro", "report", "compare", *argv])
+    (out / "compare.html").write_text(page(drawn, skipped, args.metric, args.x, png.name, command))
+    for note in skipped:
+        print(f"not drawn: {note}")
+    print(f"wrote {png} and {out / 'compare.html'} ({len(drawn)} runs)")
+    return 0

@@ -1,0 +1,122 @@
+"""`repro report all`: every paper's report, then one index page over all of them (issue 9).
+
+The index (`index.html` and `index.md` in the reports directory) has one claims table per
+scale over all papers, a link to each paper's report, each report's figures inline with the
+command that regenerates them, the environment, and the papers that have no runs yet with
+the command that runs them. Runs of different scales are never put in one table: every
+scale of a paper gets its own report and its own section, and a run group whose runs
+disagree on the scale is listed as refused (with the reason) instead of being reported.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from repro.errors import UserError
+from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
+from repro.report.claims import SCALES, ClaimResult, ClaimsFile, known_papers, load_claims
+from repro.report.render import FigureOut, fmt
+from repro.report.series import Run, cfg
+from repro.track.runs import find_runs
+
+
+@dataclass(frozen=True)
+class Section:
+    """One paper at one scale: its report (`where`, relative to the index) and its parts, or
+    `refused` saying why its runs could not be reported."""
+
+    paper: str
+    title: str
+    scale: str
+    where: str
+    command: str
+    reproduce: str
+    results: list[ClaimResult] = field(default_factory=list)
+    figures: list[FigureOut] = field(default_factory=list)
+    seeds: str = ""
+    runs: int = 0
+    refused: str = ""
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A paper with a claims file but no runs under the runs root."""
+
+    paper: str
+    title: str
+    command: str
+
+
+@dataclass(frozen=True)
+class Index:
+    sections: list[Section]
+    not_run: list[NotRun]
+    runs_root: str
+    command: str
+
+
+def _scales_present(runs: Sequence[Run], paper: str) -> list[str]:
+    groups = {run.group for run in runs}
+    return [scale for scale in SCALES if f"{paper}_{scale}" in groups]
+
+
+def _report_command(paper: str, scale: str, runs_root: str, out: Path, sub: Path) -> str:
+    """The `repro report` command that writes exactly this report directory."""
+    args = ["repro", "report", paper, "--runs", runs_root, "--scale", scale]
+    if sub == Path(paper):
+        return shlex.join([*args, "--out", str(out)])
+    return shlex.join([*args, "--dir", str(out / sub)])
+
+
+def _seeds(runs: dict[str, Run]) -> str:
+    return ", ".join(dict.fromkeys(fmt(cfg(run, "seed")) for run in runs.values()))
+
+
+def _section(
+    claims: ClaimsFile, scale: str, found: Sequence[Run], runs_root: str, out: Path, sub: Path
+) -> Section:
+    paper = claims.paper
+    command = _report_command(paper, scale, runs_root, out, sub)
+    reproduce = f"repro reproduce {paper} scale={scale}"
+    base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)
+    try:
+        _, runs, notes = select_runs(found, paper, scale, runs_root)
+    except UserError as err:
+        return replace(base, refused=str(err))
+    runs = ordered(claims, runs)
+    parts = draw_parts(claims, runs, scale, out / sub)
+    write_page(claims, runs, scale, out / sub, parts, command=command, notes=notes)
+    results, figures = parts
+    return replace(base, results=results, figures=figures, seeds=_seeds(runs), runs=len(runs))
+
+
+def collect_runs(
+    found: Sequence[Run], runs_root: str, out: Path, claims_dir: Path, command: str = ""
+) -> Index:
+    """Write every paper's report for the runs `found` (read from `runs_root`) under `out`
+    (one directory per paper, or per paper and scale when a paper has runs at several
+    scales) and return what the index shows."""
+    sections: list[Section] = []
+    not_run: list[NotRun] = []
+    for paper in known_papers(claims_dir):
+        claims = load_claims(paper, claims_dir)
+        scales = _scales_present(found, paper)
+        if not scales:
+            not_run.append(NotRun(paper, claims.title, f"repro reproduce {paper} scale=small"))
+            continue
+        for scale in scales:
+            sub = Path(paper) if len(scales) == 1 else Path(paper) / scale
+            sections.append(_section(claims, scale, found, runs_root, out, sub))
+    return Index(sections, not_run, runs_root, command)
+
+
+def collect(
+    runs_root: Path, out: Path, *, claims_dir: Path | None = None, command: str = ""
+) -> Index:
+    """`collect_runs` over the runs read back from disk under `runs_root` (none when the
+    directory does not exist yet: every paper is then listed as not run)."""
+    found = find_runs(runs_root) if runs_root.is_dir() else []
+    return collect_runs(found, str(runs_root), out, claims_dir or default_claims_dir(), command)

@@ -1,0 +1,152 @@
+"""Reports from a tiny AdaComm reproduction, checked in headless Chromium (Debian's package).
+
+One reproduction per module (`repro reproduce adacomm scale=tiny`, then `repro report all`)
+serves the index, browser and comparison tests. The browser tests skip only when Chromium is
+absent and cannot be installed (not root) outside CI; in CI (env CI set) they must run.
+"""
+
+import os
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from repro.report.browser import check_pages, find_browser
+from repro.report.render import fmt
+from repro.track.runs import read_run
+from tests.helpers import REPO, repro_cli
+
+pytestmark = pytest.mark.slow
+LABELS = ("sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    proc = repro_cli(
+        "reproduce",
+        "adacomm",
+        "scale=tiny",
+        f"runs_root={root / 'runs'}",
+        f"data.root={root / 'data'}",
+        "--no-report",
+        cwd=root,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = repro_cli("report", "all", "--runs", "runs", "--out", "reports", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "ensure-chromium")], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        if os.environ.get("CI") or os.geteuid() == 0:
+            pytest.fail(f"scripts/ensure-chromium failed: {proc.stderr.strip()}")
+        pytest.skip("chromium is not installed and this user cannot install it")
+    return find_browser()
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()[:24]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_index_has_the_claims_table_figures_environment_and_papers_not_run(built):
+    reports = built / "reports"
+    md = (reports / "index.md").read_text()
+    table = md.split("## Claims at scale tiny")[1].split("\n## ")[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| adacomm |")]
+    assert len(rows) == 6 and all("| not assessed | tiny |" in r for r in rows)
+    assert all("[adacomm](adacomm/report.html)" in r for r in rows)
+    assert "Claims at scale small" not in md
+    for paper in ("topk", "adasum"):
+        assert f"| {paper} |" in md and f"repro reproduce {paper} scale=small" in md
+    assert "Regenerate: `repro report adacomm --runs runs --scale tiny --out reports`" in md
+    assert re.search(r"\| git commit \| [0-9a-f]{40}", md)
+    assert f"| CPU | {os.cpu_count()} logical cores" in md
+    html = (reports / "index.html").read_text()
+    images = re.findall(r'<img src="([^"]+)"', html)
+    figures = [p for p in (reports / "adacomm").glob("*.png") if "screenshot" not in p.name]
+    assert len(images) == len(figures) == 5
+    assert all((reports / src).is_file() for src in images)
+
+
+def test_every_page_loads_its_images_without_console_errors(built, chromium):
+    reports = built / "reports"
+    proc = repro_cli("report", "check", "reports", cwd=built)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 of 2 pages passed" in proc.stdout
+    checks = check_pages([reports / "index.html", reports / "adacomm" / "report.html"], chromium)
+    for check in checks:
+        assert check.ok, check.problems()
+        assert check.images == 5  # the AdaComm figures, inline in the index too
+        width, height = _png_size(check.screenshot)
+        assert width == 1280 and height >= 2000
+        assert check.screenshot.parent == check.page.parent
+
+
+def test_the_check_reports_a_missing_image_and_console_errors(built, chromium, tmp_path):
+    page = tmp_path / "broken.html"
+    (tmp_path / "fine.png").write_bytes(
+        (built / "reports" / "adacomm" / "loss_vs_step.png").read_bytes()
+    )
+    page.write_text(
+        '<!DOCTYPE html><html><body><img src="fine.png"><img src="gone.png">'
+        "<script>console.error('bad number'); undefinedFunction();</script></body></html>"
+    )
+    (check,) = check_pages([page], chromium)
+    assert check.images == 2 and check.broken_images == ["gone.png"]
+    assert any("bad number" in e for e in check.console_errors)
+    assert any("undefinedFunction" in e for e in check.console_errors)
+    assert any("gone.png" in e for e in check.console_errors)  # the failed load itself
+    proc = repro_cli("report", "check", str(page), cwd=tmp_path)
+    assert proc.returncode == 1 and "image did not load: gone.png" in proc.stdout
+
+
+def _run_dir(built: Path, label: str) -> Path:
+    (path,) = (built / "runs" / "adacomm_tiny").glob(f"{label}-*")
+    return path
+
+
+def _table(html: str) -> list[list[str]]:
+    rows = re.findall(r"<tr>(.*?)</tr>", html)[1:]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+
+
+def test_compare_overlays_two_runs_with_their_last_points(built, tmp_path):
+    dirs = [_run_dir(built, "sync"), _run_dir(built, "local_sgd_tau4")]
+    out = tmp_path / "cmp"
+    args = ["--metric", "train/loss", "--x", "step", "--out", str(out)]
+    proc = repro_cli("report", "compare", *map(str, dirs), *args, cwd=built)
+    assert proc.returncode == 0, proc.stderr
+    assert _png_size(out / "compare.png")[0] > 0
+    rows = _table((out / "compare.html").read_text())
+    assert [r[:2] for r in rows] == [
+        ["Fully synchronous SGD", "sync"],
+        ["PASGD (τ = 4)", "local_sgd_tau4"],
+    ]
+    for row, path in zip(rows, dirs, strict=True):
+        run = read_run(path)
+        logged = [(h["step"], h["train/loss"]) for h in run.history if "train/loss" in h]
+        assert row[3] == run.run_id and row[4] == str(len(logged))
+        assert row[5] == fmt(float(logged[-1][0])) and row[6] == fmt(logged[-1][1])
+
+
+def test_compare_by_group_and_unknown_names(built, tmp_path):
+    proc = repro_cli("report", "compare", "adacomm_tiny", "--out", str(tmp_path), cwd=built)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r[1] for r in _table((tmp_path / "compare.html").read_text())) == sorted(LABELS)
+    bad = repro_cli("report", "compare", "no_such_group", cwd=built)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == (
+        "error: 'no_such_group' is not a run directory, run id or group under runs "
+        "(groups: adacomm_tiny)"
+    )

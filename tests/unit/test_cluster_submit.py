@@ -1,0 +1,57 @@
+"""Job shapes, rendezvous ports and env files of repro.cluster (no cluster needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repro.cluster.executor import job_folder, read_env_file
+from repro.cluster.jobs import JobRecord, append_records, read_records
+from repro.cluster.submit import _tasks_per_node, rendezvous_port
+from repro.config import compose
+from repro.errors import UserError
+
+
+def _cfg(*overrides: str):
+    return compose(["workload=synthetic_mlp", "trainer.batch_size=16", *overrides])
+
+
+def test_tasks_per_node_is_workers_over_nodes_and_at_most_one_per_gpu() -> None:
+    assert _tasks_per_node(_cfg("trainer.world_size=8", "cluster=slurm", "cluster.nodes=2")) == 4
+    assert _tasks_per_node(_cfg("trainer.world_size=3", "cluster=slurm_local")) == 3
+    with pytest.raises(UserError, match=r"world_size=6 is not a multiple of cluster.nodes=4"):
+        _tasks_per_node(_cfg("trainer.world_size=6", "cluster=slurm", "cluster.nodes=4"))
+    with pytest.raises(UserError, match=r"8 workers per node but cluster.gpus_per_node=4.*to 2"):
+        _tasks_per_node(_cfg("trainer.world_size=8", "cluster=slurm"))
+
+
+def test_rendezvous_port_is_shared_by_tasks_and_changes_on_restart() -> None:
+    ports = {rendezvous_port(str(job), restart) for job in range(200) for restart in (0, 1)}
+    assert all(20000 <= p < 40000 for p in ports)
+    assert len(ports) > 390  # 400 (job, restart) pairs, nearly all distinct
+    assert rendezvous_port("17_3", 0) == rendezvous_port("17_3", 0)
+    assert rendezvous_port("17_3", 0) != rendezvous_port("17_3", 1)
+
+
+def test_env_file_and_folder(tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    env.write_text("# comment\nexport SLURM_CONF='/x y/slurm.conf'\nexport A=b\necho hi\n")
+    assert read_env_file(env) == {"SLURM_CONF": "/x y/slurm.conf", "A": "b"}
+    with pytest.raises(UserError, match="make slurm-up"):
+        read_env_file(tmp_path / "missing")
+    cfg = _cfg("cluster=slurm_local", f"runs_root={tmp_path}")
+    assert job_folder(cfg.cluster, cfg.runs_root) == tmp_path / "slurm"
+
+
+def test_job_records_round_trip_with_log_paths(tmp_path: Path) -> None:
+    rec = JobRecord("12_1", "run_set", "sync", "slurm", str(tmp_path / "slurm"), tasks=2)
+    path = append_records(tmp_path, [rec])
+    append_records(tmp_path, [rec])
+    assert path.read_text().count("\n") == 2
+    back = read_records(tmp_path)
+    assert back == [rec, rec]
+    assert back[0].stdout == str(tmp_path / "slurm" / "12_1_0_log.out")
+    assert back[0].paths(1).stderr == tmp_path / "slurm" / "12_1_1_log.err"
+    with pytest.raises(UserError, match="no jobs recorded"):
+        read_records(tmp_path / "elsewhere")

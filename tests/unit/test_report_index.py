@@ -1,0 +1,160 @@
+"""The index over all papers (`repro report all`), figure colours and published references."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repro.report.claims import load_claims
+from repro.report.colours import colour_for, line_style
+from repro.report.environment import environment_rows
+from repro.report.index import collect_runs
+from repro.report.index_page import to_html, to_markdown
+from repro.report.plots import AXIS_LABELS, FigureSpec, resolve_reference
+from repro.report.report_cli import main as report_main
+from tests.unit.report_data import adacomm_set, make_run
+
+REPO = Path(__file__).resolve().parents[2]
+OTHER_PAPER = """
+paper: other
+title: Another paper
+citation: Someone, 2020.
+claims: []
+"""
+
+
+@pytest.fixture
+def claims_dir(tmp_path):
+    """The AdaComm claims file and a second paper that has no runs."""
+    d = tmp_path / "claims"
+    d.mkdir()
+    shutil.copy(REPO / "reports" / "claims" / "adacomm.yaml", d)
+    (d / "other.yaml").write_text(OTHER_PAPER)
+    return d
+
+
+def _claims_tables(md: str) -> dict[str, list[list[str]]]:
+    """Rows (cells) of every "Claims at scale S" table of the Markdown index."""
+    tables = {}
+    for scale, body in re.findall(r"## Claims at scale (\w+)\n\n(.*?)\n\n", md, re.S):
+        lines = body.splitlines()[2:]
+        tables[scale] = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return tables
+
+
+def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
+    runs = [*adacomm_set("small"), *adacomm_set("tiny")]
+    out = tmp_path / "reports"
+    index = collect_runs(runs, "runs", out, claims_dir, "repro report all")
+    md = to_markdown(index, [["python", "3.x"]])
+    tables = _claims_tables(md)
+    assert set(tables) == {"small", "tiny"}
+    for scale, rows in tables.items():
+        assert len(rows) == 6  # the six AdaComm claims, once per scale, never mixed
+        assert all(row[6] == scale for row in rows)
+        assert all(row[7] == f"[adacomm](adacomm/{scale}/report.html)" for row in rows)
+    # claims are stated for small and paper: judged at small, computed but not judged at tiny
+    assert all(row[5] == "not assessed" for row in tables["tiny"])
+    headline = next(r for r in tables["small"] if r[1] == "headline_time_to_sync_loss")
+    # trailing means of 3: sync ends at (100/80 + 100/90 + 100/100)/3 = 1.120; adacomm
+    # (80/s) first gets there at step 90, (80/70 + 80/80 + 80/90)/3 = 1.011, i.e. at
+    # 90 * 0.25 s = 22.5 s against sync's 100 s
+    assert headline[4] == "0.225 x sync's time" and headline[5] == "reproduced"
+    assert "| other | Another paper | not run | repro reproduce other scale=small |" in md
+    for scale in ("small", "tiny"):
+        report = out / "adacomm" / scale
+        assert (report / "report.html").is_file()
+        cmd = f"repro report adacomm --runs runs --scale {scale} --dir {out}/adacomm/{scale}"
+        assert f"Regenerate: `{cmd}`" in md
+        assert f"Regenerate: {cmd}" in (report / "report.md").read_text()
+    html = to_html(index, [["python", "3.x"]])
+    for src in re.findall(r'<img src="([^"]+)"', html):
+        assert (out / src).is_file()
+    assert len(re.findall(r"<img ", html)) == 2 * len(load_claims("adacomm", claims_dir).figures)
+
+
+def test_index_of_one_scale_uses_the_paper_directory(tmp_path, claims_dir):
+    index = collect_runs(adacomm_set("small"), "runs", tmp_path, claims_dir)
+    assert [s.where for s in index.sections] == ["adacomm/report.html"]
+    assert index.sections[0].command.endswith(f"--scale small --out {tmp_path}")
+    assert index.sections[0].seeds == "0" and index.sections[0].runs == 5
+
+
+def test_a_group_mixing_scales_is_refused_not_mixed(tmp_path, claims_dir):
+    runs = [*adacomm_set("small"), make_run("odd", scale="paper", group="adacomm_small")]
+    index = collect_runs(runs, "runs", tmp_path, claims_dir)
+    (section,) = index.sections
+    assert section.results == [] and "mixes scales paper, small" in section.refused
+    md = to_markdown(index, [])
+    assert "refused: run group adacomm_small under runs mixes scales paper, small" in md
+    assert not (tmp_path / "adacomm" / "report.html").exists()
+
+
+def test_report_all_without_runs_lists_every_paper_as_not_run(tmp_path, claims_dir, capsys):
+    out = tmp_path / "reports"
+    args = ["all", "--runs", str(tmp_path / "none"), "--out", str(out), "--claims", str(claims_dir)]
+    assert report_main(args) == 0
+    md = (out / "index.md").read_text()
+    assert "| adacomm |" in md and "repro reproduce adacomm scale=small" in md
+    assert "Claims at scale" not in md
+    assert "adacomm: not run; run it with `repro reproduce adacomm scale=small`" in (
+        capsys.readouterr().out
+    )
+
+
+def test_environment_names_versions_hardware_and_commit():
+    import platform
+
+    import torch
+
+    rows = dict(map(tuple, environment_rows(REPO)))
+    assert rows["python"] == platform.python_version()
+    assert rows["torch"] == torch.__version__.split("+")[0] or rows["torch"] == torch.__version__
+    assert rows["CPU"].startswith(f"{__import__('os').cpu_count()} logical cores")
+    assert re.fullmatch(r"[0-9a-f]{40}( \(uncommitted changes\))?", rows["git commit"])
+
+
+def test_colours_follow_the_method_across_papers():
+    # baselines black; a family is shaded by its parameter, darker for larger |log2|
+    assert colour_for("dense_ring") == colour_for("sync") == "#000000"
+    blues = [colour_for(f"local_sgd_tau{t}") for t in (2, 4, 16, 32)]
+    lightness = [sum(int(c[i : i + 2], 16) for i in (1, 3, 5)) for c in blues]
+    assert lightness == sorted(lightness, reverse=True) and len(set(blues)) == 4
+    ratios = [colour_for(f"star_topk_c{c}") for c in ("0.1", "0.01", "0.001")]
+    assert len(set(ratios)) == 3
+    batches = [colour_for(f"adasum_sgd_b{b}") for b in (64, 256, 1024, 4096, 16384)]
+    assert len(set(batches)) == 5
+    # the combiner names the colour, the optimizer the line style
+    assert colour_for("adasum_sgd_b1024") == colour_for("adasum_lamb_b1024")
+    assert line_style("adasum_lamb_b1024") == "-." and line_style("adasum_sgd_b1024") == "-"
+    assert colour_for("adasum_sgd_b1024") != colour_for("mean_sgd_b1024")
+    assert line_style("local_sgd_tau4") == "--" and line_style("adacomm") == "-"
+
+
+def test_every_clock_and_logged_metric_axis_has_a_unit():
+    for metric in ("time/modeled_s", "time/wall_s", "comm/measured_s"):
+        assert re.search(r"[(, ]s\)$", AXIS_LABELS[metric]), metric  # seconds
+    for metric in ("step", "epoch", "train/loss", "test/acc", "comm/bytes", "samples"):
+        assert "(" in AXIS_LABELS[metric], metric
+
+
+def test_a_published_value_relative_to_a_run_becomes_a_line():
+    runs = {r.name: r for r in adacomm_set()}
+    spec = FigureSpec(
+        id="f",
+        title="t",
+        x="modeled",
+        y="train/loss",
+        reference=[
+            {"run": "sync", "x_times": 0.333, "label": "published: a third of sync's time"},
+            {"y": 0.5},
+            {"run": "missing", "y_times": 1.0},
+        ],
+    )
+    resolved = [resolve_reference(ref, spec, runs) for ref in spec.reference]
+    # sync's last point: step 100 at 1 s/step on the modeled clock
+    assert resolved[0] == {"x": pytest.approx(33.3), "label": "published: a third of sync's time"}
+    assert resolved[1] == {"y": 0.5} and resolved[2] is None
+    with pytest.raises(Exception, match="x_times and/or y_times"):
+        FigureSpec(id="g", title="t", y="train/loss", reference=[{"x_times": 0.3}])
