@@ -8,7 +8,7 @@ PORT    ?= 8080
 export WANDB_SILENT := true
 
 .PHONY: install test test-fast lint bench reproduce-adacomm reproduce-topk reproduce-adasum \
-        reproduce-all report sweep dashboard slurm-up slurm-down pg-up pg-down clean
+        reproduce-all report report-check sweep dashboard slurm-up slurm-down pg-up pg-down clean
 
 install: $(VENV)
 
@@ -46,6 +46,9 @@ reproduce-all: reproduce-adacomm reproduce-topk reproduce-adasum
 
 report: $(VENV)
 	.venv/bin/repro report all
+
+report-check: $(VENV)
+	.venv/bin/repro report check reports
 
 sweep: $(VENV)
 	.venv/bin/repro sweep $(SPEC)

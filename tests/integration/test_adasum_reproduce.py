@@ -15,7 +15,7 @@ CLAIMS = (
     "sgd_large_batch_vs_mean", "sgd_large_batch_vs_sum", "adam_large_batch_vs_mean",
     "adam_large_batch_vs_sum", "lamb_fewer_steps_than_lamb", "lamb_fewer_steps_than_lamb_sum",
     "toy_fewer_steps_than_mean", "cost_close_to_allreduce", "sgd_large_batch_vs_mean_paper",
-    "lamb_fewer_steps_than_lamb_paper",
+    "lamb_fewer_steps_than_lamb_paper", "cost_close_to_allreduce_paper",
 )
 VERDICTS = r"(reproduced|partly|not reproduced|not run|not measured|not assessed)"
 
