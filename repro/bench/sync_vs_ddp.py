@@ -20,6 +20,7 @@ from torch import nn
 
 from repro.dist.collectives import Collectives
 from repro.dist.launch import init_process_group, spawn
+from repro.netmodel.calibrate import load_note
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.sync import SyncConfig, SyncStrategy
@@ -109,7 +110,7 @@ def run() -> list[str]:
     verdict = "meets" if ratio <= GOAL else "misses"
     return [
         f"wide MLP {n_params / 1e6:.2f}M parameters, batch {BATCH} per rank, {WORLD} gloo ranks, "
-        f"median of {BLOCKS} alternating blocks of {BLOCK_STEPS} steps",
+        f"median of {BLOCKS} alternating blocks of {BLOCK_STEPS} steps; {load_note()}",
         f"method=sync {sync_s * 1e3:.1f} ms/step, DDP {ddp_s * 1e3:.1f} ms/step",
         f"sync / DDP step time: {ratio:.3f} ({verdict} the goal of at most {GOAL})",
     ]

@@ -187,7 +187,8 @@ def _draw_lines(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Pa
             continue
         if any(isinstance(y, str) for y in ys):
             # Categorical values (the chosen collective) share one y axis across runs.
-            categories += [str(y) for y in ys if str(y) not in categories]
+            # dict.fromkeys: each new value once (a comprehension tests against the old list)
+            categories += [y for y in dict.fromkeys(map(str, ys)) if y not in categories]
             values = [float(categories.index(str(y))) for y in ys]
         else:
             values = trailing_mean([float(y) for y in ys], spec.smooth)

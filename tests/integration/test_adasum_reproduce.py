@@ -8,22 +8,43 @@ from tests.helpers import repro_cli
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
 LABELS = (
-    "adasum_sgd_b64", "mean_sgd_b64", "adasum_sgd_b1024", "sum_sgd_b1024", "mean_sgd_b1024",
-    "adasum_lamb_b1024", "mean_lamb_b1024", "toy_adasum", "toy_mean", "cost_adasum", "cost_sum",
+    "adasum_sgd_b64",
+    "mean_sgd_b64",
+    "adasum_sgd_b1024",
+    "sum_sgd_b1024",
+    "mean_sgd_b1024",
+    "adasum_lamb_b1024",
+    "mean_lamb_b1024",
+    "toy_adasum",
+    "toy_mean",
 )
 CLAIMS = (
-    "sgd_large_batch_vs_mean", "sgd_large_batch_vs_sum", "adam_large_batch_vs_mean",
-    "adam_large_batch_vs_sum", "lamb_fewer_steps_than_lamb", "lamb_fewer_steps_than_lamb_sum",
-    "toy_fewer_steps_than_mean", "cost_close_to_allreduce", "sgd_large_batch_vs_mean_paper",
-    "lamb_fewer_steps_than_lamb_paper", "cost_close_to_allreduce_paper",
+    "sgd_large_batch_vs_mean",
+    "sgd_large_batch_vs_sum",
+    "adam_large_batch_vs_mean",
+    "adam_large_batch_vs_sum",
+    "lamb_fewer_steps_than_lamb",
+    "lamb_fewer_steps_than_lamb_sum",
+    "toy_fewer_steps_than_mean",
+    "cost_close_to_allreduce",
+    "sgd_large_batch_vs_mean_paper",
+    "lamb_fewer_steps_than_lamb_paper",
+    "cost_close_to_allreduce_paper",
 )
 VERDICTS = r"(reproduced|partly|not reproduced|not run|not measured|not assessed)"
 
 
 @pytest.mark.slow
 def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
-    args = ["reproduce", "adasum", "scale=tiny", f"runs_root={tmp_path}/runs",
-            f"data.root={tmp_path}/data", "--reports", str(tmp_path / "reports")]
+    args = [
+        "reproduce",
+        "adasum",
+        "scale=tiny",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/data",
+        "--reports",
+        str(tmp_path / "reports"),
+    ]
     first = repro_cli(*args, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "adasum"
@@ -46,8 +67,13 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert all((report / img).exists() for img in images)
     # Steps-to-target points for SGD and LAMB, loss and accuracy curves, toy, cost; Adam
     # has no runs here, so its figure is listed with the reason instead of an image.
-    assert {"steps_to_target_sgd.png", "steps_to_target_lamb.png", "toy_loss_vs_step.png",
-            "loss_vs_step_b1024.png", "comm_seconds_cost_runs.png"} <= set(images)
+    assert {
+        "steps_to_target_sgd.png",
+        "steps_to_target_lamb.png",
+        "toy_loss_vs_step.png",
+        "loss_vs_step_b1024.png",
+        "comm_seconds_adasum_vs_allreduce.png",
+    } <= set(images)
     assert "steps_to_target_adam.png" not in images
 
     second = repro_cli(*args, cwd=tmp_path, timeout=600)
@@ -60,8 +86,9 @@ def test_every_scale_composes_its_run_set():
     from repro.report.reproduce import run_set
 
     small = dict(run_set("adasum", "small", []))
-    grid = [k for k in small if not k.startswith(("toy_", "cost_"))]
-    assert len(grid) == 21 and len(small) == 26
+    grid = [k for k in small if not k.startswith("toy_")]
+    assert len(grid) == 18 and len(small) == 20
+    fixed = {"adasum_sgd_b1024", "sum_sgd_b1024"}  # equal steps: the cost claim's pair
     for label, cfg in small.items():
         combiner, opt = label.split("_")[:2]
         assert cfg.method.name == "adasum" and cfg.experiment.label == label
@@ -69,7 +96,8 @@ def test_every_scale_composes_its_run_set():
             batch = int(label.rsplit("_b", 1)[1])
             assert cfg.trainer.world_size * cfg.trainer.batch_size == batch
             assert (cfg.method.combiner, cfg.optim.name) == (combiner, opt)
-            assert cfg.trainer.target_acc == 0.85
+            assert cfg.trainer.target_acc == (0.0 if label in fixed else 0.85)
+    assert {small[k].trainer.steps for k in fixed} == {350}
     lrs = {(c.optim.name, c.optim.lr) for k, c in small.items() if k in grid}
     assert lrs == {("sgd", 0.05), ("adam", 0.01), ("lamb", 0.02)}  # not scaled by workers
     toy = small["toy_adasum"]
@@ -81,8 +109,15 @@ def test_every_scale_composes_its_run_set():
 
 @pytest.mark.slow
 def test_paper_scale_starts_and_stops_at_missing_data(tmp_path):
-    proc = repro_cli("reproduce", "adasum", "scale=paper", f"runs_root={tmp_path}/runs",
-                     f"data.root={tmp_path}/cifar", "tracking=disabled", cwd=tmp_path)
+    proc = repro_cli(
+        "reproduce",
+        "adasum",
+        "scale=paper",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/cifar",
+        "tracking=disabled",
+        cwd=tmp_path,
+    )
     err = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert err[-1].startswith("error:") and "data.root" in err[-1], err[-3:]

@@ -2,6 +2,8 @@
 2 and 4 workers train with SGD-momentum, Adam and LAMB and move the bytes the VHDD
 allreduce should, and bad settings end `repro train` with one line."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -17,8 +19,6 @@ N_PARAMS, N_TENSORS = 676, 4
 
 
 def _final_model(summary: dict) -> dict[str, torch.Tensor]:
-    from pathlib import Path
-
     return torch.load(Path(summary["run_dir"]) / "final_model.pt", weights_only=True)
 
 
@@ -28,7 +28,10 @@ def test_one_worker_equals_the_plain_optimizer(tmp_path, opt):
     reference = _final_model(plain)
     for combiner in ("adasum", "sum", "mean"):
         got = train(
-            tmp_path, "method=adasum", f"method.combiner={combiner}", *OPTIMIZERS[opt],
+            tmp_path,
+            "method=adasum",
+            f"method.combiner={combiner}",
+            *OPTIMIZERS[opt],
             f"experiment.label={combiner}",
         )
         model = _final_model(got)
@@ -63,8 +66,13 @@ def test_several_workers_train_and_move_vhdd_bytes(tmp_path, world, opt):
 
 @pytest.mark.slow
 def test_sum_combiner_is_one_flat_allreduce(tmp_path):
-    s = train(tmp_path, "method=adasum", "method.combiner=sum", "trainer.world_size=2",
-              *OPTIMIZERS["adam"])
+    s = train(
+        tmp_path,
+        "method=adasum",
+        "method.combiner=sum",
+        "trainer.world_size=2",
+        *OPTIMIZERS["adam"],
+    )
     assert s["comm/bytes"] == 40 * N_PARAMS * 4 and s["comm/collectives"] == 40
 
 
@@ -80,8 +88,9 @@ BAD = [
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides, needle", BAD, ids=[" ".join(b[0]) for b in BAD])
 def test_bad_input_is_one_line(tmp_path, overrides, needle):
-    proc = repro_cli("train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled",
-                     cwd=tmp_path)
+    proc = repro_cli(
+        "train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path
+    )
     err = proc.stderr.strip()
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert len(err.splitlines()) == 1 and err.startswith("error:") and needle in err, err

@@ -139,9 +139,9 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
             "--ranks",
             "2",
             "--sizes",
-            "1K,1M,4M",
+            "1K,1M,16M",
             "--repeats",
-            "2",
+            "3",
             "--warmup",
             "1",
             "--out",
@@ -154,7 +154,7 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
         assert sorted((row[0], int(row[2])) for row in table) == sorted(
             (op, size)
             for op in ("allreduce", "allgather", "broadcast")
-            for size in (1024, 1048576, 4194304)
+            for size in (1024, 1 << 20, 16 << 20)
         )
         written = yaml.safe_load(out.read_text())
         cfg = compose([f"network={name}"])

@@ -73,6 +73,15 @@ def test_fit_needs_two_sizes():
         fit([Sample("allreduce", 2, 1024, 1e-4), Sample("allreduce", 2, 1024, 2e-4)])
 
 
+def test_flat_times_fit_no_bandwidth_and_make_no_preset():
+    flat = [Sample("allreduce", 2, m, 2e-4) for m in (1024, 4096, 16384)]
+    link = fit(flat)
+    # a ring allreduce over 2 ranks pays 2 latencies: a = 0.2 ms / 2
+    assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_Bps == float("inf")
+    with pytest.raises(UserError, match="do not grow with message size"):
+        preset_text("flat", {"allreduce": link}, flat, "allreduce")
+
+
 def test_sizes_parse_with_binary_suffixes():
     assert [_parse_size(s) for s in ("512", "1K", "64M", "2kb")] == [512, 1024, 64 << 20, 2048]
     with pytest.raises(UserError, match="at least 4 bytes"):

@@ -11,8 +11,12 @@ from repro.workload.workload import Workload, WorkloadConfig
 
 def _workload(tolerance: float = 0.1) -> Workload:
     cfg = WorkloadConfig(
-        name="toy", dataset="toy_quadratic", model="toy_quadratic", num_samples=50,
-        task="regression", tolerance=tolerance,
+        name="toy",
+        dataset="toy_quadratic",
+        model="toy_quadratic",
+        num_samples=50,
+        task="regression",
+        tolerance=tolerance,
     )
     return Workload(cfg, toy_quadratic(50, seed=3), "cpu")
 
