@@ -110,10 +110,10 @@ class SweepWorkerJob(Checkpointable):
 
     def __call__(self) -> tuple[int, int]:
         from repro.sweep.storage import open_storage
-        from repro.sweep.study import _load, _work, tally
+        from repro.sweep.study import open_study, run_worker, tally
 
-        _work(self.spec, self.index, self.deadline)
-        return tally(_load(self.spec, open_storage(self.spec)))
+        run_worker(self.spec, self.index, self.deadline)
+        return tally(open_study(self.spec, open_storage(self.spec)))
 
     def checkpoint(self) -> DelayedSubmission:
         """A requeued worker joins the study again; its lost trial is queued again by the
@@ -214,7 +214,7 @@ def submit_sweep(spec: SweepSpec, workers: int, cluster: str) -> int:
     from repro.config import compose
     from repro.sweep.spec import base_overrides, check_config_keys
     from repro.sweep.storage import open_storage
-    from repro.sweep.study import _load
+    from repro.sweep.study import open_study
 
     if workers < 1:
         raise UserError(f"--workers={workers} must be at least 1")
@@ -222,7 +222,7 @@ def submit_sweep(spec: SweepSpec, workers: int, cluster: str) -> int:
     if cfg.cluster.kind == "local":
         raise UserError(f"cluster={cluster} runs locally; drop --cluster to run the sweep here")
     check_config_keys(spec)
-    _load(spec, open_storage(spec))
+    open_study(spec, open_storage(spec))
     deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
     folder = job_folder(cfg.cluster, cfg.runs_root)
     cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size

@@ -157,7 +157,7 @@ def tally(study: Any) -> tuple[int, int]:
     return done, running
 
 
-def _load(spec: SweepSpec, storage: Any) -> Any:
+def open_study(spec: SweepSpec, storage: Any) -> Any:
     import optuna
 
     study = optuna.create_study(
@@ -176,14 +176,14 @@ def _load(spec: SweepSpec, storage: Any) -> Any:
     return study
 
 
-def _work(spec: SweepSpec, index: int, deadline: float | None) -> None:
+def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
     """One worker: count, ask, run, until the budget is spent or the deadline passes."""
     import optuna
     import torch
 
     torch.set_num_threads(1)
     storage = open_storage(spec)
-    study = _load(spec, storage)
+    study = open_study(spec, storage)
     # Distinct seeds per worker and per resume: equal seeds would propose equal points.
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
@@ -242,7 +242,7 @@ def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
 
     die_with_parent()
     try:
-        _work(spec, index, deadline)
+        run_worker(spec, index, deadline)
     except UserError as err:
         print(f"error: sweep worker {index}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
@@ -260,7 +260,7 @@ def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
     if workers < 1:
         raise UserError(f"--workers={workers} must be at least 1")
     check_config_keys(spec)
-    study = _load(spec, open_storage(spec))
+    study = open_study(spec, open_storage(spec))
     if not study.get_trials(deepcopy=False) and any(spec.study_dir.glob("trial_*")):
         # A new study would reuse trial_<n> directories holding an earlier study's runs.
         raise UserError(
@@ -279,7 +279,7 @@ def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
     )
     deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
     if workers == 1:
-        _work(spec, 0, deadline)
+        run_worker(spec, 0, deadline)
     else:
         ctx = multiprocessing.get_context("spawn")
         procs = [ctx.Process(target=_worker_main, args=(spec, i, deadline)) for i in range(workers)]

@@ -30,7 +30,6 @@ from repro.report.reproduce import run_set
 from repro.train.entry import run_training
 from tests.helpers import REPO, TINY, repro_cli, train
 
-pytest_plugins = ["tests.slurm_fixture"]
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
 GUARD_S = 240.0  # hang guard for a job on a loaded 2-core machine, not a speed check

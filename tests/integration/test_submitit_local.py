@@ -8,12 +8,18 @@ at once and `repro jobs --watch` follows the job by its process and result file.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from repro.cluster.submit import submit_run
+from repro.config import compose, run_dir_of
+from repro.train import checkpoint
 from tests.helpers import TINY, repro_cli, train
 
 pytestmark = pytest.mark.slow
@@ -50,3 +56,56 @@ def test_two_task_local_job_equals_the_spawned_run(tmp_path: Path) -> None:
     ma = torch.load(run_dir / "final_model.pt")
     mb = torch.load(Path(local["run_dir"]) / "final_model.pt")
     assert all(torch.equal(ma[k], mb[k]) for k in mb)
+
+
+def _task_pids(controller: int) -> list[int]:
+    """The task processes submitit's local controller started (its direct children)."""
+    children = Path(f"/proc/{controller}/task/{controller}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+@pytest.mark.timeout(300)
+def test_time_limit_signal_checkpoints_requeues_and_resumes_exactly(tmp_path: Path) -> None:
+    cfg = compose(
+        [
+            *TWO_WORKERS,
+            # 50 ms of modeled compute per step, really slept: long enough to interrupt
+            "compute.dist=constant",
+            "compute.mean_ms=50",
+            "network.inject=true",
+            "trainer.steps=300",
+            "cluster=submitit_local",
+            "tracking=disabled",
+            f"runs_root={tmp_path / 'runs'}",
+            f"data.root={tmp_path / 'data'}",
+        ]
+    )
+    job = submit_run(cfg)
+    try:
+        deadline = time.monotonic() + 200
+        while checkpoint.latest_step(run_dir_of(cfg)) < 60:
+            assert time.monotonic() < deadline, "no checkpoint of step 60 in time"
+            time.sleep(0.2)
+        # What submitit sends every task shortly before the time limit (SLURM: --signal).
+        for pid in _task_pids(int(job.job_id)):
+            os.kill(pid, signal.SIGUSR2)
+        while not job.done():
+            assert time.monotonic() < deadline, f"job {job.job_id} not done in time"
+            time.sleep(0.5)
+        summary = job.results()[0]  # rank 0 returns the summary
+    finally:
+        job.cancel(check=False)
+    log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
+    starts = [int(s) for s in re.findall(r"2 workers, from step (\d+)", log)]
+    assert starts[0] == 0 and len(starts) == 2 and starts[1] >= 60, starts
+    assert "Calling checkpoint method." in log and "Requeued job" in log
+
+    local = train(
+        tmp_path / "local",
+        *TWO_WORKERS,
+        "compute.dist=constant",
+        "compute.mean_ms=50",
+        "trainer.steps=300",
+    )
+    for key in ("step", "train/loss", "test/loss", "test/acc", "comm/bytes", "time/modeled_s"):
+        assert summary[key] == local[key], key
