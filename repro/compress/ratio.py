@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import optuna
 
 from repro.errors import UserError
 
@@ -174,6 +173,8 @@ class MOORatioController:
         return self.cr
 
     def _pareto_pick(self, curves: Curves) -> float:
+        import optuna  # imported here: every spawned worker imports this module, few solve
+
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no per-study INFO lines
         try:

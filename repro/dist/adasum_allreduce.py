@@ -210,12 +210,15 @@ def adasum_allreduce_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) 
     records: list[CommRecord] = []
     # (kept, given) slice bounds per level; the gather phase walks them back.
     halvings: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    # One receive buffer for every level (each level receives half the previous size).
+    scratch = torch.empty(layout.padded // 2, dtype=buf.dtype, device=buf.device)
     lo, hi, level = 0, layout.padded, 1
     while level < n:
         mid = (lo + hi) // 2
         lower = rank & level == 0
         kept, given = ((lo, mid), (mid, hi)) if lower else ((mid, hi), (lo, mid))
-        recv, rec = comm.sendrecv(buf[given[0] : given[1]], rank ^ level)
+        size = given[1] - given[0]
+        recv, rec = comm.sendrecv(buf[given[0] : given[1]], rank ^ level, out=scratch[:size])
         records.append(rec)
         own = buf[kept[0] : kept[1]]
         records.append(_combine_slice(own, recv, lower, kept[0], layout, _level_group(comm, level)))
@@ -225,7 +228,6 @@ def adasum_allreduce_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) 
     # Distance halving: each exchange hands the partner the finished half it lacks.
     for (klo, khi), (glo, ghi) in reversed(halvings):
         level //= 2
-        recv, rec = comm.sendrecv(buf[klo:khi], rank ^ level)
+        _, rec = comm.sendrecv(buf[klo:khi], rank ^ level, out=buf[glo:ghi])
         records.append(rec)
-        buf[glo:ghi] = recv
     return records

@@ -86,9 +86,14 @@ class Collectives:
         )
         return out, self._record("reduce_scatter", t, secs)
 
-    def sendrecv(self, send: torch.Tensor, peer: int) -> tuple[torch.Tensor, CommRecord]:
-        """Exchange equal-shaped tensors with group rank `peer` (both directions at once)."""
-        recv = torch.empty_like(send)
+    def sendrecv(
+        self, send: torch.Tensor, peer: int, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, CommRecord]:
+        """Exchange equal-shaped tensors with group rank `peer` (both directions at once).
+
+        `out` (contiguous, shaped like `send`) receives in place, so callers that exchange
+        every step can reuse one buffer instead of allocating megabytes per call."""
+        recv = torch.empty_like(send) if out is None else out
         global_peer = dist.get_global_rank(self.group, peer) if self.group is not None else peer
 
         def exchange():

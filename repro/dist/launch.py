@@ -94,7 +94,8 @@ def _worker(rank, world, port, fn, args, results):
         # process alive until the parent has read the result.
         results.put((rank, "ok", pickle.dumps(out)))
     except UserError as e:
-        results.put((rank, "user", str(e)))
+        # The exception itself travels, so subclasses (e.g. Diverged) keep their type.
+        results.put((rank, "user", pickle.dumps(e)))
     except BaseException as e:  # noqa: BLE001  (reported to the parent, which re-raises)
         results.put((rank, "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
     finally:
@@ -146,6 +147,6 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
     if failure is not None:
         rank, kind, msg = failure
         if kind == "user":
-            raise UserError(msg)
+            raise pickle.loads(msg)
         raise WorkerCrash(f"worker {rank} failed: {msg}")
     return [outs[r] for r in range(world_size)]

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from repro.config import CONFIG_DIR, Config, compose
 from repro.errors import UserError
-from repro.train.entry import finished_summary, run_training
+from repro.train.entry import Diverged, finished_summary, run_training
 
 
 def papers() -> list[str]:
@@ -48,7 +48,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     p.add_argument("--no-report", action="store_true", help="run the set, skip the report")
     p.add_argument("--reports", default="reports", help="where reports are written")
     p.add_argument("overrides", nargs="*", help="scale=small|paper|tiny and Hydra overrides")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
     scale, extra = "small", []
     for ov in args.overrides:
         if ov.startswith("scale="):
@@ -71,7 +71,13 @@ def main(argv: list[str]) -> int:
             tqdm.write(f"skip {label}: finished earlier")
             continue
         tqdm.write(f"run {label}")
-        summary = run_training(cfg)
+        try:
+            summary = run_training(cfg)
+        except Diverged as err:
+            # A diverged run is a result (e.g. a batch size past what a method tolerates):
+            # its logged curve stays for the report, and the rest of the set still runs.
+            tqdm.write(f"diverged {label}: {err}")
+            continue
         tqdm.write(
             f"done {label}: train/loss={summary.get('train/loss', float('nan')):.4g} "
             f"test/acc={summary.get('test/acc', float('nan')):.4f} "

@@ -63,16 +63,17 @@ class Trainer:
         self.wall_offset_s = 0.0
         self.run_id: str | None = None
         self.last_point: dict = {}
-        self.recent_points: list[dict] = []
+        self.logged_points: list[dict] = []
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> dict | None:
         start = self.restore()
         tracker = self._tracker()
         if tracker is not None:
-            # The tracker writes its file about once a second, so points logged just before
-            # a kill may be lost; the checkpoint keeps those since the previous checkpoint.
-            for p in self.recent_points:
+            # The tracker writes its file about once a second, so the points of a run killed
+            # early may never have reached disk. The checkpoint keeps every point logged so
+            # far (a few hundred small dicts), and the resumed segment starts with all of them.
+            for p in self.logged_points:
                 tracker.log(p, step=p["step"])
         try:
             self.loop(start, tracker)
@@ -218,7 +219,7 @@ class Trainer:
             strategy_metrics=self.strategy.metrics(),
         )
         self.stats.reset_interval(wall_s, samples, self.clock.now())
-        self.recent_points.append(self.last_point)
+        self.logged_points.append(self.last_point)
         if tracker is not None:
             tracker.log(self.last_point, step=step)
 
@@ -258,13 +259,12 @@ class Trainer:
             "wall_s": time.perf_counter() - self.t0,
             "run_id": self.run_id,
             "last_point": self.last_point,
-            "recent_points": self.recent_points,
+            "logged_points": self.logged_points,
             "rng": rng_state(self.workload.aug_gen),
         }
 
     def save(self, step: int) -> None:
         checkpoint.save_rank(self.run_dir, step, self.rank, self.state_dict(step))
-        self.recent_points = []
         self.comm.barrier()
         if self.rank == 0:
             checkpoint.commit(self.run_dir, step, self.hash, self.world)
@@ -284,7 +284,7 @@ class Trainer:
         self.wall_offset_s = state["wall_s"]
         self.run_id = state["run_id"]
         self.last_point = state["last_point"]
-        self.recent_points = state["recent_points"]
+        self.logged_points = state["logged_points"]
         set_rng_state(state["rng"], self.workload.aug_gen)
         return state["step"]
 

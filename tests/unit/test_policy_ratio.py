@@ -203,6 +203,10 @@ def test_moo_validation():
         ({"probe_steps": 0}, "method.probe_steps=0"),
         ({"gain_window": 0}, "method.gain_window=0"),
         ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
+        (
+            {"cr_controller": "moo", "collective": "allgather", "candidates": [1.0, 0.1]},
+            "method.candidates < 1",
+        ),
     ],
 )
 def test_topk_config_rejects_bad_input(overrides, message):
