@@ -50,3 +50,17 @@ def test_report_before_any_run_is_a_clear_error(tmp_path):
     proc = repro_cli("report", "adacomm", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "repro reproduce adacomm" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_paper_scale_composes_and_starts_until_the_data_is_missing(tmp_path):
+    proc = repro_cli(
+        "train",
+        "experiment=adacomm_paper",
+        f"data.root={tmp_path}/cifar",
+        f"runs_root={tmp_path}/runs",
+        "tracking=disabled",
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "cifar10" in proc.stderr and "data.root" in proc.stderr

@@ -1,0 +1,54 @@
+"""`repro train` and `python -m repro train` as a user types them, multirun included."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import repro_cli
+
+TINY = ["workload=synthetic_mlp", "trainer.steps=20", "trainer.progress=false", "tracking=disabled"]
+
+
+@pytest.mark.slow
+def test_multirun_runs_every_combination(tmp_path):
+    proc = repro_cli(
+        "train",
+        "--multirun",
+        *TINY,
+        "method=local_sgd",
+        "method.tau=1,4",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/data",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summaries = sorted((tmp_path / "runs").glob("default/local_sgd-*/summary.json"))
+    assert len(summaries) == 2
+    collectives = sorted(json.loads(p.read_text())["comm/collectives"] for p in summaries)
+    assert collectives == [5, 20]  # 20 steps at tau=4 and tau=1
+    assert not list(tmp_path.glob("*.yaml"))  # Hydra writes nothing into the working directory
+
+
+@pytest.mark.slow
+def test_python_dash_m_repro_is_the_same_command(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "train",
+            *TINY,
+            f"run_dir={tmp_path}/run",
+            f"data.root={tmp_path}/data",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "step=20" in proc.stdout
+    assert (Path(tmp_path) / "run" / "summary.json").exists()
