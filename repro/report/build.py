@@ -17,6 +17,7 @@ from repro.report.plots import draw_figure
 from repro.report.published import with_published_tables
 from repro.report.render import FigureOut, to_html, to_markdown
 from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of, natural_key
+from repro.report.sweep_front import draw_sweep_front
 from repro.track.runs import find_runs
 
 
@@ -94,6 +95,7 @@ def draw_parts(
             figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
             continue
         figures.append(FigureOut(spec.id, spec.title, caption, path.name))
+    figures += [draw_sweep_front(front, out_dir) for front in claims.sweep_fronts]
     return results, figures
 
 

@@ -27,6 +27,7 @@ from repro.report.calculators import CALCULATORS, check_params
 from repro.report.plots import FigureSpec
 from repro.report.published import PublishedTable
 from repro.report.series import MissingRun, NotMeasurable, Run, natural_key
+from repro.report.sweep_front import SweepFrontSpec
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
@@ -199,11 +200,15 @@ class ClaimsFile:
     figures: list = field(default_factory=list)
     methods: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)
+    sweep_fronts: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         claims = [build(Claim, c, f"claims[{i}]") for i, c in enumerate(self.claims)]
         figures = [build(FigureSpec, f, f"figures[{i}]") for i, f in enumerate(self.figures)]
         tables = [build(PublishedTable, t, f"tables[{i}]") for i, t in enumerate(self.tables)]
+        fronts = [
+            build(SweepFrontSpec, f, f"sweep_fronts[{i}]") for i, f in enumerate(self.sweep_fronts)
+        ]
         for kind, items in (("claim", claims), ("figure", figures)):
             ids = [item.id for item in items]
             dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -217,6 +222,7 @@ class ClaimsFile:
         object.__setattr__(self, "claims", claims)
         object.__setattr__(self, "figures", figures)
         object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "sweep_fronts", fronts)
 
     def order_key(self, label: str) -> tuple[int, list]:
         """Runs in the order the `methods` list names them (baseline first), then by label."""

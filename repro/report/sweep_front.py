@@ -1,0 +1,93 @@
+"""A sweep's Pareto front drawn in a paper's report (issue 7: the CR front beside the
+compression ratios the Flexible Top-k paper's controller chose).
+
+A claims file lists `sweep_fronts`: each names a sweep spec, the two objectives to plot, the
+searched parameter to read off each front point, and the paper's chosen band of that
+parameter. The study is read from the spec's own storage; when the sweep has not been run
+the figure is listed as missing with the command that produces it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from repro.errors import UserError
+from repro.report.plots import axis_label
+from repro.report.render import FigureOut
+
+
+@dataclass(frozen=True)
+class SweepFrontSpec:
+    id: str
+    title: str
+    spec: str
+    x: str
+    y: str
+    param: str
+    band: list = field(default_factory=list)
+    band_label: str = ""
+    caption: str = ""
+
+    def __post_init__(self) -> None:
+        if self.band and (len(self.band) != 2 or not self.band[0] < self.band[1]):
+            raise UserError(f"sweep_fronts {self.id}: band {self.band} must be [low, high]")
+
+
+def draw_sweep_front(front: SweepFrontSpec, out_dir: Path) -> FigureOut:
+    """Two panels: the front in objective space, and accuracy against the searched parameter
+    with the paper's chosen band shaded."""
+    from repro.sweep.results import pareto_front
+    from repro.sweep.spec import load_spec
+
+    caption = f"{front.caption} Points: the sweep's Pareto-optimal trials ({front.spec})."
+    try:
+        rows, knee = pareto_front(load_spec(front.spec))
+    except UserError as err:
+        return FigureOut(
+            front.id,
+            front.title,
+            caption,
+            None,
+            f"{err}; run `repro sweep {front.spec}` to draw it",
+        )
+    xs = [float(r["values"][front.x]) for r in rows]
+    ys = [float(r["values"][front.y]) for r in rows]
+    ps = [float(r["params"].get(front.param, math.nan)) for r in rows]
+    fig = Figure(figsize=(10, 4.2))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.plot(xs, ys, "o-", color="#1f77b4")
+    left.plot(
+        [float(knee["values"][front.x])],
+        [float(knee["values"][front.y])],
+        "*",
+        ms=14,
+        color="#d62728",
+        label="knee point",
+    )
+    for x, y, p in zip(xs, ys, ps, strict=True):
+        left.annotate(f"{p:.3g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    left.set_xlabel(axis_label(front.x))
+    left.set_ylabel(axis_label(front.y))
+    left.set_title("Pareto front (labels: " + front.param.rsplit(".", 1)[-1] + ")", fontsize=10)
+    left.legend(fontsize=8)
+    if front.band:
+        right.axvspan(*front.band, color="#2ca02c", alpha=0.15, label=front.band_label or "paper")
+    right.plot(ps, ys, "o", color="#1f77b4", label="front points")
+    right.set_xscale("log")
+    right.set_xlabel(front.param)
+    right.set_ylabel(axis_label(front.y))
+    right.set_title(f"{axis_label(front.y)} against {front.param}", fontsize=10)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(front.title)
+    fig.tight_layout()
+    path = out_dir / f"{front.id}.png"
+    fig.savefig(path, dpi=110)
+    return FigureOut(front.id, front.title, caption, path.name)
