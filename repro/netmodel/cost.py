@@ -125,10 +125,7 @@ def art_ring(link: Link, nbytes: float, cr: float, n: int) -> float:
     _check(nbytes, n)
     levels = math.log2(n)
     msg = cr * nbytes
-    return (
-        link.latency_s * (2 * (n - 1) + levels)
-        + msg * link.beta * (2 * (n - 1) / n + levels)
-    )
+    return link.latency_s * (2 * (n - 1) + levels) + msg * link.beta * (2 * (n - 1) / n + levels)
 
 
 def art_tree(link: Link, nbytes: float, cr: float, n: int) -> float:

@@ -59,9 +59,7 @@ class NetworkConfig:
     schedule: list[NetworkPhase] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.schedule = [
-            NetworkPhase(**p) if isinstance(p, Mapping) else p for p in self.schedule
-        ]
+        self.schedule = [NetworkPhase(**p) if isinstance(p, Mapping) else p for p in self.schedule]
         _check_link("network", self.latency_ms, self.bandwidth_gbps)
         if not (self.bytes_scale > 0):
             raise UserError(f"network.bytes_scale={self.bytes_scale} must be > 0")

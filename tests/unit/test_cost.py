@@ -73,8 +73,14 @@ def test_art_is_index_broadcast_plus_value_allreduce(n, cr):
 
 
 def test_one_worker_costs_nothing():
-    for fn in (cost.ring_allreduce, cost.tree_allreduce, cost.allgather, cost.broadcast,
-               cost.reduce_scatter, cost.parameter_server):
+    for fn in (
+        cost.ring_allreduce,
+        cost.tree_allreduce,
+        cost.allgather,
+        cost.broadcast,
+        cost.reduce_scatter,
+        cost.parameter_server,
+    ):
         assert fn(LINK, M, 1) == 0.0
     for name, fn in cost.EXCHANGES.items():
         assert fn(LINK, M, 0.1, 1) == 0.0, name
