@@ -63,16 +63,18 @@ def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dtype == torch.float64 or a.device.type != "cpu":
         a64, b64 = a.double(), b.double()
         return torch.stack((torch.dot(a64, b64), torch.dot(a64, a64), torch.dot(b64, b64)))
-    scratch = torch.empty(2, min(_CPU_CHUNK, a.numel()), dtype=torch.float64)
-    parts = []
-    for x, y in zip(a.split(_CPU_CHUNK), b.split(_CPU_CHUNK), strict=True):
-        x64, y64 = scratch[0, : x.numel()], scratch[1, : y.numel()]
-        x64.copy_(x)
-        y64.copy_(y)
-        parts.append(torch.stack((torch.dot(x64, y64), torch.dot(x64, x64), torch.dot(y64, y64))))
-    if not parts:
+    if a.numel() == 0:
         return torch.zeros(3, dtype=torch.float64)
-    return torch.stack(parts).sum(0)
+    # Both chunks as the rows of one 2 x n matrix: its Gram matrix holds a.b, |a|^2 and |b|^2
+    # from a single pass over memory instead of three dot products.
+    scratch = torch.empty(2, min(_CPU_CHUNK, a.numel()), dtype=torch.float64)
+    gram = torch.zeros(2, 2, dtype=torch.float64)
+    for x, y in zip(a.split(_CPU_CHUNK), b.split(_CPU_CHUNK), strict=True):
+        rows = scratch[:, : x.numel()]
+        rows[0].copy_(x)
+        rows[1].copy_(y)
+        gram += rows @ rows.T
+    return torch.stack((gram[0, 1], gram[0, 0], gram[1, 1]))
 
 
 def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: float):

@@ -20,6 +20,8 @@ from repro.errors import UserError
 from repro.report.plots import axis_label
 from repro.report.render import FigureOut
 
+SOURCE_TREE = Path(__file__).resolve().parents[2]
+
 
 @dataclass(frozen=True)
 class SweepFrontSpec:
@@ -45,8 +47,11 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path) -> FigureOut:
     from repro.sweep.spec import load_spec
 
     caption = f"{front.caption} Points: the sweep's Pareto-optimal trials ({front.spec})."
+    spec_path = Path(front.spec)
+    if not spec_path.is_absolute() and not spec_path.exists():
+        spec_path = SOURCE_TREE / spec_path  # the shipped sweeps/ beside reports/claims/
     try:
-        rows, knee = pareto_front(load_spec(front.spec))
+        rows, knee = pareto_front(load_spec(spec_path))
     except UserError as err:
         return FigureOut(
             front.id,
