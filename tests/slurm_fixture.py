@@ -10,13 +10,14 @@ CI (`CI` set) those are failures, because the cluster tests must run there.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from repro.cluster.executor import read_env_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
 DEFAULT_STATE = "/tmp/repro-slurm"
@@ -30,17 +31,6 @@ def _cannot_run_reason() -> str | None:
     if not installed and shutil.which("apt-get") is None:
         return "SLURM, munge and MariaDB are not installed and apt-get is not available"
     return None
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """The variables of the `export KEY='value'` lines that slurm-local writes."""
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            key, value = words[1].split("=", 1)
-            env[key] = value
-    return env
 
 
 def _script(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
