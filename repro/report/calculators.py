@@ -82,7 +82,7 @@ def check_params(name: str, params: Mapping[str, Any]) -> None:
         raise UserError(f"smooth={smooth!r} must be an integer >= 1")
 
 
-def _run(runs: Mapping[str, Run], label: str) -> Run:
+def run_labelled(runs: Mapping[str, Run], label: str) -> Run:
     if label not in runs:
         raise MissingRun(f"no run labelled '{label}' (have: {', '.join(sorted(runs)) or 'none'})")
     return runs[label]
@@ -113,7 +113,8 @@ def seconds_per_step(run: Run, clock: str = "modeled") -> float:
 @calculator("final_metric")
 def final_metric(runs: Mapping[str, Run], run: str, metric: str, smooth: int = 1) -> Measurement:
     """The last smoothed value of `metric` in run `run`."""
-    return Measurement(final(_run(runs, run), metric, smooth), f"mean of the last {smooth} points")
+    value = final(run_labelled(runs, run), metric, smooth)
+    return Measurement(value, f"mean of the last {smooth} points")
 
 
 @calculator("metric_ratio")
@@ -121,8 +122,8 @@ def metric_ratio(
     runs: Mapping[str, Run], run: str, reference: str, metric: str, smooth: int = 1
 ) -> Measurement:
     """final(run) / final(reference) of one metric, both smoothed alike."""
-    ours = final(_run(runs, run), metric, smooth)
-    ref = final(_run(runs, reference), metric, smooth)
+    ours = final(run_labelled(runs, run), metric, smooth)
+    ref = final(run_labelled(runs, reference), metric, smooth)
     if ref == 0:
         raise NotMeasurable(f"'{reference}' ends with {metric} = 0; the ratio is undefined")
     return Measurement(ours / ref, f"{run} {ours:.4g} / {reference} {ref:.4g}")
@@ -146,8 +147,8 @@ def time_to_target_ratio(
     point at which the smoothed curve reaches the target, on `clock` (modeled, wall or step).
     `inf` when `run` never reaches it.
     """
-    rx, ry = curve(_run(runs, run), metric, clock, smooth)
-    fx, fy = curve(_run(runs, reference), metric, clock, smooth)
+    rx, ry = curve(run_labelled(runs, run), metric, clock, smooth)
+    fx, fy = curve(run_labelled(runs, reference), metric, clock, smooth)
     goal = fy[-1] if target is None else float(target)
     t_ref = first_reach(fx, fy, goal, mode)
     t_run = first_reach(rx, ry, goal, mode)
@@ -167,7 +168,7 @@ def steps_to_target(
     smooth: int = 1,
 ) -> Measurement:
     """The first logged step at which the smoothed `metric` reaches `target` (`inf`: never)."""
-    xs, ys = curve(_run(runs, run), metric, "step", smooth)
+    xs, ys = curve(run_labelled(runs, run), metric, "step", smooth)
     step = first_reach(xs, ys, float(target), mode)
     sign = ">=" if mode == "max" else "<="
     return Measurement(step, f"{metric} {sign} {target}: step {_g(step)}")
@@ -179,7 +180,7 @@ def monotone_decrease(runs: Mapping[str, Run], run: str, metric: str = "method/t
 
     1.0 means the metric only ever stepped down (AdaComm's tau as the loss falls).
     """
-    _, ys = curve(_run(runs, run), metric)
+    _, ys = curve(run_labelled(runs, run), metric)
     changes = [b - a for a, b in zip(ys, ys[1:], strict=False) if b != a]
     downs = sum(1 for d in changes if d < 0)
     value = downs / len(changes) if changes and ys[-1] < ys[0] else 0.0
@@ -201,7 +202,7 @@ def _members(
         if value is None:
             raise NotMeasurable(f"run '{label}' has no config '{key}'")
         members.append((float(value), label, run))
-    members += [(float(v), label, _run(runs, label)) for label, v in include.items()]
+    members += [(float(v), label, run_labelled(runs, label)) for label, v in include.items()]
     if len(members) < minimum:
         raise MissingRun(f"needs at least {minimum} runs with {dict(where)} (found {len(members)})")
     return sorted(members, key=lambda m: m[0])
@@ -288,7 +289,7 @@ def speedup_vs_bound(
     speedup = sync's modeled seconds per step / the run's. A value >= 1 means every run
     meets the bound.
     """
-    ref = _run(runs, reference)
+    ref = run_labelled(runs, reference)
     s_sync = seconds_per_step(ref)
     d = comm_seconds_per_step(ref, allreduce)
     if s_sync <= d:

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from repro.report.calculators import Measurement, calculator, seconds_per_step
+from repro.report.calculators import Measurement, calculator, run_labelled, seconds_per_step
 from repro.report.series import MissingRun, NotMeasurable, Run, cfg, final, points
 
 
@@ -28,12 +28,6 @@ def matching(runs: Mapping[str, Run], pattern: str) -> dict[str, Run]:
     return chosen
 
 
-def _reference(runs: Mapping[str, Run], label: str) -> Run:
-    if label not in runs:
-        raise MissingRun(f"no reference run labelled '{label}'")
-    return runs[label]
-
-
 @calculator("step_time_ratio")
 def step_time_ratio(
     runs: Mapping[str, Run], pattern: str, reference: str, clock: str = "modeled"
@@ -43,7 +37,7 @@ def step_time_ratio(
     Per step = last logged time over last logged step, so any probing a run does is paid
     for in its mean. Below 1 means every selected run steps faster than the reference.
     """
-    ref = seconds_per_step(_reference(runs, reference), clock)
+    ref = seconds_per_step(run_labelled(runs, reference), clock)
     chosen = matching(runs, pattern)
     ratios = {label: seconds_per_step(run, clock) / ref for label, run in chosen.items()}
     note = f"{reference} {ref * 1e3:.4g} ms/step; " + ", ".join(
@@ -56,7 +50,7 @@ def accuracy_drops(
     runs: Mapping[str, Run], pattern: str, reference: str, metric: str, smooth: int
 ) -> dict[str, float]:
     """Percentage points each matching run ends below `reference` on `metric` (a fraction)."""
-    ref = final(_reference(runs, reference), metric, smooth)
+    ref = final(run_labelled(runs, reference), metric, smooth)
     return {
         label: 100 * (ref - final(run, metric, smooth))
         for label, run in matching(runs, pattern).items()
@@ -111,7 +105,7 @@ def share_in_range(
     runs: Mapping[str, Run], run: str, metric: str, low: float, high: float
 ) -> Measurement:
     """The share of a run's logged points whose `metric` lies in [low, high]."""
-    _, ys = points(_reference(runs, run), metric)
+    _, ys = points(run_labelled(runs, run), metric)
     if not ys:
         raise NotMeasurable(f"run '{run}' logged no '{metric}'")
     values = [float(y) for y in ys]

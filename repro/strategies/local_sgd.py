@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
 from repro.strategies.base import MethodConfig, StepInfo, register
+from repro.strategies.flat import copy_into, flatten
 
 MOMENTUM_MODES = ("local", "average")
 
@@ -73,17 +74,12 @@ class ModelAverager:
     def average(self, loss_sum: float, steps: int) -> tuple[CommRecord, float]:
         """Average the models; returns the record and the loss averaged over workers and steps."""
         tensors = self.tensors + self._momentum_buffers()
-        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-        model_numel = flat.numel()
-        flat = torch.cat([flat, torch.tensor([loss_sum / max(steps, 1)], dtype=flat.dtype)])
+        flat = flatten(tensors, extra=[loss_sum / max(steps, 1)])
+        model_numel = flat.numel() - 1
         record = self.comm.allreduce(flat, average=True)
         if self.cfg.block_momentum > 0:
             flat[:model_numel] = self._block_momentum(flat[:model_numel])
-        offset = 0
-        with torch.no_grad():
-            for t in tensors:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+        copy_into(tensors, flat)
         return record, float(flat[model_numel])
 
     def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:

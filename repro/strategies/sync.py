@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 
 from repro.dist.collectives import Collectives, CommRecord
 from repro.strategies.base import MethodConfig, StepInfo, register
+from repro.strategies.flat import copy_into, flatten
 
 
 @dataclass
@@ -22,22 +23,6 @@ class SyncConfig(MethodConfig):
 
 
 ConfigStore.instance().store(group="method", name="sync_schema", node=SyncConfig)
-
-
-def flat_grads(params: list[torch.nn.Parameter]) -> torch.Tensor:
-    return torch.cat(
-        [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-    )
-
-
-def write_grads(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
-    offset = 0
-    for p in params:
-        n = p.numel()
-        if p.grad is None:
-            p.grad = torch.empty_like(p)
-        p.grad.copy_(flat[offset : offset + n].view_as(p))
-        offset += n
 
 
 @register("sync", SyncConfig)
@@ -50,9 +35,13 @@ class SyncStrategy:
         self.comm = comm
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        flat = flat_grads(self.params)
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in self.params]
+        flat = flatten(grads)
         rec = self.comm.allreduce(flat, average=True)
-        write_grads(self.params, flat)
+        copy_into(grads, flat)
         return [rec]
 
     def after_step(self, info: StepInfo) -> list[CommRecord]:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from repro.dist.collectives import Collectives
+from repro.strategies.flat import copy_into, flatten
 
 
 def averaged_model(model: torch.nn.Module, comm: Collectives) -> torch.nn.Module:
@@ -22,14 +23,10 @@ def averaged_model(model: torch.nn.Module, comm: Collectives) -> torch.nn.Module
         return model
     avg = copy.deepcopy(model)
     tensors = [t for t in (*avg.parameters(), *avg.buffers()) if t.is_floating_point()]
-    flat = torch.cat([t.detach().reshape(-1) for t in tensors]).double()
+    flat = flatten(tensors).double()
     comm.allreduce_untracked(flat)
     flat /= comm.world_size
-    offset = 0
-    with torch.no_grad():
-        for t in tensors:
-            t.copy_(flat[offset : offset + t.numel()].view_as(t))
-            offset += t.numel()
+    copy_into(tensors, flat)
     return avg
 
 
