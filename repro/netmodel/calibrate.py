@@ -1,21 +1,16 @@
 """`repro calibrate`: fit the alpha-beta model to this machine's real collectives.
 
 Runs allreduce, allgather and broadcast through `Collectives` (gloo, local ranks) over a
-sweep of message sizes, keeps the fastest of several timed repeats after warm-up, and fits
-latency a and seconds-per-byte b by least squares on each op's own alpha-beta formula from
-`repro.netmodel.cost` (the same formulas the modeled clock charges, Table I of the Flexible
-Top-k paper): ring allreduce 2(n-1) a + 2(n-1)/n M b, allgather a log n + (n-1) M b,
-broadcast a log n + log n M b. Every cost is linear in (a, b), so the fit is a non-negative
-least-squares problem. Residuals are relative (each row divided by its measured time) so
-that 1 KB and 64 MB messages weigh alike instead of the largest drowning out the latency.
+sweep of message sizes and rank counts, keeps the fastest of several timed repeats after
+warm-up, and fits latency and bandwidth per op and rank count on each op's own formula
+(`repro.netmodel.calibrate_fit`, which says why one link per rank count).
 
-The ops do not share one link here: gloo's allgather (into a freshly allocated buffer, as
-`Collectives` runs it) moves bytes a few times slower than its allreduce on one machine, so
-a single link that serves all three misses each of them.
-A network preset holds one link, which the modeled clock charges for every op, so the preset
-takes the allreduce fit by default (every dense method's traffic is allreduce);
-`--link-from` picks another op's fit or the joint fit over all ops. All fits are printed
-and kept as comments in the preset.
+The ops do not share one link here either: gloo's allgather (into a freshly allocated
+buffer, as `Collectives` runs it) moves bytes a few times slower than its allreduce on one
+machine. A network preset holds one link, which the modeled clock charges for every op, so
+the preset takes the allreduce fit at the largest rank count by default (every dense
+method's traffic is allreduce); `--link-from` and `--link-ranks` pick another fit. All fits
+are printed and kept as comments in the preset.
 """
 
 from __future__ import annotations
@@ -26,68 +21,41 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.optimize import nnls
 from tqdm import tqdm
 
 from repro.dist.collectives import Collectives, CommRecord
 from repro.dist.launch import init_process_group, spawn
 from repro.errors import UserError
-from repro.netmodel.cost import Link, record_cost
+from repro.netmodel.calibrate_fit import (
+    JOINT,
+    FitKey,
+    Sample,
+    fit_all,
+    median_error,
+    own_link,
+    predict,
+)
+from repro.netmodel.cost import Link
 
 OPS = ("allreduce", "allgather", "broadcast")
 DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KB .. 64 MB, as --sizes defaults
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "configs" / "network" / "calibrated.yaml"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+_SMALL_BYTES = 1 << 20  # below this a repeat costs little and noise is most of the time
+_MAX_EXTRA = 8
 
 
-@dataclass(frozen=True)
-class Sample:
-    """Median seconds of one collective of `nbytes` per participant over `world` ranks."""
+def repeats_for(nbytes: int, repeats: int) -> int:
+    """Timed repeats of one message size: more for small messages, up to 8x `repeats`.
 
-    op: str
-    world: int
-    nbytes: int
-    seconds: float
-
-
-def _record(op: str, nbytes: float, world: int) -> CommRecord:
-    # Collectives records allreduces as "ring"; the fit must use the formula the clock charges.
-    return CommRecord(op, int(nbytes), 0.0, world, "ring" if op == "allreduce" else None)
-
-
-def coefficients(op: str, nbytes: float, world: int) -> tuple[float, float]:
-    """(x_a, x_b) with cost = x_a a + x_b b, read off the cost model itself."""
-    rec = _record(op, nbytes, world)
-    return record_cost(rec, Link(1.0, math.inf)), record_cost(rec, Link(0.0, 1.0))
-
-
-def predict(link: Link, sample: Sample) -> float:
-    """Modeled seconds of `sample` on `link`."""
-    return record_cost(_record(sample.op, sample.nbytes, sample.world), link)
-
-
-def fit(samples: Sequence[Sample]) -> Link:
-    """Latency and bandwidth minimising the summed squared relative error over `samples`.
-
-    When the times do not grow with size (noise on a narrow sweep), the best non-negative
-    byte term is 0: the link then has infinite bandwidth, which `preset_text` refuses.
+    A sub-megabyte collective takes well under a millisecond, so one scheduler hiccup doubles
+    it; extra repeats there cost almost nothing and make the fastest repeat the floor.
     """
-    rows = np.array([coefficients(s.op, s.nbytes, s.world) for s in samples])
-    times = np.array([s.seconds for s in samples])
-    if len(samples) < 2 or np.linalg.matrix_rank(rows) < 2:
-        raise UserError("calibrate: need at least two message sizes to fit latency and bandwidth")
-    (a, b), _ = nnls(rows / times[:, None], np.ones(len(samples)))
-    return Link(float(a), float(1 / b) if b > 0 else math.inf)
-
-
-def relative_errors(link: Link, samples: Sequence[Sample]) -> np.ndarray:
-    """(model - measured) / measured for each sample."""
-    return np.array([predict(link, s) / s.seconds - 1 for s in samples])
+    return repeats * max(1, min(_MAX_EXTRA, _SMALL_BYTES // max(nbytes, 1)))
 
 
 def _run_op(comm: Collectives, op: str, t: torch.Tensor) -> CommRecord:
@@ -103,11 +71,10 @@ def measure_worker(
 ) -> list[Sample] | None:
     """One rank of a measurement run; rank 0 returns the samples.
 
-    Each round times every (op, size) once, and rounds repeat: a burst of load from other
-    processes then spoils one repeat of many sizes rather than every repeat of one size.
-    Interference only ever adds time, so the fastest repeat is the best estimate of the
-    collective's own cost (measured here: minimum 43% held-out error, median 58%, on a
-    heavily shared machine).
+    Each round times every (op, size) still owed repeats (`repeats_for`), and rounds repeat:
+    a burst of load from other processes then spoils one repeat of many sizes rather than
+    every repeat of one size. Interference only ever adds time, so the fastest repeat is the
+    best estimate of the collective's own cost.
     """
     init_process_group()
     torch.set_num_threads(1)
@@ -115,15 +82,18 @@ def measure_worker(
     # Zeros stay zeros under repeated in-place sums, so no overflow slows a repeat.
     tensors = [torch.zeros(max(n // 4, 1), dtype=torch.float32) for n in sizes]
     cells = [(op, t) for op in ops for t in tensors]
-    secs = torch.zeros(repeats, len(cells), dtype=torch.float64)
+    owed = [repeats_for(t.numel() * 4, repeats) for _, t in cells]
+    secs = torch.full((max(owed), len(cells)), math.inf, dtype=torch.float64)
     for i in tqdm(
-        range(warmup + repeats),
+        range(warmup + max(owed)),
         desc=f"calibrate {world} ranks",
         unit="round",
         disable=rank != 0,
         dynamic_ncols=True,
     ):
         for j, (op, t) in enumerate(cells):
+            if i >= warmup + owed[j]:
+                continue
             comm.barrier()
             rec = _run_op(comm, op, t)
             if i >= warmup:
@@ -175,10 +145,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (each >= 2)")
     p.add_argument("--sizes", default="1K,4K,16K,64K,256K,1M,4M,16M,64M", help="bytes, K/M")
     p.add_argument("--ops", default=",".join(OPS), help=f"collectives among {', '.join(OPS)}")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per size (fastest kept)")
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed repeats per size, up to 8x below 1 MB"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed repeats before those")
-    links = [*OPS, "joint"]
-    p.add_argument("--link-from", default="allreduce", choices=links, help="fit the preset takes")
+    links = [*OPS, JOINT]
+    p.add_argument("--link-from", default="allreduce", choices=links, help="op the preset takes")
+    p.add_argument(
+        "--link-ranks", default="", help="rank count whose fit the preset takes (default largest)"
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="network preset to write")
     return p
 
@@ -191,6 +166,11 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be integers") from None
     if not ranks or min(ranks) < 2:
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be >= 2 each")
+    if not args.link_ranks:
+        args.link_ranks = str(max(ranks))
+    if not args.link_ranks.isdigit() or int(args.link_ranks) not in ranks:
+        raise UserError(f"repro calibrate: --link-ranks={args.link_ranks} is not among --ranks")
+    args.link_ranks = int(args.link_ranks)
     ops = _csv(args.ops)
     if not ops or any(op not in OPS for op in ops):
         raise UserError(f"repro calibrate: --ops={args.ops} must be among {', '.join(OPS)}")
@@ -199,7 +179,7 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --sizes={args.sizes} needs at least two sizes")
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("repro calibrate: --repeats must be >= 1 and --warmup >= 0")
-    if args.link_from != "joint" and args.link_from not in ops:
+    if args.link_from != JOINT and args.link_from not in ops:
         raise UserError(f"repro calibrate: --link-from={args.link_from} is not among --ops")
     if args.out.suffix != ".yaml":
         raise UserError(f"repro calibrate: --out={args.out} must be a .yaml file")
@@ -216,59 +196,45 @@ def describe(link: Link) -> str:
     return f"latency {link.latency_s * 1e3:.4f} ms, bandwidth {gbps:.3f} Gbit/s"
 
 
-def error_table(links: dict[str, Link], samples: Sequence[Sample]) -> list[str]:
-    """Measured and modeled ms per sample, under the op's own fit and the joint fit."""
+def error_table(links: dict[FitKey, Link], samples: Sequence[Sample]) -> list[str]:
+    """Measured and modeled ms per sample, under its rank count's fit and the all-ranks fit."""
     lines = [
         f"{'op':<10}{'ranks':>6}{'bytes':>11}{'measured ms':>13}"
-        f"{'op fit ms':>11}{'err':>8}{'joint ms':>10}{'err':>8}"
+        f"{'fit ms':>9}{'err':>8}{'all-ranks ms':>14}{'err':>8}"
     ]
     for s in samples:
-        own, joint = predict(links[s.op], s), predict(links["joint"], s)
+        own, pooled = predict(own_link(links, s), s), predict(links[FitKey(s.op)], s)
         lines.append(
-            f"{s.op:<10}{s.world:>6}{s.nbytes:>11}{s.seconds * 1e3:>13.3f}{own * 1e3:>11.3f}"
-            f"{own / s.seconds - 1:>8.1%}{joint * 1e3:>10.3f}{joint / s.seconds - 1:>8.1%}"
+            f"{s.op:<10}{s.world:>6}{s.nbytes:>11}{s.seconds * 1e3:>13.3f}{own * 1e3:>9.3f}"
+            f"{own / s.seconds - 1:>8.1%}{pooled * 1e3:>14.3f}{pooled / s.seconds - 1:>8.1%}"
         )
     return lines
 
 
-def fit_all(samples: Sequence[Sample]) -> dict[str, Link]:
-    """One link per op present, and the joint link over all of them ("joint")."""
-    ops = sorted({s.op for s in samples})
-    links = {op: fit([s for s in samples if s.op == op]) for op in ops}
-    links["joint"] = fit(samples)
-    return links
-
-
-def median_error(link: Link, samples: Sequence[Sample]) -> float:
-    """Median |relative error| of `link` over `samples`."""
-    return float(np.median(np.abs(relative_errors(link, samples))))
-
-
 def preset_text(
-    name: str, links: dict[str, Link], samples: Sequence[Sample], link_from: str
+    name: str, links: dict[FitKey, Link], samples: Sequence[Sample], chosen_key: FitKey
 ) -> str:
-    """The preset's YAML: the `link_from` fit as the link, every fit in the header."""
-    chosen = links[link_from]
+    """The preset's YAML: the `chosen_key` fit as the link, every fit in the header."""
+    chosen = links[chosen_key]
     if not math.isfinite(chosen.bandwidth_Bps):
         raise UserError(
-            f"calibrate: the {link_from} times do not grow with message size, so no bandwidth "
-            "can be fitted; widen --sizes or add --repeats"
+            f"calibrate: the {chosen_key} times do not grow with message size, so no "
+            "bandwidth can be fitted; widen --sizes or add --repeats"
         )
     ranks = sorted({s.world for s in samples})
     sizes = sorted({s.nbytes for s in samples})
-    own = [s for s in samples if link_from == "joint" or s.op == link_from]
     header = [
         f"Fitted by `repro calibrate` on {socket.gethostname()} at "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: gloo, ranks {ranks},",
         f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]} bytes per rank, fastest of repeats;",
         f"{load_note()} after measuring.",
-        f"The link is the {link_from} fit (median |error| on its samples "
-        f"{median_error(chosen, own):.1%}); the",
-        "modeled clock charges it for every op. Fits (relative least squares):",
+        f"The link is the {chosen_key} fit (median |error| on its samples "
+        f"{median_error(links, chosen_key, samples):.1%}), for runs of that many",
+        "workers on this host; the modeled clock charges it for every op.",
+        "Fits (relative least squares):",
         *(
-            f"  {op}: {describe(link)}, median |error| "
-            f"{median_error(link, [s for s in samples if op == 'joint' or s.op == op]):.1%}"
-            for op, link in links.items()
+            f"  {key}: {describe(link)}, median |error| {median_error(links, key, samples):.1%}"
+            for key, link in links.items()
         ),
     ]
     body = [
@@ -290,15 +256,16 @@ def main(argv: list[str]) -> int:
     links = fit_all(samples)
     print("\n".join(error_table(links, samples)))
     print(f"measured with a {load}")
-    for op, link in links.items():
-        print(f"{op + ' fit:':<16}{describe(link)}")
+    for key, link in links.items():
+        print(f"{f'{key}:':<24}{describe(link)}")
+    chosen = FitKey(args.link_from, args.link_ranks)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(preset_text(args.out.stem, links, samples, args.link_from))
+        args.out.write_text(preset_text(args.out.stem, links, samples, chosen))
     except OSError as e:
         raise UserError(f"repro calibrate: cannot write --out={args.out}: {e.strerror}") from None
     print(
-        f"wrote {args.out} with the {args.link_from} fit; "
+        f"wrote {args.out} with the {chosen} fit; "
         f"use it as network={args.out.stem} from configs/network/"
     )
     return 0

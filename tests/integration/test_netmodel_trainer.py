@@ -163,8 +163,8 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
     assert cfg.network.name == name
     assert cfg.network.latency_ms == written["latency_ms"] >= 0
     assert cfg.network.bandwidth_gbps == written["bandwidth_gbps"] > 0
-    # the preset's link is the allreduce fit the command printed
-    fit_line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("allreduce fit:"))
+    # the preset's link is the allreduce fit at the largest rank count, as printed
+    fit_line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("allreduce, 2 ranks:"))
     link = NetworkSchedule.from_config(cfg.network).link_at(0.0)
     assert f"latency {link.latency_s * 1e3:.4f} ms" in fit_line
     assert f"bandwidth {link.bandwidth_Bps * 8 / 1e9:.3f} Gbit/s" in fit_line
@@ -183,6 +183,7 @@ BAD = [
     (["train", "network=flex_c1", "network.schedule.2.from_epoch=5"], "from_epoch"),
     (["calibrate", "--ranks", "1"], "--ranks"),
     (["calibrate", "--sizes", "64K"], "--sizes"),
+    (["calibrate", "--ranks", "2,4", "--link-ranks", "8"], "--link-ranks"),
 ]
 
 

@@ -5,28 +5,28 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.netmodel.calibrate import (
-    DEFAULT_SIZES,
+from repro.netmodel.calibrate import DEFAULT_SIZES, _parse_size, _parser, preset_text, repeats_for
+from repro.netmodel.calibrate_fit import (
+    JOINT,
+    FitKey,
     Sample,
-    _parse_size,
-    _parser,
     coefficients,
     fit,
     fit_all,
-    preset_text,
+    own_link,
 )
 
 A, BW = 50e-6, 1.25e9  # 50 us, 10 Gbit/s
 
 
-def _hand_cost(op: str, m: float, n: int) -> float:
+def _hand_cost(op: str, m: float, n: int, a: float = A, bw: float = BW) -> float:
     """Table I of the Flexible Top-k paper, written out for this test."""
-    b = 1 / BW
+    b = 1 / bw
     if op == "allreduce":  # ring
-        return 2 * (n - 1) * A + 2 * (n - 1) / n * m * b
+        return 2 * (n - 1) * a + 2 * (n - 1) / n * m * b
     if op == "allgather":
-        return np.log2(n) * A + (n - 1) * m * b
-    return np.log2(n) * A + np.log2(n) * m * b  # broadcast
+        return np.log2(n) * a + (n - 1) * m * b
+    return np.log2(n) * a + np.log2(n) * m * b  # broadcast
 
 
 @pytest.mark.parametrize(
@@ -48,9 +48,40 @@ def _exact_samples(ops=("allreduce", "allgather", "broadcast")) -> list[Sample]:
 
 def test_fit_recovers_the_link_that_made_the_times():
     links = fit_all(_exact_samples())
+    # every op and JOINT, at 2 ranks, 4 ranks and over both
+    assert len(links) == 4 * 3
     for link in links.values():
         assert link.latency_s == pytest.approx(A, rel=1e-9)
         assert link.bandwidth_Bps == pytest.approx(BW, rel=1e-9)
+
+
+def test_each_rank_count_gets_its_own_link():
+    # An oversubscribed host: at 4 ranks each hop costs twice the latency, at 70% bandwidth.
+    per_world = {2: (A, BW), 4: (2 * A, 0.7 * BW)}
+    samples = [
+        Sample("allreduce", n, m, _hand_cost("allreduce", m, n, *per_world[n]))
+        for n in (2, 4)
+        for m in (1024, 65536, 4 << 20)
+    ]
+    links = fit_all(samples)
+    for s in samples:
+        a, bw = per_world[s.world]
+        assert own_link(links, s).latency_s == pytest.approx(a, rel=1e-9)
+        assert own_link(links, s).bandwidth_Bps == pytest.approx(bw, rel=1e-9)
+    # one link over both rank counts cannot make both sets of times
+    pooled = links[FitKey("allreduce")]
+    assert pooled == links[FitKey(JOINT)]
+    assert not any(pooled.latency_s == pytest.approx(a, rel=0.05) for a, _ in per_world.values())
+
+
+def test_repeats_grow_for_small_messages_only():
+    assert [repeats_for(n, 3) for n in (1024, 128 << 10, 256 << 10, 1 << 20, 64 << 20)] == [
+        24,
+        24,
+        12,
+        3,
+        3,
+    ]
 
 
 def test_fit_minimises_relative_squared_error():
@@ -79,7 +110,7 @@ def test_flat_times_fit_no_bandwidth_and_make_no_preset():
     # a ring allreduce over 2 ranks pays 2 latencies: a = 0.2 ms / 2
     assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_Bps == float("inf")
     with pytest.raises(UserError, match="do not grow with message size"):
-        preset_text("flat", {"allreduce": link}, flat, "allreduce")
+        preset_text("flat", fit_all(flat), flat, FitKey("allreduce", 2))
 
 
 def test_sizes_parse_with_binary_suffixes():
@@ -92,7 +123,7 @@ def test_sizes_parse_with_binary_suffixes():
 
 def test_preset_holds_the_chosen_fit():
     samples = _exact_samples()
-    text = preset_text("here", fit_all(samples), samples, "allgather")
+    text = preset_text("here", fit_all(samples), samples, FitKey("allgather", 4))
     values = yaml.safe_load(text)
     assert values["name"] == "here"
     assert values["latency_ms"] == pytest.approx(A * 1e3, rel=1e-9)
