@@ -32,9 +32,6 @@ from repro.errors import UserError
 # sqrt of the smallest normal float64: a squared norm below it is a zero vector for every
 # practical purpose, and dividing by it would overflow or lose all precision.
 ZERO_NORM_SQ = torch.finfo(torch.float64).tiny ** 0.5
-# 16K elements: a chunk's two float64 copies (256 KiB) stay in a core's L2 cache; measured
-# here, 64K-element chunks were a third slower and 4K ones four times (per-call overhead).
-_CPU_CHUNK = 1 << 14
 
 
 def adasum_coefficients(
@@ -56,38 +53,42 @@ def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(a.b, |a|^2, |b|^2) of two flat vectors, products and sums in float64.
 
     Float64 products keep float32 inputs near the smallest normal float from underflowing.
-    Lower-precision inputs on the CPU are upcast in cache-sized chunks into one reused
-    scratch buffer: converting whole slices, or allocating a fresh copy per chunk, costs
-    several times more memory traffic (and page faults) than the dot products themselves.
+    On the CPU one fused pass (`repro.dist.adasum_kernels`); elsewhere (CUDA, half
+    precision) torch upcasts and takes three dot products.
     """
-    if a.dtype == torch.float64 or a.device.type != "cpu":
-        a64, b64 = a.double(), b.double()
-        return torch.stack((torch.dot(a64, b64), torch.dot(a64, a64), torch.dot(b64, b64)))
-    if a.numel() == 0:
-        return torch.zeros(3, dtype=torch.float64)
-    # Both chunks as the rows of one 2 x n matrix: its Gram matrix holds a.b, |a|^2 and |b|^2
-    # from a single pass over memory instead of three dot products.
-    scratch = torch.empty(2, min(_CPU_CHUNK, a.numel()), dtype=torch.float64)
-    gram = torch.zeros(2, 2, dtype=torch.float64)
-    for x, y in zip(a.split(_CPU_CHUNK), b.split(_CPU_CHUNK), strict=True):
-        rows = scratch[:, : x.numel()]
-        rows[0].copy_(x)
-        rows[1].copy_(y)
-        gram += rows @ rows.T
-    return torch.stack((gram[0, 1], gram[0, 0], gram[1, 1]))
+    if _kernels_serve(a, b):
+        from repro.dist import adasum_kernels  # numba loads only when a CPU exchange runs
+
+        return adasum_kernels.dot_stats(a, b)
+    a64, b64 = a.double(), b.double()
+    return torch.stack((torch.dot(a64, b64), torch.dot(a64, a64), torch.dot(b64, b64)))
 
 
 def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: float):
-    """own <- c_own * own + c_other * other, in place.
+    """own <- c_own * own + c_other * other, in place; returns own.
 
-    Computed in own's dtype unless a weight exceeds its range (possible when one input is
+    On the CPU, evaluated in float64 and rounded once (`repro.dist.adasum_kernels`).
+    Elsewhere in own's dtype unless a weight exceeds its range (possible when one input is
     tiny next to the other, though the weighted term stays bounded by |other|); then in
     float64, rounded once.
     """
+    if _kernels_serve(own, other):
+        from repro.dist import adasum_kernels
+
+        adasum_kernels.scaled_add_(own, other, c_own, c_other)
+        return own
     limit = torch.finfo(own.dtype).max
     if abs(c_own) <= limit and abs(c_other) <= limit:
         return own.mul_(c_own).add_(other, alpha=c_other)
     return own.copy_(own.double() * c_own + other.double() * c_other)
+
+
+def _kernels_serve(*tensors: torch.Tensor) -> bool:
+    """Contiguous float32/float64 CPU tensors take the fused loops."""
+    return all(
+        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
+        for t in tensors
+    )
 
 
 def check_world_size(world_size: int) -> None:

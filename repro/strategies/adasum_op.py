@@ -3,9 +3,10 @@
 Adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b: orthogonal inputs are summed,
 parallel inputs (any magnitudes) averaged. Dot products and squared norms are taken in
 float64 so that float32 inputs near the smallest normal float neither underflow nor lose
-their direction; the weighted sum is formed in the input dtype, or in float64 when a weight
-exceeds that dtype's range (one input tiny next to the other). These pieces are shared with
-the distributed allreduce, so the two differ only in the order of their float64 sums.
+their direction; the weighted sum is evaluated in float64 and rounded once on the CPU (in
+the input dtype elsewhere, unless a weight exceeds that dtype's range). These pieces are
+shared with the distributed allreduce, so the two differ only in the order of their float64
+sums.
 
 n inputs are combined as a binary tree in rank order, the order the vector-halving
 distance-doubling allreduce (`repro.dist.adasum_allreduce`) produces for n = 2^k. This
