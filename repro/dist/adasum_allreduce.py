@@ -114,6 +114,7 @@ class FlatLayout:
         self.offsets = [0, *itertools.accumulate(self.sizes)]
         self.total = self.offsets[-1]
         self.padded = -(-self.total // world_size) * world_size
+        self._scratch: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
     def segments(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
         """(tensor index, start, end) of every non-empty piece of a tensor inside [lo, hi)."""
@@ -132,6 +133,18 @@ class FlatLayout:
         buf = torch.empty(self.padded, dtype=dtype, device=device)
         buf[self.total :].zero_()
         return buf
+
+    def receive_buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """Half a buffer's worth of `like`'s dtype and device, kept for every later call.
+
+        Each halving level receives into it. A fresh tens-of-megabytes allocation per call
+        would be returned to the OS and faulted in (zeroed page by page) again every step:
+        measured at 64 MB over 4 ranks, a fifth of the whole allreduce's CPU time.
+        """
+        key = (like.dtype, like.device)
+        if key not in self._scratch:
+            self._scratch[key] = torch.empty(self.padded // 2, dtype=like.dtype, device=like.device)
+        return self._scratch[key]
 
     def flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         buf = self.new_buffer(tensors[0].dtype, tensors[0].device)
@@ -214,7 +227,7 @@ def adasum_allreduce_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) 
     # (kept, given) slice bounds per level; the gather phase walks them back.
     halvings: list[tuple[tuple[int, int], tuple[int, int]]] = []
     # One receive buffer for every level (each level receives half the previous size).
-    scratch = torch.empty(layout.padded // 2, dtype=buf.dtype, device=buf.device)
+    scratch = layout.receive_buffer(buf)
     lo, hi, level = 0, layout.padded, 1
     while level < n:
         mid = (lo + hi) // 2
