@@ -10,6 +10,10 @@ of unequal sizes (a model's layers), both in place on one persistent flat buffer
 slowest rank, after a warm-up call. Goal (issue 6):
 Adasum at most 1.5x the plain allreduce at 64 MB.
 
+A second table times the small-message path (`repro.dist.adasum_gather`: one allgather,
+the tree applied locally) beside the halving allreduce from 16 KB to 1 MB, the range in
+which `method.gather_below_kb` (default 256) switches between them.
+
 Bytes moved per rank: Adasum's are its recorded sendrecv and scalar payloads; the plain
 allreduce's are a ring allreduce's 2 (n-1)/n M, since gloo does not report its own.
 """
@@ -23,11 +27,13 @@ import time
 import torch
 
 from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
+from repro.dist.adasum_gather import adasum_gather_
 from repro.dist.collectives import Collectives
 from repro.dist.launch import init_process_group, spawn
 
 WORLD = 4
 SIZES_MB = (1, 4, 16, 64)
+SMALL_KB = (16, 64, 256, 1024)
 # Relative layer sizes: a few large weight matrices and small biases.
 LAYER_SHARES = (0.30, 0.001, 0.25, 0.001, 0.20, 0.002, 0.2455, 0.0005)
 GOAL = 1.5
@@ -57,11 +63,11 @@ def _time(comm: Collectives, fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _worker(rank: int, world: int, repeats: int) -> list[tuple[int, float, float, int]]:
+def _worker(rank: int, world: int, repeats: int) -> tuple[list, list]:
     torch.set_num_threads(1)
     init_process_group()
     comm = Collectives()
-    rows = []
+    rows, small = [], []
     for mb in SIZES_MB:
         layers = _layers(mb << 20, rank)
         layout = FlatLayout(layers, world)
@@ -71,11 +77,36 @@ def _worker(rank: int, world: int, repeats: int) -> list[tuple[int, float, float
         t_adasum = _time(comm, adasum, repeats)
         moved = sum(r.nbytes for r in adasum())
         rows.append((mb, t_plain, t_adasum, moved))
-    return rows
+    for kb in SMALL_KB:
+        layers = _layers(kb << 10, rank)
+        layout = FlatLayout(layers, world)
+        flat = layout.flatten(layers)
+        times = [
+            _time(comm, functools.partial(fn, *args), 3 * repeats)
+            for fn, args in (
+                (comm.allreduce, (flat,)),
+                (adasum_allreduce_, (flat, layout, comm)),
+                (adasum_gather_, (flat, layout, comm)),
+            )
+        ]
+        small.append((kb, *times))
+    return rows, small
+
+
+def _small_table(small: list) -> list[str]:
+    lines = [
+        f"{'size':>6}{'allreduce s':>13}{'halving s':>11}{'ratio':>7}{'gather s':>10}{'ratio':>7}"
+    ]
+    for kb, t_plain, t_halving, t_gather in small:
+        lines.append(
+            f"{kb:>4}KB{t_plain:>13.4f}{t_halving:>11.4f}{t_halving / t_plain:>7.2f}"
+            f"{t_gather:>10.4f}{t_gather / t_plain:>7.2f}"
+        )
+    return lines
 
 
 def run(repeats: int = 5) -> list[str]:
-    rows = spawn(_worker, WORLD, repeats)[0]
+    rows, small = spawn(_worker, WORLD, repeats)[0]
     lines = [
         f"{WORLD} gloo ranks, 8 tensors, median of {repeats} (slowest rank)",
         f"{'size':>6}{'allreduce s':>13}{'adasum s':>11}{'ratio':>7}"
@@ -91,7 +122,8 @@ def run(repeats: int = 5) -> list[str]:
         )
     verdict = "met" if ratio <= GOAL else "NOT met"
     lines.append(f"goal: adasum <= {GOAL}x allreduce at {SIZES_MB[-1]} MB: {ratio:.2f}x, {verdict}")
-    return lines
+    lines.append(f"small messages, median of {3 * repeats}: halving allreduce and gather path")
+    return lines + _small_table(small)
 
 
 if __name__ == "__main__":

@@ -13,32 +13,7 @@ from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import StepInfo
 from repro.train.lamb import Lamb
-
-# Odd sizes so that tensor boundaries fall inside halved slices; 78 elements pad to 80.
-LAYERS = [(5, 3), (1,), (7,), (2, 3, 3), (33,), (4,)]
-TINY = [(1,), (2,)]  # fewer elements than 8 ranks: most slices hold only padding
-DTYPES = (torch.float32, torch.float64)
-
-
-def _inputs(rank: int, shapes, dtype) -> list[torch.Tensor]:
-    """Rank `rank`'s tensors: random layers plus the special cases the operator must keep.
-
-    Layer 0 is zero on every rank, layer 1 zero on rank 0 only, layer 2 the same direction
-    on every rank with a random magnitude and sign (so Adasum gives the plain mean), layer 3
-    near the smallest normal float32 (its squares underflow unless taken in float64).
-    """
-    g = torch.Generator().manual_seed(1000 + rank)
-    out = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
-    if len(out) > 3:
-        out[0].zero_()
-        if rank == 0:
-            out[1].zero_()
-        direction = torch.randn(shapes[2], generator=torch.Generator().manual_seed(7))
-        out[2] = direction.double() * (torch.rand(1, generator=g).item() + 0.2) * (-1) ** rank
-        out[3] *= 4 * torch.finfo(torch.float32).tiny
-    # Layers of different directions and scales, so a whole-model coefficient differs.
-    return [t.mul_(1.0 + 3.0 * i).to(dtype) for i, t in enumerate(out)]
-
+from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs
 
 def _vhdd_worker(rank, world, shape_lists):
     init_process_group()
@@ -97,6 +72,14 @@ def _check_records(summary, world, shapes, dtype):
 
 OPTIMIZERS = ("sgd_momentum", "adam", "lamb")
 COMBINERS = ("adasum", "sum", "mean")
+# label -> config: the tiny model takes Adasum's gathering path by default; "adasum_halving"
+# forces the vector-halving allreduce through the same flow.
+CASES = {
+    "adasum": AdasumConfig(combiner="adasum"),
+    "adasum_halving": AdasumConfig(combiner="adasum", gather_below_kb=0),
+    "sum": AdasumConfig(combiner="sum"),
+    "mean": AdasumConfig(combiner="mean"),
+}
 STEPS = 3
 
 
@@ -129,11 +112,11 @@ def _strategy_worker(rank, world):
     init_process_group()
     comm = Collectives()
     out = {}
-    for combiner in COMBINERS:
+    for label, cfg in CASES.items():
         for opt_name in OPTIMIZERS:
             model = _model()
             opt = _optimizer(opt_name, model)
-            strategy = AdasumStrategy(AdasumConfig(combiner=combiner), world)
+            strategy = AdasumStrategy(cfg, world)
             strategy.setup(model, opt, comm)
             for step in range(STEPS):
                 loss = _backward(model, opt, rank, step)
@@ -142,7 +125,7 @@ def _strategy_worker(rank, world):
                 opt.step()
                 strategy.after_step(info)
             params = [p.detach().clone() for p in model.parameters()]
-            out[combiner, opt_name] = (params, strategy.metrics())
+            out[label, opt_name] = (params, strategy.metrics())
     return out
 
 
@@ -176,13 +159,14 @@ def test_delta_flow_matches_replay_for_every_combiner_and_optimizer():
     world = 2
     per_rank = spawn(_strategy_worker, world)
     finals = {}
-    for key, (params, metrics) in per_rank[0].items():
-        expected = _replay(world, *key)
+    for (label, opt_name), (params, metrics) in per_rank[0].items():
+        combiner = CASES[label].combiner
+        expected = _replay(world, combiner, opt_name)
         for r in range(world):
-            for got, ref in zip(per_rank[r][key][0], expected[r], strict=True):
+            for got, ref in zip(per_rank[r][label, opt_name][0], expected[r], strict=True):
                 torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
-        assert metrics["method/combiner"] == key[0] and metrics["method/bytes"] > 0
-        finals[key] = torch.cat([p.reshape(-1) for p in params])
+        assert metrics["method/combiner"] == combiner and metrics["method/bytes"] > 0
+        finals[label, opt_name] = torch.cat([p.reshape(-1) for p in params])
     for opt_name in OPTIMIZERS:  # the combiner matters: three different trajectories
         a, s, m = (finals[c, opt_name] for c in COMBINERS)
         assert not torch.allclose(a, s) and not torch.allclose(a, m)
@@ -196,9 +180,9 @@ def test_one_worker_equals_the_plain_optimizer():
         for step in range(STEPS):
             _backward(model, opt, 0, step)
             opt.step()
-        for combiner in COMBINERS:
-            params, metrics = per_combiner[combiner, opt_name]
+        for label, cfg in CASES.items():
+            params, metrics = per_combiner[label, opt_name]
             for got, ref in zip(params, model.parameters(), strict=True):
                 torch.testing.assert_close(got, ref.detach(), rtol=1e-14, atol=1e-15)
-            if combiner == "adasum":
+            if cfg.combiner == "adasum":
                 assert metrics["method/bytes"] == 0.0

@@ -148,6 +148,8 @@ def test_config_validates_combiner_and_world_size():
     AdasumConfig(combiner="adasum").validate_world_size(8)
     AdasumConfig(combiner="mean").validate_world_size(6)
     AdasumConfig(combiner="sum").validate_world_size(3)
+    with pytest.raises(UserError, match="method.gather_below_kb=-1"):
+        AdasumConfig(gather_below_kb=-1)
 
 
 def test_method_config_composes_with_its_schema(tmp_path):
