@@ -16,7 +16,7 @@ from repro.report.page import assemble
 from repro.report.plots import draw_figure
 from repro.report.published import with_published_tables
 from repro.report.render import FigureOut, to_html, to_markdown
-from repro.report.series import NotMeasurable, Run, cfg, final_step, label_of, natural_key
+from repro.report.series import NotMeasurable, Run, cfg, label_of, natural_key
 from repro.report.sweep_front import draw_sweep_front
 from repro.track.runs import find_runs
 
@@ -33,8 +33,9 @@ def select_runs(
 
     Refuses (UserError) when there is no such run, when several scales' groups exist and no
     scale was chosen, and when runs of the group name different scales. Of several runs with
-    one label (a crashed run and its re-run) a finished one is kept over an unfinished one,
-    then the one that logged the most steps.
+    one label a finished one is kept over an unfinished one (a crashed run beside its
+    re-run), then the newest: a changed config or method default gets a run directory of
+    its own, and the report must show what the current code computes.
     """
     scales = [scale] if scale else list(SCALES)
     groups = {f"{paper}_{s}": s for s in scales}
@@ -61,19 +62,12 @@ def select_runs(
     for run in members:
         label = label_of(run)
         if label in chosen:
-            keep = max(chosen[label], run, key=_progress)
+            keep = max(chosen[label], run, key=lambda r: (r.exit_code == 0, r.started))
             notes.append(f"several runs labelled '{label}': kept run {keep.run_id}")
             chosen[label] = keep
         else:
             chosen[label] = run
     return groups[group], dict(sorted(chosen.items(), key=lambda kv: natural_key(kv[0]))), notes
-
-
-def _progress(run: Run) -> tuple[bool, float]:
-    try:
-        return run.exit_code == 0, final_step(run)
-    except NotMeasurable:
-        return run.exit_code == 0, -1.0
 
 
 def draw_parts(

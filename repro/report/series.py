@@ -30,6 +30,7 @@ class Run(Protocol):
     history: list[dict]
     summary: dict
     exit_code: int | None
+    started: float
 
 
 class NotMeasurable(Exception):

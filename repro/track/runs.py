@@ -50,6 +50,7 @@ class RunData:
     summary: dict
     path: Path
     exit_code: int | None = None  # None: no exit record (still running, or killed)
+    started: float = 0.0  # Unix time the run first started (its oldest segment's start)
 
 
 @dataclass
@@ -248,6 +249,7 @@ def _merge(segments: list[_Segment]) -> RunData:
         summary=summary,
         path=_run_dir(last.file),
         exit_code=last.exit_code,
+        started=segments[0].start,
     )
 
 

@@ -36,6 +36,15 @@ def test_select_runs_keeps_one_scale_and_dedupes():
         select_runs(other, "adacomm", None, "runs")
 
 
+def test_of_two_finished_runs_with_one_label_the_newest_is_kept():
+    # e.g. a method default changed: the new config's run sits in a directory of its own
+    old, new = make_run("sync", run_id="before"), make_run("sync", run_id="after")
+    old.started, new.started = 1_000.0, 2_000.0
+    for order in ([old, new], [new, old]):
+        _, chosen, notes = select_runs([*adacomm_set()[1:], *order], "adacomm", None, "runs")
+        assert chosen["sync"].run_id == "after" and "kept run after" in notes[0]
+
+
 def test_mixed_scales_are_refused():
     mixed = [*adacomm_set(), make_run("big", scale="paper", group="adacomm_small")]
     with pytest.raises(UserError, match="adacomm_small under runs mixes scales paper, small"):
