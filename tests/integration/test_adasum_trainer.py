@@ -1,6 +1,7 @@
 """method=adasum through the real trainer: one worker is the plain optimizer bit for bit,
 2 and 4 workers train with SGD-momentum, Adam and LAMB and move the bytes the VHDD
-allreduce should, and bad settings end `repro train` with one line."""
+allreduce (or, for a small model, the one allgather) should, and bad settings end
+`repro train` with one line."""
 
 from pathlib import Path
 
@@ -57,11 +58,26 @@ def _adasum_bytes_per_step(world: int) -> tuple[int, int]:
 @pytest.mark.parametrize("world, opt", [(2, "sgd"), (2, "adam"), (2, "lamb"), (4, "lamb")])
 def test_several_workers_train_and_move_vhdd_bytes(tmp_path, world, opt):
     steps = 40
-    s = train(tmp_path, "method=adasum", f"trainer.world_size={world}", *OPTIMIZERS[opt])
+    # 2.7 KB is below the default gather_below_kb: 0 forces the halving allreduce
+    s = train(
+        tmp_path,
+        "method=adasum",
+        "method.gather_below_kb=0",
+        f"trainer.world_size={world}",
+        *OPTIMIZERS[opt],
+    )
     assert s["step"] == steps and s["test/acc"] >= 0.8  # 4 classes: chance is 0.25
     nbytes, collectives = _adasum_bytes_per_step(world)
     assert s["comm/bytes"] == steps * nbytes and s["comm/collectives"] == steps * collectives
     assert s["method/combiner"] == "adasum"
+
+
+@pytest.mark.slow
+def test_small_model_takes_one_allgather_per_step(tmp_path):
+    s = train(tmp_path, "method=adasum", "trainer.world_size=4", *OPTIMIZERS["sgd"])
+    assert s["step"] == 40 and s["test/acc"] >= 0.8
+    # each rank contributes its unpadded 676 float32 deltas to one allgather per step
+    assert s["comm/bytes"] == 40 * N_PARAMS * 4 and s["comm/collectives"] == 40
 
 
 @pytest.mark.slow
@@ -80,6 +96,7 @@ BAD = [
     (["method=adasum", "method.combiner=max"], "method.combiner"),
     (["optim.name=rmsprop"], "optim.name"),
     (["method=adasum", "trainer.world_size=3"], "power-of-two"),
+    (["method=adasum", "method.gather_below_kb=-1"], "method.gather_below_kb"),
     (["trainer.target_acc=1.5"], "trainer.target_acc"),
     (["trainer.target_acc=-0.1"], "trainer.target_acc"),
 ]
