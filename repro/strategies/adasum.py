@@ -45,7 +45,8 @@ class AdasumConfig(MethodConfig):
     `gather_below_kb`: an Adasum combination of at most this many KiB per worker gathers
     every worker's deltas once and applies the tree locally (`repro.dist.adasum_gather`,
     fewer steps); larger ones take the vector-halving distance-doubling allreduce (fewer
-    bytes). Both give the same result; 0 always halves. The default is the crossover
+    bytes). Both give the reference result (the gather bit for bit, the halving up to float64
+    summation order); 0 always halves. The default is the crossover
     measured on gloo over loopback, where the two paths meet between 256 KiB and 1 MiB.
     """
 
