@@ -49,5 +49,18 @@ def repro_cli(
     )
 
 
+def reproduce_tiny_args(paper: str, tmp: Path) -> list[str]:
+    """`repro reproduce PAPER scale=tiny` with runs, data and reports under `tmp`."""
+    return [
+        "reproduce",
+        paper,
+        "scale=tiny",
+        f"runs_root={tmp}/runs",
+        f"data.root={tmp}/data",
+        "--reports",
+        str(tmp / "reports"),
+    ]
+
+
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())

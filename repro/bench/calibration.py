@@ -13,30 +13,14 @@ fewer cores than ranks cannot serve.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from repro.dist.launch import spawn
 from repro.netmodel.calibrate import DEFAULT_SIZES, describe, load_note, measure_worker
-from repro.netmodel.calibrate_fit import FitKey, Sample, fit_all, own_link, predict
-from repro.netmodel.cost import Link
+from repro.netmodel.calibrate_fit import FitKey, Sample, fit_all, median_error, pooled_key
 
 OPS = ("allreduce", "allgather")
 RANKS = (2, 4)
 REPEATS, WARMUP = 3, 1
 GOAL = 0.25
-
-
-def _abs_errors(link_of, samples: Sequence[Sample], op=None, world=None) -> np.ndarray:
-    """|model / measured - 1| over the samples of `op` at `world` (None: all)."""
-    return np.array(
-        [
-            abs(predict(link_of(s), s) / s.seconds - 1)
-            for s in samples
-            if op in (None, s.op) and world in (None, s.world)
-        ]
-    )
 
 
 def _two_runs(rank: int, world: int) -> list[list[Sample]] | None:
@@ -54,13 +38,6 @@ def run() -> list[str]:
         eval_run += second
     load = load_note()
     links = fit_all(fit_run)
-
-    def own(s: Sample) -> Link:
-        return own_link(links, s)
-
-    def pooled(s: Sample) -> Link:
-        return links[FitKey(s.op)]
-
     lines = [
         f"sweep: {', '.join(OPS)}; ranks {list(RANKS)}; {len(DEFAULT_SIZES)} sizes "
         f"{DEFAULT_SIZES[0]} B..{DEFAULT_SIZES[-1] >> 20} MB; fastest of {REPEATS}+ repeats; "
@@ -68,14 +45,15 @@ def run() -> list[str]:
     ]
     for op in OPS:
         for world in RANKS:
+            cell = FitKey(op, world)
             lines.append(
-                f"{op} at {world} ranks: {describe(links[FitKey(op, world)])}; median |error| "
-                f"held-out {np.median(_abs_errors(own, eval_run, op, world)):.1%} "
-                f"(in-sample {np.median(_abs_errors(own, fit_run, op, world)):.1%})"
+                f"{op} at {world} ranks: {describe(links[cell])}; median |error| "
+                f"held-out {median_error(links, eval_run, cell):.1%} "
+                f"(in-sample {median_error(links, fit_run, cell):.1%})"
             )
-    pooled_err = float(np.median(_abs_errors(pooled, eval_run)))
+    pooled_err = median_error(links, eval_run, key_of=pooled_key)
     lines.append(f"one link per op over both rank counts: held-out median |error| {pooled_err:.1%}")
-    overall = float(np.median(_abs_errors(own, eval_run)))
+    overall = median_error(links, eval_run)
     verdict = "meets" if overall <= GOAL else "misses"
     lines.append(
         f"median |prediction error| on the second run (link per op and rank count): "

@@ -83,6 +83,16 @@ def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: f
     return own.copy_(own.double() * c_own + other.double() * c_other)
 
 
+def adasum_pair_(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a <- Adasum(a, b) in place, for two flat vectors of one dtype; returns a.
+
+    The single-process form of the operator, shared by the reference and the gather path
+    so that both weigh alike.
+    """
+    ca, cb = adasum_coefficients(*dot_stats(a, b))
+    return scaled_add_(a, b, ca.item(), cb.item())
+
+
 def _kernels_serve(*tensors: torch.Tensor) -> bool:
     """Contiguous float32/float64 CPU tensors take the fused loops."""
     return all(

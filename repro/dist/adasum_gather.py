@@ -18,13 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import (
-    FlatLayout,
-    adasum_coefficients,
-    check_world_size,
-    dot_stats,
-    scaled_add_,
-)
+from repro.dist.adasum_allreduce import FlatLayout, adasum_pair_, check_world_size
 from repro.dist.collectives import Collectives, CommRecord
 
 
@@ -39,9 +33,7 @@ def tree_reduce_rows_(rows: torch.Tensor, layout: FlatLayout) -> torch.Tensor:
     while d < n:
         for i in range(0, n - d, 2 * d):
             for s, e in zip(layout.offsets[:-1], layout.offsets[1:], strict=True):
-                a, b = rows[i, s:e], rows[i + d, s:e]
-                ca, cb = adasum_coefficients(*dot_stats(a, b))
-                scaled_add_(a, b, ca.item(), cb.item())
+                adasum_pair_(rows[i, s:e], rows[i + d, s:e])
         d *= 2
     return rows[0]
 

@@ -35,8 +35,9 @@ from repro.netmodel.calibrate_fit import (
     FitKey,
     Sample,
     fit_all,
-    median_error,
-    own_link,
+    fit_error,
+    own_key,
+    pooled_key,
     predict,
 )
 from repro.netmodel.cost import Link
@@ -203,7 +204,7 @@ def error_table(links: dict[FitKey, Link], samples: Sequence[Sample]) -> list[st
         f"{'fit ms':>9}{'err':>8}{'all-ranks ms':>14}{'err':>8}"
     ]
     for s in samples:
-        own, pooled = predict(own_link(links, s), s), predict(links[FitKey(s.op)], s)
+        own, pooled = predict(links[own_key(s)], s), predict(links[pooled_key(s)], s)
         lines.append(
             f"{s.op:<10}{s.world:>6}{s.nbytes:>11}{s.seconds * 1e3:>13.3f}{own * 1e3:>9.3f}"
             f"{own / s.seconds - 1:>8.1%}{pooled * 1e3:>14.3f}{pooled / s.seconds - 1:>8.1%}"
@@ -229,11 +230,11 @@ def preset_text(
         f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]} bytes per rank, fastest of repeats;",
         f"{load_note()} after measuring.",
         f"The link is the {chosen_key} fit (median |error| on its samples "
-        f"{median_error(links, chosen_key, samples):.1%}), for runs of that many",
+        f"{fit_error(links, samples, chosen_key):.1%}), for runs of that many",
         "workers on this host; the modeled clock charges it for every op.",
         "Fits (relative least squares):",
         *(
-            f"  {key}: {describe(link)}, median |error| {median_error(links, key, samples):.1%}"
+            f"  {key}: {describe(link)}, median |error| {fit_error(links, samples, key):.1%}"
             for key, link in links.items()
         ),
     ]

@@ -20,7 +20,7 @@ comparison (`world` None), and "joint" fits every op at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,17 +95,29 @@ def fit_all(samples: Sequence[Sample]) -> dict[FitKey, Link]:
     return {k: fit([s for s in samples if k.covers(s)]) for k in keys}
 
 
-def own_link(links: dict[FitKey, Link], sample: Sample) -> Link:
-    """The calibrated model's link for `sample`: its op's fit at its rank count."""
-    return links[FitKey(sample.op, sample.world)]
+def own_key(sample: Sample) -> FitKey:
+    """The calibrated model's fit for `sample`: its op's at its rank count."""
+    return FitKey(sample.op, sample.world)
 
 
-def relative_errors(link: Link, samples: Sequence[Sample]) -> np.ndarray:
-    """(model - measured) / measured for each sample."""
-    return np.array([predict(link, s) / s.seconds - 1 for s in samples])
+def pooled_key(sample: Sample) -> FitKey:
+    """Its op's fit over every rank count (what one link per op would predict)."""
+    return FitKey(sample.op)
 
 
-def median_error(links: dict[FitKey, Link], key: FitKey, samples: Sequence[Sample]) -> float:
-    """Median |relative error| of the link fitted on `key` over the samples `key` covers."""
-    covered = [s for s in samples if key.covers(s)]
-    return float(np.median(np.abs(relative_errors(links[key], covered))))
+def median_error(
+    links: dict[FitKey, Link],
+    samples: Sequence[Sample],
+    where: FitKey = FitKey(JOINT),
+    key_of: Callable[[Sample], FitKey] = own_key,
+) -> float:
+    """Median |model / measured - 1| over the samples `where` covers, each sample predicted
+    by the link `key_of` names for it."""
+    covered = [s for s in samples if where.covers(s)]
+    errors = [predict(links[key_of(s)], s) / s.seconds - 1 for s in covered]
+    return float(np.median(np.abs(errors)))
+
+
+def fit_error(links: dict[FitKey, Link], samples: Sequence[Sample], key: FitKey) -> float:
+    """Median |error| of the link fitted on `key` over the samples it covers."""
+    return median_error(links, samples, key, lambda _: key)

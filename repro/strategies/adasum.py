@@ -95,6 +95,7 @@ class AdasumStrategy:
         self._start: list[torch.Tensor] = []
         self._layout: FlatLayout | None = None
         self._flat = torch.empty(0)
+        self._adasum = adasum_allreduce_  # setup picks by the model's size
         self._deltas: list[torch.Tensor] = []
         self._pending = False
         self._comm: Collectives | None = None
@@ -116,6 +117,9 @@ class AdasumStrategy:
             self._layout = FlatLayout(self._params, self.world_size)
             self._flat = self._layout.new_buffer(self._params[0].dtype, self._params[0].device)
             self._deltas = self._layout.unflatten(self._flat)
+            nbytes = self._layout.total * self._flat.element_size()
+            small = nbytes <= self.cfg.gather_below_kb * 1024
+            self._adasum = adasum_gather_ if small else adasum_allreduce_
 
     @torch.no_grad()
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
@@ -145,9 +149,7 @@ class AdasumStrategy:
 
     def _combine(self, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
         if self.cfg.combiner == "adasum":
-            small = layout.total * self._flat.element_size() <= self.cfg.gather_below_kb * 1024
-            combine = adasum_gather_ if small else adasum_allreduce_
-            return combine(self._flat, layout, comm)
+            return self._adasum(self._flat, layout, comm)
         return [comm.allreduce(self._flat[: layout.total], average=self.cfg.combiner == "mean")]
 
     def metrics(self) -> dict[str, float | str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import adasum_coefficients, dot_stats, scaled_add_
+from repro.dist.adasum_allreduce import adasum_pair_
 
 
 def adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -28,9 +28,7 @@ def adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             f"and {tuple(b.shape)} {b.dtype}"
         )
     out = a.detach().reshape(-1).clone()
-    b_flat = b.detach().reshape(-1)
-    ca, cb = adasum_coefficients(*dot_stats(out, b_flat))
-    return scaled_add_(out, b_flat, ca.item(), cb.item()).view(a.shape)
+    return adasum_pair_(out, b.detach().reshape(-1)).view(a.shape)
 
 
 def adasum_reduce(tensors: list[torch.Tensor]) -> torch.Tensor:

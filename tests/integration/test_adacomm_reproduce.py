@@ -4,22 +4,14 @@ import re
 
 import pytest
 
-from tests.helpers import repro_cli
+from tests.helpers import repro_cli, reproduce_tiny_args
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
 
 
 @pytest.mark.slow
 def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
-    args = [
-        "reproduce",
-        "adacomm",
-        "scale=tiny",
-        f"runs_root={tmp_path}/runs",
-        f"data.root={tmp_path}/data",
-        "--reports",
-        str(tmp_path / "reports"),
-    ]
+    args = reproduce_tiny_args("adacomm", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "adacomm"

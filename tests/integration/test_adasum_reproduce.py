@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.helpers import repro_cli
+from tests.helpers import repro_cli, reproduce_tiny_args
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
 LABELS = (
@@ -36,15 +36,7 @@ VERDICTS = r"(reproduced|partly|not reproduced|not run|not measured|not assessed
 
 @pytest.mark.slow
 def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
-    args = [
-        "reproduce",
-        "adasum",
-        "scale=tiny",
-        f"runs_root={tmp_path}/runs",
-        f"data.root={tmp_path}/data",
-        "--reports",
-        str(tmp_path / "reports"),
-    ]
+    args = reproduce_tiny_args("adasum", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "adasum"

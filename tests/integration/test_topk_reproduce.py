@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from repro.config import CONFIG_DIR
-from tests.helpers import REPO, repro_cli
+from tests.helpers import REPO, repro_cli, reproduce_tiny_args
 
 TINY = yaml.safe_load((CONFIG_DIR / "experiment" / "topk_tiny.yaml").read_text())
 LABELS = list(TINY["experiment"]["runs"])
@@ -24,15 +24,7 @@ def _table(md: str, title: str) -> list[list[str]]:
 
 @pytest.mark.slow
 def test_tiny_run_set_produces_table_iv_and_every_figure_and_repeat_skips(tmp_path):
-    args = [
-        "reproduce",
-        "topk",
-        "scale=tiny",
-        f"runs_root={tmp_path}/runs",
-        f"data.root={tmp_path}/data",
-        "--reports",
-        str(tmp_path / "reports"),
-    ]
+    args = reproduce_tiny_args("topk", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]
     report = tmp_path / "reports" / "topk"

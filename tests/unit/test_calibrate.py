@@ -5,7 +5,14 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.netmodel.calibrate import DEFAULT_SIZES, _parse_size, _parser, preset_text, repeats_for
+from repro.netmodel.calibrate import (
+    DEFAULT_SIZES,
+    _args,
+    _parse_size,
+    _parser,
+    preset_text,
+    repeats_for,
+)
 from repro.netmodel.calibrate_fit import (
     JOINT,
     FitKey,
@@ -13,7 +20,10 @@ from repro.netmodel.calibrate_fit import (
     coefficients,
     fit,
     fit_all,
-    own_link,
+    median_error,
+    own_key,
+    pooled_key,
+    predict,
 )
 
 A, BW = 50e-6, 1.25e9  # 50 us, 10 Gbit/s
@@ -55,23 +65,35 @@ def test_fit_recovers_the_link_that_made_the_times():
         assert link.bandwidth_Bps == pytest.approx(BW, rel=1e-9)
 
 
-def test_each_rank_count_gets_its_own_link():
-    # An oversubscribed host: at 4 ranks each hop costs twice the latency, at 70% bandwidth.
-    per_world = {2: (A, BW), 4: (2 * A, 0.7 * BW)}
-    samples = [
-        Sample("allreduce", n, m, _hand_cost("allreduce", m, n, *per_world[n]))
+# An oversubscribed host: at 4 ranks each hop costs twice the latency, at 70% bandwidth.
+PER_WORLD = {2: (A, BW), 4: (2 * A, 0.7 * BW)}
+
+
+def _oversubscribed_samples() -> list[Sample]:
+    return [
+        Sample("allreduce", n, m, _hand_cost("allreduce", m, n, *PER_WORLD[n]))
         for n in (2, 4)
         for m in (1024, 65536, 4 << 20)
     ]
+
+
+def test_each_rank_count_gets_its_own_link():
+    samples = _oversubscribed_samples()
     links = fit_all(samples)
     for s in samples:
-        a, bw = per_world[s.world]
-        assert own_link(links, s).latency_s == pytest.approx(a, rel=1e-9)
-        assert own_link(links, s).bandwidth_Bps == pytest.approx(bw, rel=1e-9)
+        a, bw = PER_WORLD[s.world]
+        assert links[own_key(s)].latency_s == pytest.approx(a, rel=1e-9)
+        assert links[own_key(s)].bandwidth_Bps == pytest.approx(bw, rel=1e-9)
+    assert median_error(links, samples) == pytest.approx(0, abs=1e-9)
     # one link over both rank counts cannot make both sets of times
     pooled = links[FitKey("allreduce")]
     assert pooled == links[FitKey(JOINT)]
-    assert not any(pooled.latency_s == pytest.approx(a, rel=0.05) for a, _ in per_world.values())
+    assert not any(pooled.latency_s == pytest.approx(a, rel=0.05) for a, _ in PER_WORLD.values())
+    pooled_errors = [abs(predict(pooled, s) / s.seconds - 1) for s in samples]
+    assert median_error(links, samples, key_of=pooled_key) == pytest.approx(
+        float(np.median(pooled_errors))
+    )
+    assert median_error(links, samples, key_of=pooled_key) > 0.01
 
 
 def test_repeats_grow_for_small_messages_only():
@@ -121,14 +143,21 @@ def test_sizes_parse_with_binary_suffixes():
         _parse_size("lots")
 
 
-def test_preset_holds_the_chosen_fit():
-    samples = _exact_samples()
-    text = preset_text("here", fit_all(samples), samples, FitKey("allgather", 4))
+@pytest.mark.parametrize("world", [2, 4])
+def test_preset_holds_the_chosen_rank_counts_fit(world):
+    samples = _oversubscribed_samples()
+    text = preset_text("here", fit_all(samples), samples, FitKey("allreduce", world))
     values = yaml.safe_load(text)
+    a, bw = PER_WORLD[world]
     assert values["name"] == "here"
-    assert values["latency_ms"] == pytest.approx(A * 1e3, rel=1e-9)
-    assert values["bandwidth_gbps"] == pytest.approx(BW * 8 / 1e9, rel=1e-9)
+    assert values["latency_ms"] == pytest.approx(a * 1e3, rel=1e-9)
+    assert values["bandwidth_gbps"] == pytest.approx(bw * 8 / 1e9, rel=1e-9)
     assert values["defaults"] == ["network_schema", "_self_"]
+
+
+def test_link_ranks_defaults_to_the_largest_rank_count():
+    assert _args(["--ranks", "4,2"])[3].link_ranks == 4
+    assert _args(["--ranks", "2,4", "--link-ranks", "2"])[3].link_ranks == 2
 
 
 def test_default_sizes_span_1k_to_64m():
