@@ -1,6 +1,7 @@
 """Sparse gradient exchanges of Flexible Top-k, built only on `Collectives` calls.
 
-Three ways to average the workers' error-compensated gradients G (flat vectors):
+Three ways to average the workers' error-compensated gradients G (one flat row per worker
+this process holds, on the leading worker axis):
 
 - AG-Topk (the paper's baseline): every worker sends its own Top-k (values and indices) by
   one allgather; each worker sums all N sparse vectors into a dense one and divides by N.
@@ -37,9 +38,10 @@ _INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
 class ExchangeResult:
     """What one exchange gives this worker.
 
-    `average` is the dense averaged gradient (identical on every worker); `sent` the indices
-    of this worker's G that went out (the residual keeps everything else; None means all of
-    G was sent); `gain` the global ||g_c||^2 / ||G||^2 summed over workers.
+    `average` is the dense averaged gradient, one row per held worker (identical rows);
+    `sent` the indices of each held worker's G that went out (the residual keeps everything
+    else; None means all of G was sent); `gain` the global ||g_c||^2 / ||G||^2 summed over
+    workers.
     """
 
     average: torch.Tensor
@@ -58,7 +60,8 @@ def _index_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def _norms(sent_values: torch.Tensor, compensated: torch.Tensor) -> torch.Tensor:
-    return torch.stack([sent_values.pow(2).sum(), compensated.pow(2).sum()])
+    """Each row's (||g_c||^2, ||G||^2), shape (workers, 2)."""
+    return torch.stack([sent_values.pow(2).sum(1), compensated.pow(2).sum(1)], dim=1)
 
 
 def ag_topk_exchange(
@@ -67,18 +70,24 @@ def ag_topk_exchange(
     k: int,
     layer_sizes: Sequence[int] | None = None,
 ) -> ExchangeResult:
-    """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N."""
+    """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N.
+
+    Every held worker gathers the same rows, so the sum is formed once from the first
+    held worker's copy and shared by all of them.
+    """
     idx_dtype = _index_dtype(compensated)
     values, indices = compress(compensated, k, layer_sizes)
     packed = torch.cat(
-        [values, indices.to(idx_dtype).view(values.dtype), _norms(values, compensated)]
+        [values, indices.to(idx_dtype).view(values.dtype), _norms(values, compensated)], dim=1
     )
     gathered, record = comm.allgather(packed)
-    all_indices = gathered[:, k : 2 * k].contiguous().view(idx_dtype).long()
-    total = torch.zeros_like(compensated)
-    total.index_add_(0, all_indices.reshape(-1), gathered[:, :k].reshape(-1))
-    gain = gain_from_norms(gathered[:, 2 * k].sum().item(), gathered[:, 2 * k + 1].sum().item())
-    return ExchangeResult(total / comm.world_size, indices, gain, [record])
+    rows = gathered[0]
+    all_indices = rows[:, k : 2 * k].contiguous().view(idx_dtype).long()
+    total = torch.zeros_like(compensated[0])
+    total.index_add_(0, all_indices.reshape(-1), rows[:, :k].reshape(-1))
+    gain = gain_from_norms(rows[:, 2 * k].sum().item(), rows[:, 2 * k + 1].sum().item())
+    average = (total / comm.group_size).expand_as(compensated)
+    return ExchangeResult(average, indices, gain, [record])
 
 
 def ar_topk_exchange(
@@ -91,19 +100,23 @@ def ar_topk_exchange(
 ) -> ExchangeResult:
     """AR-Topk (Algorithm 1): average of every worker's G on the leader's Top-k indices.
 
-    `algo` ("ring" or "tree") is the allreduce the policy chose; it is written into the
-    allreduce's record so the modeled clock charges that algorithm.
+    Only the leader's row is compressed (where this process holds it); the broadcast
+    hands its indices to every worker. `algo` ("ring" or "tree") is the allreduce the
+    policy chose; it is written into the allreduce's record so the modeled clock charges
+    that algorithm.
     """
-    indices = torch.empty(k, dtype=_index_dtype(compensated), device=compensated.device)
-    if comm.rank == leader:
-        indices.copy_(compress(compensated, k, layer_sizes)[1])
+    n = compensated.shape[0]
+    indices = torch.empty(n, k, dtype=_index_dtype(compensated), device=compensated.device)
+    held = comm.local_index(leader)
+    if held is not None:
+        indices[held] = compress(compensated[held : held + 1], k, layer_sizes)[1][0]
     records = [comm.broadcast(indices, leader)]
     chosen = indices.long()
-    values = compensated[chosen]
-    message = torch.cat([values, _norms(values, compensated)])
+    values = compensated.gather(1, chosen)
+    message = torch.cat([values, _norms(values, compensated)], dim=1)
     records.append(replace(comm.allreduce(message), algo=algo))
-    average = decompress(message[:k] / comm.world_size, chosen, compensated.numel())
-    gain = gain_from_norms(message[k].item(), message[k + 1].item())
+    average = decompress(message[:, :k] / comm.group_size, chosen, compensated.shape[1])
+    gain = gain_from_norms(message[0, k].item(), message[0, k + 1].item())
     return ExchangeResult(average, chosen, gain, records)
 
 
@@ -119,15 +132,11 @@ def star_leader(step: int, world_size: int) -> int:
     return step % world_size
 
 
-def var_leader(
-    comm: Collectives, grad_sq_norm: float, device: torch.device | str = "cpu"
-) -> tuple[int, CommRecord]:
+def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, CommRecord]:
     """VAR-Topk: allgather each worker's ||G||^2 (N floats); the largest leads.
 
-    Every worker sees the same gathered vector, and argmax breaks ties toward the lowest
-    rank, so all workers agree on the leader.
+    `grad_sq_norms` holds the held workers' values. Every worker sees the same gathered
+    vector, and argmax breaks ties toward the lowest rank, so all workers agree.
     """
-    gathered, record = comm.allgather(
-        torch.tensor([grad_sq_norm], dtype=torch.float32, device=device)
-    )
-    return int(torch.argmax(gathered.view(-1)).item()), record
+    gathered, record = comm.allgather(grad_sq_norms.to(torch.float32).view(-1, 1))
+    return int(torch.argmax(gathered[0].view(-1)).item()), record

@@ -7,8 +7,9 @@ layer-wise option keeps the same total k, split across tensors in proportion to 
 so both options send exactly the same number of bytes at a given ratio and differ only in
 which entries they keep.
 
-Indices are global positions in the flat vector (int64, ready for indexing); the exchanges
-narrow them to the values' width for the wire.
+Vectors carry the leading worker axis: x is (workers, size) and each row is compressed on
+its own. Indices are positions in a row (int64, ready for indexing); the exchanges narrow
+them to the values' width for the wire.
 """
 
 from __future__ import annotations
@@ -50,42 +51,39 @@ def layer_ks(layer_sizes: Sequence[int], k: int) -> list[int]:
 def compress(
     x: torch.Tensor, k: int, layer_sizes: Sequence[int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `k` entries of `x` (flat) with the largest magnitude: (values, indices).
+    """Each row's `k` entries of largest magnitude: (values, indices), both (workers, k).
 
-    With `layer_sizes` (the sizes of consecutive tensors making up `x`), each tensor keeps
+    With `layer_sizes` (the sizes of consecutive tensors making up a row), each tensor keeps
     its `layer_ks` share of k, selected within that tensor.
     """
-    if x.dim() != 1:
-        raise ValueError(f"compress expects a flat vector, got shape {tuple(x.shape)}")
+    if x.dim() != 2:
+        raise ValueError(f"compress expects (workers, size) rows, got shape {tuple(x.shape)}")
     if layer_sizes is None:
-        indices = torch.topk(x.abs(), k, sorted=False).indices
-        return x[indices], indices
-    if sum(layer_sizes) != x.numel():
-        raise ValueError(f"layer sizes sum to {sum(layer_sizes)}, the vector has {x.numel()}")
+        indices = torch.topk(x.abs(), k, dim=1, sorted=False).indices
+        return x.gather(1, indices), indices
+    if sum(layer_sizes) != x.shape[1]:
+        raise ValueError(f"layer sizes sum to {sum(layer_sizes)}, the rows have {x.shape[1]}")
     parts = []
     offset = 0
     for size, share in zip(layer_sizes, layer_ks(layer_sizes, k), strict=True):
         if share:
-            local = torch.topk(x[offset : offset + size].abs(), share, sorted=False).indices
-            parts.append(local + offset)
+            part = x[:, offset : offset + size].abs()
+            parts.append(torch.topk(part, share, dim=1, sorted=False).indices + offset)
         offset += size
-    indices = torch.cat(parts)
-    return x[indices], indices
+    indices = torch.cat(parts, dim=1)
+    return x.gather(1, indices), indices
 
 
 def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch.Tensor:
-    """A dense vector of `numel` zeros holding `values` at `indices`."""
-    dense = torch.zeros(numel, dtype=values.dtype, device=values.device)
-    dense[indices] = values
-    return dense
+    """Rows of `numel` zeros holding each row's `values` at its `indices`."""
+    dense = torch.zeros(values.shape[0], numel, dtype=values.dtype, device=values.device)
+    return dense.scatter_(1, indices, values)
 
 
 def residual_after(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """What stays behind when `x[indices]` is sent: `x` with those entries zeroed.
+    """What stays behind when each row's `x[indices]` is sent: `x` with those entries zeroed.
 
     Zeroing (rather than subtracting the sent part) makes residual + decompress(sent)
     reproduce `x` bit for bit, since every entry is a sum with an exact zero.
     """
-    residual = x.clone()
-    residual[indices] = 0
-    return residual
+    return x.clone().scatter_(1, indices, 0.0)

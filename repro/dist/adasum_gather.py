@@ -39,14 +39,19 @@ def tree_reduce_rows_(rows: torch.Tensor, layout: FlatLayout) -> torch.Tensor:
 
 
 def adasum_gather_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
-    """The per-tensor Adasum of every rank's `buf` into `buf`, through one allgather.
+    """The per-tensor Adasum of every worker's row of `buf` into `buf`, through one allgather.
 
-    Same contract as `adasum_allreduce_`: `buf` is laid out by `layout` (padding zero) and
-    holds the combined result on every rank on return.
+    Same contract as `adasum_allreduce_`: `buf` holds one row per held worker, laid out by
+    `layout` (padding zero), and every row holds the combined result on return. Every held
+    worker gathers the same rows, so the tree runs once, on a copy of the first worker's.
     """
     check_world_size(comm.world_size)
-    if buf.shape != (layout.padded,):
-        raise ValueError(f"buffer of shape {tuple(buf.shape)} does not fit {layout.padded} values")
-    rows, rec = comm.allgather(buf[: layout.total])
-    buf[: layout.total].copy_(tree_reduce_rows_(rows, layout))
+    if buf.shape != (len(comm.ranks), layout.padded):
+        raise ValueError(
+            f"buffer of shape {tuple(buf.shape)} does not fit {len(comm.ranks)} rows of "
+            f"{layout.padded} values"
+        )
+    gathered, rec = comm.allgather(buf[:, : layout.total])
+    combined = tree_reduce_rows_(gathered[0].clone(), layout)
+    buf[:, : layout.total] = combined
     return [rec]

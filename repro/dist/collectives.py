@@ -1,15 +1,23 @@
-"""The only module that calls torch.distributed.
+"""Collectives over the worker axis, and the only module that calls torch.distributed.
 
-Every communicating call returns a `CommRecord` (operation, payload bytes, measured seconds,
-participants) so that the trainer can feed the modeled clock and the metrics without any
-strategy reading either. Instrumentation traffic (metric reductions, clock exchange) goes
-through the `*_untracked` helpers and is deliberately not recorded: it is not part of the
-method being measured.
+Every tensor a method hands to a collective carries a leading axis of the workers this
+process holds: 1 under the process engine (one OS process per worker), all of them under
+the simulated engine (`repro.dist.axis_collectives`). A collective means the same thing in
+both, as JAX's collectives named over an axis do under vmap and pmap: `allreduce` sums over
+every worker of the run, `allgather` gives each held worker every worker's row, and so on.
+`ranks` lists the global ranks of the held workers, in axis order.
+
+Every communicating call returns a `CommRecord` (operation, payload bytes of one worker,
+measured seconds, participants), identical in both engines but for the seconds, so the
+modeled clock and the metrics never ask which engine ran. Instrumentation traffic (metric
+reductions, clock exchange) goes through the `*_untracked` helpers and is not recorded: it
+is not part of the method being measured.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -32,19 +40,28 @@ class CommRecord:
     algo: str | None = None
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+def worker_nbytes(t: torch.Tensor) -> int:
+    """Bytes of one worker's row of an axis tensor (the message M of one participant)."""
+    return t[0].numel() * t.element_size()
 
 
 class Collectives:
-    """Blocking collectives over one process group, each timed and recorded."""
+    """What every engine's collectives share: the held ranks, timing, records.
 
-    def __init__(self, group: dist.ProcessGroup | None = None, algo: str = "ring"):
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
-        self.algo = algo
-        self._subgroups: dict[tuple[tuple[int, ...], ...], Collectives] = {}
+    Subclasses implement the operations; methods see only this interface.
+    """
+
+    ranks: list[int]
+    world_size: int
+    group_size: int
+    algo: str
+
+    def local_index(self, rank: int) -> int | None:
+        """Axis position of global worker `rank` in this process, or None if not held."""
+        try:
+            return self.ranks.index(rank)
+        except ValueError:
+            return None
 
     def _timed(self, fn, sample: torch.Tensor) -> float:
         start = time.perf_counter()
@@ -54,61 +71,75 @@ class Collectives:
         return time.perf_counter() - start
 
     def _record(self, op: str, t: torch.Tensor, seconds: float, algo: str | None = None):
-        return CommRecord(op, _nbytes(t), seconds, self.world_size, algo)
+        return CommRecord(op, worker_nbytes(t), seconds, self.group_size, algo)
+
+
+class ProcessCollectives(Collectives):
+    """Blocking torch.distributed collectives over one process group; one worker a process.
+
+    Axis tensors here have a leading dimension of 1 (this process's worker).
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None = None, algo: str = "ring"):
+        self.group = group
+        rank = dist.get_rank()
+        self.ranks = [rank]
+        self.world_size = dist.get_world_size()
+        self.group_size = dist.get_world_size(group)
+        self._group_rank = dist.get_rank(group)
+        self.algo = algo
+        self._subgroups: dict[tuple[tuple[int, ...], ...], ProcessCollectives] = {}
 
     def allreduce(self, t: torch.Tensor, average: bool = False) -> CommRecord:
         """In-place sum (or mean) of `t` over the group."""
         secs = self._timed(lambda: dist.all_reduce(t, group=self.group), t)
         if average:
-            t.div_(self.world_size)
+            t.div_(self.group_size)
         return self._record("allreduce", t, secs, self.algo)
 
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
-        """Gather equal-shaped tensors: returns a (world_size, *t.shape) tensor."""
-        out = torch.empty((self.world_size * t.numel(),), dtype=t.dtype, device=t.device)
-        flat = t.contiguous().view(-1)
+        """Every worker's row: returns (1, group_size, *row shape)."""
+        row = t[0]
+        out = torch.empty((self.group_size * row.numel(),), dtype=t.dtype, device=t.device)
+        flat = row.contiguous().view(-1)
         secs = self._timed(lambda: dist.all_gather_single(out, flat, group=self.group), t)
-        return out.view(self.world_size, *t.shape), self._record("allgather", t, secs)
+        return out.view(1, self.group_size, *row.shape), self._record("allgather", t, secs)
 
     def broadcast(self, t: torch.Tensor, src: int) -> CommRecord:
-        """In-place broadcast from group rank `src`."""
-        global_src = dist.get_global_rank(self.group, src) if self.group is not None else src
-        secs = self._timed(lambda: dist.broadcast(t, global_src, group=self.group), t)
+        """In-place broadcast of global worker `src`'s row."""
+        secs = self._timed(lambda: dist.broadcast(t, src, group=self.group), t)
         return self._record("broadcast", t, secs)
 
     def reduce_scatter(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
-        """Sum over the group, each rank keeping its 1/world_size chunk of dim 0."""
+        """Sum over the group of rows (1, n * c, ...); this worker keeps its chunk of c."""
+        row = t[0].contiguous()
         out = torch.empty(
-            (t.shape[0] // self.world_size, *t.shape[1:]), dtype=t.dtype, device=t.device
+            (row.shape[0] // self.group_size, *row.shape[1:]), dtype=t.dtype, device=t.device
         )
-        secs = self._timed(
-            lambda: dist.reduce_scatter_single(out, t.contiguous(), group=self.group), t
-        )
-        return out, self._record("reduce_scatter", t, secs)
+        secs = self._timed(lambda: dist.reduce_scatter_single(out, row, group=self.group), t)
+        return out.unsqueeze(0), self._record("reduce_scatter", t, secs)
 
     def sendrecv(
-        self, send: torch.Tensor, peer: int, out: torch.Tensor | None = None
+        self, send: torch.Tensor, peers: Sequence[int], out: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, CommRecord]:
-        """Exchange equal-shaped tensors with group rank `peer` (both directions at once).
+        """Exchange equal-shaped rows with `peers[i]`, the global rank paired with held row i
+        (both directions at once; the pairing must be symmetric).
 
         `out` (contiguous, shaped like `send`) receives in place, so callers that exchange
         every step can reuse one buffer instead of allocating megabytes per call."""
         recv = torch.empty_like(send) if out is None else out
-        global_peer = dist.get_global_rank(self.group, peer) if self.group is not None else peer
+        peer = peers[0]
 
         def exchange():
-            reqs = [
-                dist.isend(send.contiguous(), global_peer, group=self.group),
-                dist.irecv(recv, global_peer, group=self.group),
-            ]
+            reqs = [dist.isend(send.contiguous(), peer), dist.irecv(recv, peer)]
             for r in reqs:
                 r.wait()
 
         secs = self._timed(exchange, send)
-        return recv, CommRecord("sendrecv", _nbytes(send), secs, 2)
+        return recv, CommRecord("sendrecv", worker_nbytes(send), secs, 2)
 
-    def split(self, partition: list[list[int]]) -> Collectives:
-        """Sub-group collectives for the part of `partition` holding this rank.
+    def split(self, partition: list[list[int]]) -> ProcessCollectives:
+        """Sub-group collectives over the part of `partition` holding this worker.
 
         Every rank must call this with the same partition (torch's new_group is itself a
         collective over the world); groups are created once and cached.
@@ -118,26 +149,20 @@ class Collectives:
             mine = None
             for ranks in partition:
                 group = dist.new_group(ranks=list(ranks))
-                if self.rank in ranks:
-                    mine = Collectives(group, self.algo)
+                if self.ranks[0] in ranks:
+                    mine = ProcessCollectives(group, self.algo)
             if mine is None:
-                raise ValueError(f"rank {self.rank} is in no part of {partition}")
+                raise ValueError(f"rank {self.ranks[0]} is in no part of {partition}")
             self._subgroups[key] = mine
         return self._subgroups[key]
 
     def allreduce_untracked(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place sum for instrumentation (metrics, clocks): not a method's traffic."""
+        """In-place sum over the group for instrumentation (metrics, clocks)."""
         dist.all_reduce(t, group=self.group)
         return t
 
     def allgather_untracked(self, t: torch.Tensor) -> torch.Tensor:
-        out = torch.empty((self.world_size * t.numel(),), dtype=t.dtype, device=t.device)
-        dist.all_gather_single(out, t.contiguous().view(-1), group=self.group)
-        return out.view(self.world_size, *t.shape)
-
-    def broadcast_untracked(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
-        dist.broadcast(t, src, group=self.group)
-        return t
+        return self.allgather(t)[0]
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

@@ -1,3 +1,1 @@
-"""Communication strategies; importing this package registers every method."""
-
-from repro.strategies import adacomm, adasum, local_sgd, sync, topk  # noqa: F401
+"""Communication strategies, one module per method; `base.registered()` discovers them."""

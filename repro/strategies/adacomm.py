@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
 
 from repro.errors import UserError
 from repro.strategies.base import StepInfo, register
@@ -59,10 +58,8 @@ class AdaCommConfig(LocalSGDConfig):
             raise UserError(f"method.search_window_s={self.search_window_s} must be positive")
 
 
-ConfigStore.instance().store(group="method", name="adacomm_schema", node=AdaCommConfig)
 
-
-@register("adacomm", AdaCommConfig)
+@register(AdaCommConfig)
 class AdaCommStrategy(LocalSGDStrategy):
     def __init__(self, cfg: AdaCommConfig, world_size: int):
         super().__init__(cfg, world_size)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from hydra.core.config_store import ConfigStore
 
 from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_, check_world_size
 from repro.dist.adasum_gather import adasum_gather_
@@ -75,10 +74,8 @@ class AdasumConfig(MethodConfig):
             check_world_size(world_size)
 
 
-ConfigStore.instance().store(group="method", name="adasum_schema", node=AdasumConfig)
 
-
-@register("adasum", AdasumConfig)
+@register(AdasumConfig)
 class AdasumStrategy:
     """Local optimizer step, then per-tensor combination of the parameter deltas.
 
@@ -101,21 +98,20 @@ class AdasumStrategy:
         self._comm: Collectives | None = None
         self._last_bytes = 0
 
-    def setup(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: Collectives
-    ) -> None:
+    def setup(self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal) -> None:
         if comm.world_size != self.world_size:
             raise ValueError(
                 f"strategy built for {self.world_size} workers, group has {comm.world_size}"
             )
-        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._params = model.parameters()
         if len({(p.dtype, p.device) for p in self._params}) > 1:
             raise ValueError("method=adasum needs every parameter in one dtype on one device")
         self._comm = comm
         self._start = [torch.empty_like(p) for p in self._params]
         if self.world_size > 1 and self._params:
-            self._layout = FlatLayout(self._params, self.world_size)
-            self._flat = self._layout.new_buffer(self._params[0].dtype, self._params[0].device)
+            first = self._params[0]
+            self._layout = FlatLayout([p[0] for p in self._params], self.world_size)
+            self._flat = self._layout.new_buffer(len(comm.ranks), first.dtype, first.device)
             self._deltas = self._layout.unflatten(self._flat)
             nbytes = self._layout.total * self._flat.element_size()
             small = nbytes <= self.cfg.gather_below_kb * 1024
@@ -150,7 +146,8 @@ class AdasumStrategy:
     def _combine(self, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
         if self.cfg.combiner == "adasum":
             return self._adasum(self._flat, layout, comm)
-        return [comm.allreduce(self._flat[: layout.total], average=self.cfg.combiner == "mean")]
+        deltas = self._flat[:, : layout.total]
+        return [comm.allreduce(deltas, average=self.cfg.combiner == "mean")]
 
     def metrics(self) -> dict[str, float | str]:
         """`method/bytes`: payload bytes this worker contributed to the last combination."""

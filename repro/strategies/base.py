@@ -6,16 +6,20 @@ after it), collects the returned `CommRecord`s for the modeled clock and the met
 reads `metrics()` at log points. A strategy never reads the clock or the tracker: what it
 needs to know about time, loss, learning rate and the network arrives in `StepInfo`.
 
-Adding a method means one strategy module that calls `register` with its config dataclass,
-one `configs/method/<name>.yaml`, and tests.
+Adding a method means one strategy module whose strategy class is decorated with
+`register(ItsConfig)`, one `configs/method/<name>.yaml`, and tests: methods are discovered.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from hydra.core.config_store import ConfigStore
 
 from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
@@ -24,7 +28,8 @@ from repro.netmodel.cost import Link
 
 @dataclass
 class MethodConfig:
-    """Fields every method shares; each method subclasses it beside its strategy."""
+    """Fields every method shares; each method subclasses it beside its strategy and sets
+    `name`'s default, the one place the method's name is written."""
 
     name: str = "sync"
 
@@ -33,26 +38,42 @@ class MethodConfig:
         NCCL algorithm); none by default."""
         return {}
 
+    def validate_world_size(self, world_size: int) -> None:
+        """Refuse, before any worker starts, a worker count the method cannot serve; every
+        count is fine by default."""
+
 
 @dataclass(frozen=True)
 class StepInfo:
     """What the trainer tells a strategy about the current step.
 
-    `loss` is this worker's mini-batch training loss; `modeled_s` the worker's modeled
-    time so far; `link` the modeled network in force for this epoch.
+    `losses` holds the mini-batch training loss of each worker this process holds (axis
+    order, as `Collectives.ranks`); `modeled_s` the modeled time so far, identical for
+    every worker; `link` the modeled network in force for this epoch.
     """
 
     step: int
     epoch: float
-    loss: float
+    losses: torch.Tensor
     lr: float
     modeled_s: float
     link: Link
 
 
+class Rehearsal(Protocol):
+    """Trial steps from a snapshot, restored exactly afterwards (`repro.train.rehearsal`):
+    `rehearse(n_steps, per_step)` runs n_steps of batch, forward/backward, `per_step(i)`
+    (which may exchange the gradients in `p.grad`) and the optimizer step, then puts model,
+    optimizer, data position and every RNG back. Strategies that need none ignore it."""
+
+    def rehearse(self, n_steps: int, per_step: Callable[[int], None]) -> None: ...
+
+
 class Strategy(Protocol):
+    """`model` is the stacked `repro.train.replicas.Replicas` of the held workers."""
+
     def setup(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: Collectives
+        self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal: Rehearsal
     ) -> None: ...
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]: ...
@@ -69,19 +90,26 @@ class Strategy(Protocol):
 _REGISTRY: dict[str, tuple[type[MethodConfig], type]] = {}
 
 
-def register(name: str, config_cls: type[MethodConfig]):
-    """Class decorator: make a strategy available as `method=<name>`."""
+def register(config_cls: type[MethodConfig]):
+    """Class decorator: make a strategy available as `method=<config_cls.name>` and its
+    config dataclass the schema `<name>_schema` that `configs/method/<name>.yaml` extends."""
+    name = config_cls.name
 
     def wrap(cls):
         _REGISTRY[name] = (config_cls, cls)
+        ConfigStore.instance().store(group="method", name=f"{name}_schema", node=config_cls)
         return cls
 
     return wrap
 
 
 def registered() -> dict[str, tuple[type[MethodConfig], type]]:
-    import repro.strategies  # noqa: F401  (importing the package registers every method)
+    """Every method, discovered by importing each module of `repro.strategies` (a module
+    registers its strategy when imported; nothing lists them)."""
+    import repro.strategies as package
 
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
     return dict(_REGISTRY)
 
 

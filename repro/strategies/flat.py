@@ -1,5 +1,9 @@
-"""One flat buffer for many tensors: how every method sends a whole model (or its
-gradients) in a single collective instead of one call per parameter tensor."""
+"""One flat buffer per worker for many tensors: how every method sends a whole model (or
+its gradients) in a single collective instead of one call per parameter tensor.
+
+Tensors carry the leading worker axis, so the buffer is (workers, total): row i is worker
+i's tensors end to end.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,21 @@ from collections.abc import Sequence
 import torch
 
 
-def flatten(tensors: Sequence[torch.Tensor], extra: Sequence[float] = ()) -> torch.Tensor:
-    """The tensors' values end to end (detached copy), followed by `extra` scalars."""
-    parts = [t.detach().reshape(-1) for t in tensors]
-    if extra:
-        dtype = parts[0].dtype if parts else torch.float32
-        parts.append(torch.tensor(list(extra), dtype=dtype))
-    return torch.cat(parts)
+def flatten(tensors: Sequence[torch.Tensor], extra: torch.Tensor | None = None) -> torch.Tensor:
+    """Each worker's values of `tensors` end to end (a detached copy), then the columns of
+    `extra` (workers, e) if given, in the tensors' dtype and device."""
+    n = tensors[0].shape[0]
+    parts = [t.detach().reshape(n, -1) for t in tensors]
+    if extra is not None:
+        parts.append(extra.reshape(n, -1).to(dtype=parts[0].dtype, device=parts[0].device))
+    return torch.cat(parts, dim=1)
 
 
 @torch.no_grad()
 def copy_into(tensors: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
-    """Write consecutive slices of `flat` back into `tensors`, in place."""
+    """Write consecutive column slices of `flat` back into `tensors`, in place."""
     offset = 0
     for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
+        width = t[0].numel()
+        t.copy_(flat[:, offset : offset + width].view_as(t))
+        offset += width

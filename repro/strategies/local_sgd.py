@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from hydra.core.config_store import ConfigStore
 
 from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
@@ -43,20 +42,18 @@ class LocalSGDConfig(MethodConfig):
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
 
 
-ConfigStore.instance().store(group="method", name="local_sgd_schema", node=LocalSGDConfig)
-
 
 class ModelAverager:
     """Averages parameters, float buffers (and optionally momentum) in one allreduce.
 
-    One extra slot carries the sum of this worker's losses since the last averaging, so the
-    loss averaged over workers and local steps arrives with the model at no extra cost.
+    One extra slot carries each worker's mean loss since the last averaging, so the loss
+    averaged over workers and local steps arrives with the model at no extra cost.
     """
 
     def __init__(self, model, optimizer, comm: Collectives, cfg: LocalSGDConfig):
         self.comm, self.optimizer, self.cfg = comm, optimizer, cfg
-        self.tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
-        self.params = list(model.parameters())
+        self.tensors = model.float_tensors()
+        self.params = model.parameters()
         self.global_model: torch.Tensor | None = None
         self.velocity: torch.Tensor | None = None
 
@@ -71,16 +68,17 @@ class ModelAverager:
                 bufs.append(buf)
         return bufs
 
-    def average(self, loss_sum: float, steps: int) -> tuple[CommRecord, float]:
-        """Average the models; returns the record and the loss averaged over workers and steps."""
+    def average(self, loss_sum: torch.Tensor, steps: int) -> tuple[CommRecord, float]:
+        """Average the models; returns the record and the loss averaged over workers and
+        steps. `loss_sum` holds each held worker's summed losses since the last averaging."""
         tensors = self.tensors + self._momentum_buffers()
-        flat = flatten(tensors, extra=[loss_sum / max(steps, 1)])
-        model_numel = flat.numel() - 1
+        flat = flatten(tensors, extra=loss_sum / max(steps, 1))
+        model_numel = flat.shape[1] - 1
         record = self.comm.allreduce(flat, average=True)
         if self.cfg.block_momentum > 0:
-            flat[:model_numel] = self._block_momentum(flat[:model_numel])
+            flat[:, :model_numel] = self._block_momentum(flat[:, :model_numel])
         copy_into(tensors, flat)
-        return record, float(flat[model_numel])
+        return record, float(flat[0, model_numel])
 
     def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:
         if self.global_model is None:
@@ -98,7 +96,7 @@ class ModelAverager:
         self.global_model, self.velocity = state["global_model"], state["velocity"]
 
 
-@register("local_sgd", LocalSGDConfig)
+@register(LocalSGDConfig)
 class LocalSGDStrategy:
     """Fixed period: average every `tau` local steps."""
 
@@ -106,23 +104,25 @@ class LocalSGDStrategy:
         self.cfg, self.world_size = cfg, world_size
         self.tau = cfg.tau
         self.local_steps = 0
-        self.loss_sum = 0.0
+        self.loss_sum = torch.zeros(0, dtype=torch.float64)
         self.last_avg_loss = float("nan")
 
-    def setup(self, model, optimizer, comm: Collectives) -> None:
+    def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
         self.averager = ModelAverager(model, optimizer, comm, self.cfg)
+        self.loss_sum = torch.zeros(len(comm.ranks), dtype=torch.float64)
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         return []
 
     def after_step(self, info: StepInfo) -> list[CommRecord]:
         self.local_steps += 1
-        self.loss_sum += info.loss
+        self.loss_sum += info.losses
         if self.local_steps < self.tau:
             return []
         record, self.last_avg_loss = self.averager.average(self.loss_sum, self.local_steps)
         self.on_average(info, self.last_avg_loss, self.local_steps)
-        self.local_steps, self.loss_sum = 0, 0.0
+        self.local_steps = 0
+        self.loss_sum.zero_()
         return [record]
 
     def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
@@ -135,12 +135,13 @@ class LocalSGDStrategy:
         return {
             "tau": self.tau,
             "local_steps": self.local_steps,
-            "loss_sum": self.loss_sum,
+            "loss_sum": self.loss_sum.clone(),
             "last_avg_loss": self.last_avg_loss,
             "averager": self.averager.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.tau, self.local_steps = state["tau"], state["local_steps"]
-        self.loss_sum, self.last_avg_loss = state["loss_sum"], state["last_avg_loss"]
+        self.loss_sum.copy_(state["loss_sum"])
+        self.last_avg_loss = state["last_avg_loss"]
         self.averager.load_state_dict(state["averager"])

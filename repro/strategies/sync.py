@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from hydra.core.config_store import ConfigStore
 
 from repro.dist.collectives import Collectives, CommRecord
 from repro.strategies.base import MethodConfig, StepInfo, register
@@ -22,22 +20,17 @@ class SyncConfig(MethodConfig):
     name: str = "sync"
 
 
-ConfigStore.instance().store(group="method", name="sync_schema", node=SyncConfig)
 
-
-@register("sync", SyncConfig)
+@register(SyncConfig)
 class SyncStrategy:
     def __init__(self, cfg: SyncConfig, world_size: int):
         self.cfg, self.world_size = cfg, world_size
 
-    def setup(self, model, optimizer, comm: Collectives) -> None:
+    def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.comm = comm
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
         grads = [p.grad for p in self.params]
         flat = flatten(grads)
         rec = self.comm.allreduce(flat, average=True)

@@ -7,20 +7,15 @@ averaged gradient goes back into `p.grad`; what this worker did not send stays i
 residual. The ratio is fixed (`cr_controller=fixed`) or chosen by the paper's
 multi-objective controller (`cr_controller=moo`, Eq. 6).
 
-Probing (moo only) needs one hook from the trainer, attached with `set_probe`:
-
-    probe(n_steps: int, per_step: Callable[[int], None]) -> None
-
-It snapshots the model (parameters and buffers), the optimizer state, the data position
-and the RNG states (torch, numpy, python); then n_steps times: draw the next batch,
-zero the gradients, forward, backward, call `per_step(i)` (which exchanges the gradients
-in `p.grad` and writes the averaged ones back), and take the optimizer step; then it
-restores the snapshot. All ranks call it at the same step (per_step communicates). The
-strategy itself saves and restores its residuals and the live step's `p.grad` around the
-probe, so after probing the training trajectory differs only by the chosen ratio. The
-probes' communication records are returned with the step's records (the modeled clock
-pays for probing, as the method does); the trainer should add the probe's compute time to
-the step's.
+Probing (moo only) uses the trainer's `Rehearsal`, handed over in `setup`: it runs
+n_steps trial steps from a snapshot of model, optimizer, data position and RNGs, calling
+`per_step(i)` after each backward (which exchanges the gradients in `p.grad` and writes
+the averaged ones back), then restores the snapshot. All workers probe at the same step
+(per_step communicates). The strategy itself saves and restores its residuals and the
+live step's `p.grad` around the probe, so after probing the training trajectory differs
+only by the chosen ratio. The probes' communication records are returned with the step's
+records (the modeled clock pays for probing, as the method does), and the rehearsal
+charges the probe steps' compute.
 
 NCCL: `nccl_env(cfg)` gives the environment that forces NCCL's allreduce algorithm for a
 fixed `ar_ring`/`ar_tree` choice. NCCL reads NCCL_ALGO once, when a communicator is
@@ -31,11 +26,9 @@ lets the caller choose).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from hydra.core.config_store import ConfigStore
 
 from repro.compress.exchange import (
     ExchangeResult,
@@ -62,8 +55,6 @@ from repro.errors import UserError
 from repro.netmodel import cost
 from repro.netmodel.cost import Link
 from repro.strategies.base import MethodConfig, StepInfo, register
-
-ProbeFn = Callable[[int, Callable[[int], None]], None]
 
 CONTROLLERS = ("fixed", "moo")
 LEADERS = ("star", "var")
@@ -127,8 +118,6 @@ class TopKConfig(MethodConfig):
         return nccl_env(self)
 
 
-ConfigStore.instance().store(group="method", name="topk_schema", node=TopKConfig)
-
 
 def nccl_env(cfg: TopKConfig) -> dict[str, str]:
     """Environment forcing NCCL's allreduce algorithm for a fixed ring or tree choice.
@@ -140,7 +129,7 @@ def nccl_env(cfg: TopKConfig) -> dict[str, str]:
     return {} if algo is None else {"NCCL_ALGO": f"allreduce:{algo}"}
 
 
-@register("topk", TopKConfig)
+@register(TopKConfig)
 class TopKStrategy:
     """Error-feedback Top-k with a collective policy and a ratio controller (module doc)."""
 
@@ -154,25 +143,20 @@ class TopKStrategy:
             if cfg.cr_controller == "fixed"
             else MOORatioController(cfg.candidates, cfg.weights, seed=cfg.seed)
         )
-        self.probe: ProbeFn | None = None
         self._link: Link | None = None
         self._window: list[float] = []
         self._probe_due = cfg.cr_controller == "moo"
+        self._probes = 0
+        self._leader = -1
         self._metrics: dict = {}
 
-    def setup(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: Collectives
-    ) -> None:
-        self.comm = comm
-        self.params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        self.sizes = [p.numel() for _, p in self.params]
+    def setup(self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal) -> None:
+        self.comm, self.rehearsal = comm, rehearsal
+        self.params = model.named_parameters()
+        self.sizes = [p[0].numel() for _, p in self.params]
         self.numel = sum(self.sizes)
         element = self.params[0][1].element_size()
         self.nbytes = self.numel * element * self.cfg.bytes_scale
-
-    def set_probe(self, probe: ProbeFn) -> None:
-        """The trainer's snapshot-and-restore runner (see the module docstring)."""
-        self.probe = probe
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         records: list[CommRecord] = []
@@ -193,6 +177,8 @@ class TopKStrategy:
             "method/collective": self.policy.last,
             "method/gain": result.gain,
             "method/k": self.numel if cr == 1 else k_for(self.numel, cr),
+            "method/leader": self._leader,
+            "method/probes": self._probes,
         }
         self._watch_gain(result.gain)
         return records
@@ -207,38 +193,34 @@ class TopKStrategy:
         self, step: int, cr: float, link: Link
     ) -> tuple[ExchangeResult, list[CommRecord]]:
         """One exchange of the compensated gradients in `p.grad`; averages written back."""
-        grads = {
-            name: (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-            for name, p in self.params
-        }
+        grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
         compensated = self.memory.compensate(grads)
-        flat = torch.cat([compensated[name] for name, _ in self.params])
+        flat = torch.cat([compensated[name] for name, _ in self.params], dim=1)
         collective = self.policy.choose(link, self.nbytes, cr, self.comm.world_size)
         algo = "tree" if collective == "ar_tree" else "ring"
         layers = self.sizes if self.cfg.layerwise else None
         records: list[CommRecord] = []
+        self._leader = -1  # no leader: a dense or allgather exchange
         if cr == 1:
             result = dense_exchange(self.comm, flat, algo)
         elif collective == "allgather":
             result = ag_topk_exchange(self.comm, flat, k_for(self.numel, cr), layers)
         else:
             if self.cfg.leader == "var":
-                leader, record = var_leader(self.comm, flat.pow(2).sum().item(), flat.device)
+                leader, record = var_leader(self.comm, flat.pow(2).sum(1))
                 records.append(record)
             else:
                 leader = star_leader(step, self.comm.world_size)
+            self._leader = leader
             result = ar_topk_exchange(self.comm, flat, k_for(self.numel, cr), leader, algo, layers)
         records += result.records
         if result.sent is None:
             residual = torch.zeros_like(flat)
         else:
             residual = residual_after(flat, result.sent)
-        self.memory.update(dict(zip(grads, residual.split(self.sizes), strict=True)))
-        for (_, p), avg in zip(self.params, result.average.split(self.sizes), strict=True):
-            if p.grad is None:
-                p.grad = avg.view_as(p).clone()
-            else:
-                p.grad.copy_(avg.view_as(p))
+        self.memory.update(dict(zip(grads, residual.split(self.sizes, dim=1), strict=True)))
+        for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
+            p.grad.copy_(avg.reshape(p.shape))
         return result, records
 
     def _sync_seconds(self, cr: float, link: Link) -> float:
@@ -252,11 +234,7 @@ class TopKStrategy:
 
     def _probe_and_solve(self, info: StepInfo) -> list[CommRecord]:
         """Probe every candidate ratio from the same snapshot, then solve Eq. 6."""
-        if self.probe is None:
-            raise RuntimeError(
-                "method.cr_controller=moo needs the trainer's probe hook (TopKStrategy.set_probe)"
-            )
-        live_grads = [None if p.grad is None else p.grad.clone() for _, p in self.params]
+        live_grads = [p.grad.clone() for _, p in self.params]
         residuals = self.memory.state_dict()
         records: list[CommRecord] = []
         probes: dict[float, tuple[float, float]] = {}
@@ -269,12 +247,13 @@ class TopKStrategy:
                 gains.append(result.gain)
                 records.extend(step_records)
 
-            self.probe(self.cfg.probe_steps, per_step)
+            self.rehearsal.rehearse(self.cfg.probe_steps, per_step)
             probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
         self.memory.load_state_dict(residuals)
         for (_, p), grad in zip(self.params, live_grads, strict=True):
-            p.grad = grad
+            p.grad.copy_(grad)
         self.controller.solve(probes)
+        self._probes += 1
         self._probe_due = False
         self._window.clear()
         return records
@@ -297,6 +276,7 @@ class TopKStrategy:
             "controller": self.controller.state_dict(),
             "window": list(self._window),
             "probe_due": self._probe_due,
+            "probes": self._probes,
             "link": link,
         }
 
@@ -305,4 +285,5 @@ class TopKStrategy:
         self.controller.load_state_dict(state["controller"])
         self._window = list(state["window"])
         self._probe_due = state["probe_due"]
+        self._probes = state["probes"]
         self._link = None if state["link"] is None else Link(*state["link"])

@@ -2,8 +2,10 @@
 
 `run_training` checks the run directory (writable, not another config's), prepares the data
 once (MNIST-1D generation or the CIFAR download fails here, before any worker starts), then
-starts the workers: in this process for one local worker, `spawn` for several, or joins the
-env:// rendezvous when torchrun or a SLURM job already set RANK and WORLD_SIZE.
+runs the workers by `trainer.engine`: `simulated` holds all of them in this process on a
+worker axis (`AxisCollectives`); `processes` runs one worker in this process when there is
+one, `spawn`s several, or joins the env:// rendezvous when torchrun or a SLURM job already
+set RANK and WORLD_SIZE.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import torch
 
 from repro.config import Config, identity, run_dir_of
 from repro.dist import launch
-from repro.dist.collectives import Collectives
+from repro.dist.axis_collectives import AxisCollectives
+from repro.dist.collectives import ProcessCollectives
 from repro.errors import UserError
 from repro.train import checkpoint
 from repro.train.trainer import Diverged, Trainer
-from repro.workload.workload import prepare
+from repro.train.engine_checks import check_memory
+from repro.workload.workload import Workload, prepare
 
 __all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
 
@@ -37,7 +41,18 @@ def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     launch.init_process_group(device)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
-    return Trainer(cfg, Collectives(), device).run()
+    return Trainer(cfg, ProcessCollectives(), device).run()
+
+
+def run_simulated(cfg: Config) -> dict:
+    """Every worker of the run in this process, after the memory check."""
+    torch.set_num_threads(1)  # as each worker process does: the same kernels, the same sums
+    device = launch.pick_device(cfg.trainer.device)
+    workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), device)
+    sample = workload.arrays.x_train[: cfg.trainer.batch_size]
+    check_memory(cfg, workload.model_factory(), sample, device)
+    comm = AxisCollectives(cfg.trainer.world_size)
+    return Trainer(cfg, comm, device, cfg.trainer.vectorize).run()
 
 
 def run_training(cfg: Config) -> dict:
@@ -49,6 +64,8 @@ def run_training(cfg: Config) -> dict:
         return done
     prepare(cfg.workload, cfg.data, cfg.seed)
     checkpoint.record_run_dir(run_dir, identity(cfg))
+    if cfg.trainer.engine == "simulated":
+        return run_simulated(cfg)
     world = cfg.trainer.world_size
     external = launch.env_rank_world()
     if external is not None:

@@ -1,54 +1,35 @@
-"""What evaluation and exact snapshots need: the worker-averaged model and RNG state.
+"""Test metrics of the model the method would deliver: the worker-averaged model.
 
-Test metrics are computed on the model the method would deliver at that moment: parameters
-and float buffers averaged over workers. Local-update methods hold different models between
-averagings, so evaluating one worker's copy would flatter or punish them arbitrarily. The
-averaging is an untracked reduction (instrumentation, not the method's traffic).
+Parameters and float buffers are averaged over workers (local-update methods hold
+different models between averagings, so evaluating one worker's copy would flatter or
+punish them arbitrarily). The averaging is an untracked reduction (instrumentation, not
+the method's traffic), in float64. Each worker evaluates its slice of the test set
+(rank::world) and the sums are added over workers, so both engines sum the same batches.
 """
 
 from __future__ import annotations
 
-import copy
-import random
-
-import numpy as np
 import torch
 
 from repro.dist.collectives import Collectives
-from repro.strategies.flat import copy_into, flatten
+from repro.strategies.flat import flatten
+from repro.train.replicas import Replicas
+from repro.workload.workload import Workload
 
 
-def averaged_model(model: torch.nn.Module, comm: Collectives) -> torch.nn.Module:
+def averaged_model(replicas: Replicas, comm: Collectives) -> torch.nn.Module:
+    """A plain module holding the average over every worker of the run."""
+    tensors = replicas.float_tensors()
     if comm.world_size == 1:
-        return model
-    avg = copy.deepcopy(model)
-    tensors = [t for t in (*avg.parameters(), *avg.buffers()) if t.is_floating_point()]
+        return replicas.module_with(flatten(tensors)[0])
     flat = flatten(tensors).double()
     comm.allreduce_untracked(flat)
-    flat /= comm.world_size
-    copy_into(tensors, flat)
-    return avg
+    return replicas.module_with((flat[0] / comm.world_size).to(tensors[0].dtype))
 
 
-def seed_rank_rngs(seed: int, aug_gen: torch.Generator) -> None:
-    """Per-rank randomness (augmentation, dropout) after the shared model initialisation."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-    aug_gen.manual_seed(seed)
-
-
-def rng_state(aug_gen: torch.Generator) -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-        "aug": aug_gen.get_state(),
-    }
-
-
-def set_rng_state(rng: dict, aug_gen: torch.Generator) -> None:
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    aug_gen.set_state(rng["aug"])
+def test_sums(model: torch.nn.Module, workload: Workload, comm: Collectives) -> torch.Tensor:
+    """(loss sum, correct, count) over the whole test set, split by worker as the process
+    engine splits it."""
+    sums = torch.stack([workload.evaluate_shard(model, r, comm.world_size) for r in comm.ranks])
+    comm.allreduce_untracked(sums)
+    return sums[0]

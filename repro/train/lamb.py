@@ -9,6 +9,10 @@ phi is the identity, or with `clamp=(lo, hi)` the paper's bounded scaling
 phi(z) = min(max(z, lo), hi). The trust ratio is 1 when |x| or |u| is zero (a freshly
 zeroed bias, or no update), where the ratio is undefined. torch ships no LAMB; the Adasum
 paper pairs it with Adasum for its largest batches.
+
+With `worker_axis=True` every parameter is a stack of workers' copies on its first
+dimension (`repro.train.replicas`), and the norms, hence the trust ratio, are taken per
+worker: each worker steps exactly as its own LAMB would.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Lamb(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         clamp: tuple[float, float] | None = None,
         bias_correction: bool = True,
+        worker_axis: bool = False,
     ):
         if lr < 0:
             raise UserError(f"lamb lr={lr} must be >= 0")
@@ -52,6 +57,7 @@ class Lamb(torch.optim.Optimizer):
             bias_correction=bias_correction,
         )
         super().__init__(params, defaults)
+        self.worker_axis = worker_axis
 
     @staticmethod
     def trust_ratio(
@@ -96,5 +102,11 @@ class Lamb(torch.optim.Optimizer):
         update = m_hat / (v_hat.sqrt() + group["eps"])
         if group["weight_decay"]:
             update.add_(p, alpha=group["weight_decay"])
-        ratio = self.trust_ratio(p.norm(), update.norm(), group["clamp"])
+        ratio = self.trust_ratio(self._norm(p), self._norm(update), group["clamp"])
         p.sub_(update.mul_(ratio * group["lr"]))
+
+    def _norm(self, t: torch.Tensor) -> torch.Tensor:
+        """|t|, or per worker (shaped to broadcast over each worker's copy)."""
+        if not self.worker_axis:
+            return t.norm()
+        return t.reshape(t.shape[0], -1).norm(dim=1).view(-1, *[1] * (t.dim() - 1))

@@ -6,14 +6,17 @@ workers (an untracked reduction: instrumentation, not the method's traffic).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from repro.dist.collectives import CommRecord
 
 
 @dataclass
 class RunningStats:
-    loss_sum: float = 0.0
+    """`loss_sum` holds one running sum per held worker (axis order), so the mean over
+    workers is formed by the same float64 reduction under both engines."""
+
+    loss_sum: list[float] = field(default_factory=list)
     loss_count: int = 0
     bytes: int = 0
     collectives: int = 0
@@ -22,8 +25,8 @@ class RunningStats:
     last_point_samples: int = 0
     last_point_modeled_s: float = 0.0
 
-    def add_step(self, loss: float, records: list[CommRecord]) -> None:
-        self.loss_sum += loss
+    def add_step(self, losses: list[float], records: list[CommRecord]) -> None:
+        self.loss_sum = [a + b for a, b in zip(self.loss_sum or [0.0] * len(losses), losses, strict=True)]
         self.loss_count += 1
         for r in records:
             self.bytes += r.nbytes
@@ -31,7 +34,7 @@ class RunningStats:
             self.comm_measured_s += r.seconds
 
     def reset_interval(self, wall_s: float, samples: int, modeled_s: float) -> None:
-        self.loss_sum, self.loss_count = 0.0, 0
+        self.loss_sum, self.loss_count = [0.0] * len(self.loss_sum), 0
         self.last_point_wall_s = wall_s
         self.last_point_samples = samples
         self.last_point_modeled_s = modeled_s

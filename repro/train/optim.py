@@ -50,6 +50,8 @@ class OptimConfig:
 
 
 def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
+    """The optimizer of stacked worker parameters (leading worker axis): SGD and Adam are
+    elementwise, so torch's own serve; LAMB takes its trust ratio per worker."""
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params,
@@ -65,7 +67,12 @@ def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
     from repro.train.lamb import Lamb
 
     return Lamb(
-        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        params,
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        worker_axis=True,
     )
 
 

@@ -91,33 +91,36 @@ class Workload:
         self.cfg, self.arrays, self.device = cfg, arrays, device
         in_dim = arrays.x_train.shape[-1]
         self.model_factory = lambda: build_model(cfg.model, arrays.num_classes, in_dim)
-        self.aug_gen = torch.Generator()
         if arrays.image_stats is not None:
             mean, std = arrays.image_stats
             self._mean = torch.tensor(mean).view(1, 3, 1, 1)
             self._std = torch.tensor(std).view(1, 3, 1, 1)
 
-    def _inputs(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+    def _inputs(self, x: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        """Model inputs; training batches are augmented (when configured) from `gen`, the
+        worker's own augmentation generator."""
         if self.arrays.image_stats is None:
             return x
         x = x.float().div_(255.0)
-        if train and self.cfg.augment:
-            x = self._augment(x)
+        if gen is not None and self.cfg.augment:
+            x = self._augment(x, gen)
         return (x - self._mean) / self._std
 
-    def _augment(self, x: torch.Tensor) -> torch.Tensor:
+    def _augment(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """Random 32x32 crop of the 4-pixel zero-padded image and a random horizontal flip."""
         n = x.shape[0]
         padded = F.pad(x, (4, 4, 4, 4))
-        dx = torch.randint(0, 9, (n,), generator=self.aug_gen)
-        dy = torch.randint(0, 9, (n,), generator=self.aug_gen)
-        flip = torch.rand(n, generator=self.aug_gen) < 0.5
+        dx = torch.randint(0, 9, (n,), generator=gen)
+        dy = torch.randint(0, 9, (n,), generator=gen)
+        flip = torch.rand(n, generator=gen) < 0.5
         out = torch.stack([padded[i, :, dy[i] : dy[i] + 32, dx[i] : dx[i] + 32] for i in range(n)])
         out[flip] = out[flip].flip(-1)
         return out
 
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._inputs(self.arrays.x_train[indices], train=True)
+    def batch(
+        self, indices: torch.Tensor, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._inputs(self.arrays.x_train[indices], gen)
         return x.to(self.device), self.arrays.y_train[indices].to(self.device)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -144,7 +147,7 @@ class Workload:
         x_all, y_all = self.arrays.x_test[rank::world], self.arrays.y_test[rank::world]
         out = torch.zeros(3, dtype=torch.float64)
         for s in range(0, len(y_all), self.cfg.eval_batch_size):
-            x = self._inputs(x_all[s : s + self.cfg.eval_batch_size], train=False).to(self.device)
+            x = self._inputs(x_all[s : s + self.cfg.eval_batch_size], None).to(self.device)
             y = y_all[s : s + self.cfg.eval_batch_size].to(self.device)
             loss, correct = self._sums(model(x), y)
             out[0] += loss

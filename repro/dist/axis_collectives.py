@@ -1,0 +1,138 @@
+"""Collectives of the simulated engine: every worker of the run on one tensor axis.
+
+The process holds all n workers, so each collective is a tensor operation along the leading
+axis: an allreduce is a sum over it, an allgather hands every row the whole axis, a
+broadcast copies one row, a pairwise exchange permutes rows. The records are those the
+process engine writes for the same call (one worker's bytes, the group's size), so the
+modeled clock charges both engines alike; their seconds are the tensor operation's, not a
+network's.
+
+Sums run in rank order, row by row. For two workers that is the only order there is
+(a + b == b + a in floating point), so two-worker runs match the process engine bit for
+bit; with more, gloo's ring sums in another order and results agree to rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from repro.dist.collectives import Collectives, CommRecord, worker_nbytes
+
+
+def _ordered_sum(rows: torch.Tensor) -> torch.Tensor:
+    """Sum over the leading axis in index order: ((r0 + r1) + r2) + ..., as an allreduce
+    would accumulate arriving messages; torch's own reduction may pair them differently."""
+    total = rows[0].clone()
+    for r in rows[1:]:
+        total.add_(r)
+    return total
+
+
+class AxisCollectives(Collectives):
+    """Collectives over the worker axis of tensors holding all `world_size` workers.
+
+    `parts` (from `split`) are groups of global ranks reduced separately, side by side,
+    as disjoint sub-groups of a cluster would be.
+    """
+
+    def __init__(self, world_size: int, algo: str = "ring", parts: list[list[int]] | None = None):
+        self.world_size = world_size
+        self.ranks = list(range(world_size))
+        self.algo = algo
+        self.parts = parts or [list(range(world_size))]
+        sizes = {len(p) for p in self.parts}
+        if len(sizes) != 1 or sorted(r for p in self.parts for r in p) != self.ranks:
+            raise ValueError(f"parts {self.parts} must split ranks 0..{world_size - 1} evenly")
+        self.group_size = sizes.pop()
+        self._split: dict[tuple[tuple[int, ...], ...], AxisCollectives] = {}
+
+    def _check(self, t: torch.Tensor) -> None:
+        if t.shape[0] != self.world_size:
+            raise ValueError(
+                f"axis tensor holds {t.shape[0]} workers, this engine has {self.world_size}"
+            )
+
+    def _reduce_(self, t: torch.Tensor) -> None:
+        for part in self.parts:
+            total = _ordered_sum(t[part])
+            t[part] = total
+
+    def allreduce(self, t: torch.Tensor, average: bool = False) -> CommRecord:
+        """In-place sum (or mean) over each worker's group."""
+        self._check(t)
+        secs = self._timed(lambda: self._reduce_(t), t)
+        if average:
+            t.div_(self.group_size)
+        return self._record("allreduce", t, secs, self.algo)
+
+    def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
+        """(world_size, group_size, *row shape): each worker gets its group's rows in rank
+        order. Rows of one group share storage (an expanded view): read, do not write."""
+        self._check(t)
+        out = torch.empty((self.world_size, self.group_size, *t.shape[1:]), dtype=t.dtype)
+        out = out.to(t.device)
+
+        def gather():
+            for part in self.parts:
+                out[part] = t[part].unsqueeze(0)
+
+        secs = self._timed(gather, t)
+        return out, self._record("allgather", t, secs)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> CommRecord:
+        """In-place: every worker of `src`'s group takes global worker `src`'s row."""
+        self._check(t)
+        part = next(p for p in self.parts if src in p)
+
+        def copy():
+            t[part] = t[src].clone().unsqueeze(0)
+
+        secs = self._timed(copy, t)
+        return self._record("broadcast", t, secs)
+
+    def reduce_scatter(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
+        """Sum over the group of rows (n * c, ...); worker i of a group keeps chunk i."""
+        self._check(t)
+        chunk = t.shape[1] // self.group_size
+        out = torch.empty((self.world_size, chunk, *t.shape[2:]), dtype=t.dtype, device=t.device)
+
+        def scatter():
+            for part in self.parts:
+                total = _ordered_sum(t[part])
+                for i, r in enumerate(part):
+                    out[r] = total[i * chunk : (i + 1) * chunk]
+
+        secs = self._timed(scatter, t)
+        return out, self._record("reduce_scatter", t, secs)
+
+    def sendrecv(
+        self, send: torch.Tensor, peers: Sequence[int], out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, CommRecord]:
+        """Row i receives row peers[i] (a symmetric pairing of global ranks)."""
+        self._check(send)
+        if any(peers[p] != r for r, p in enumerate(peers)):
+            raise ValueError(f"sendrecv peers {list(peers)} are not a symmetric pairing")
+        recv = torch.empty_like(send) if out is None else out
+        index = torch.as_tensor(list(peers), device=send.device)
+        secs = self._timed(lambda: torch.index_select(send, 0, index, out=recv), send)
+        return recv, CommRecord("sendrecv", worker_nbytes(send), secs, 2)
+
+    def split(self, partition: list[list[int]]) -> AxisCollectives:
+        """Collectives reducing each part of `partition` separately (all parts at once)."""
+        key = tuple(tuple(p) for p in partition)
+        if key not in self._split:
+            self._split[key] = AxisCollectives(self.world_size, self.algo, [list(p) for p in key])
+        return self._split[key]
+
+    def allreduce_untracked(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place sum over each worker's group for instrumentation (metrics, clocks)."""
+        self._reduce_(t)
+        return t
+
+    def allgather_untracked(self, t: torch.Tensor) -> torch.Tensor:
+        return self.allgather(t)[0]
+
+    def barrier(self) -> None:
+        """One process: nothing to wait for."""

@@ -1,0 +1,115 @@
+"""What the simulated engine cannot do, refused before anything runs or is written.
+
+The simulated engine holds every worker in one local process, so it cannot be spread over
+a cluster; it times no worker's step on its own, so it cannot feed measured compute to the
+modeled clock or sleep a worker to the modeled network (`network.inject`); and it must hold
+every worker's model, gradients, optimizer state and activations at once, which is
+estimated from the model before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import torch
+
+from repro.errors import UserError
+
+if TYPE_CHECKING:
+    from repro.config import Config
+
+ENGINES = ("auto", "processes", "simulated")
+_FIX = "or use trainer.engine=processes"
+# Per parameter and worker: the value, its gradient, the optimizer's slots, and the
+# method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual).
+_OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2, "lamb": 2}
+_METHOD_COPIES = 4
+# Activations are kept for the backward pass; their gradients and the kernels' work space
+# take about as much again.
+_ACTIVATION_FACTOR = 3
+
+
+def simulated_by_default(cfg: Config) -> bool:
+    """`trainer.engine=auto`: the tiny and small scales run simulated wherever it can."""
+    return (
+        cfg.experiment.scale != "paper"
+        and cfg.cluster.kind == "local"
+        and cfg.compute.mode == "sampled"
+        and not cfg.network.inject
+    )
+
+
+def check_simulated(cfg: Config) -> None:
+    """Refuse a config the simulated engine cannot run, naming the reason and the fix."""
+    if cfg.cluster.kind != "local":
+        raise UserError(
+            f"trainer.engine=simulated runs every worker in one local process and cannot be "
+            f"launched on cluster={cfg.cluster.kind}; use trainer.engine=processes"
+        )
+    if cfg.compute.mode == "measured":
+        raise UserError(
+            "compute.mode=measured times each worker's own step, which the simulated engine "
+            f"never runs alone; use compute.mode=sampled {_FIX}"
+        )
+    if cfg.network.inject:
+        raise UserError(
+            "network.inject sleeps each worker process to the modeled network, and the "
+            f"simulated engine has one process for all workers; drop network.inject {_FIX}"
+        )
+
+
+def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
+    """Elements of every module output for one worker's batch, found on the meta device
+    (shapes only, nothing computed or allocated)."""
+    total = 0
+
+    def count(_module, _inputs, output):
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel()
+
+    meta = model.to("meta")
+    hooks = [m.register_forward_hook(count) for m in meta.modules()]
+    try:
+        with torch.no_grad():
+            meta(torch.empty_like(sample, device="meta"))
+    finally:
+        for h in hooks:
+            h.remove()
+    return total
+
+
+def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) -> int:
+    """Bytes the simulated engine needs for `trainer.world_size` workers of `model`, whose
+    one-worker batch looks like `sample` (model and sample on any device; the model is
+    consumed)."""
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() for b in model.buffers())
+    per_param = 1 + 1 + _OPTIMIZER_SLOTS[cfg.optim.name] + _METHOD_COPIES
+    activations = _activation_numel(model, sample) * _ACTIVATION_FACTOR
+    per_worker = (params * per_param + buffers + activations) * 4
+    return per_worker * cfg.trainer.world_size
+
+
+def available_bytes(device: str) -> int:
+    """Free memory where the workers will live: the GPU's, or the machine's."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor, device: str) -> None:
+    """Refuse a world size whose estimate exceeds the free memory, before allocating."""
+    need, have = estimate_bytes(cfg, model, sample), available_bytes(device)
+    if need > have:
+        gib = 2**30
+        raise UserError(
+            f"trainer.world_size={cfg.trainer.world_size} needs about {need / gib:.1f} GiB "
+            f"under the simulated engine and {device} has {have / gib:.1f} GiB free; lower "
+            f"trainer.world_size or trainer.batch_size {_FIX}"
+        )

@@ -1,0 +1,64 @@
+"""Trial steps from a snapshot, restored exactly afterwards: how a method probes.
+
+Flexible Top-k's ratio controller (Tyagi & Swany 2023, Sec. IV-C) measures each candidate
+ratio's compression gain over a few iterations from the same starting point before it
+solves Eq. 6. A `Rehearsal` runs such steps for every held worker (batch, forward/backward,
+the method's `per_step(i)` exchange, the optimizer step) and then restores the stacked
+models, the optimizer, the data position and every RNG, so probing costs time but never
+changes the training trajectory. The steps it ran and their measured seconds are taken by
+the trainer with `take()`, so the modeled clock charges them as compute.
+
+Every strategy receives one in `setup`; strategies that need none ignore it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+
+import torch
+
+from repro.train.replicas import Replicas
+from repro.train.worker_data import WorkerData
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Rehearsal:
+    def __init__(
+        self,
+        replicas: Replicas,
+        optimizer: torch.optim.Optimizer,
+        data: WorkerData,
+        loss_fn: LossFn,
+    ):
+        self.replicas, self.optimizer, self.data, self.loss_fn = replicas, optimizer, data, loss_fn
+        self._seconds, self._steps = 0.0, 0
+
+    def rehearse(self, n_steps: int, per_step: Callable[[int], None]) -> None:
+        """Run `n_steps` trial steps, calling `per_step(i)` after each backward; restore."""
+        snapshot = (
+            self.replicas.state_dict(),
+            copy.deepcopy(self.optimizer.state_dict()),
+            self.data.state_dict(),
+        )
+        for i in range(n_steps):
+            x, y = self.data.next_batch()
+            started = time.perf_counter()
+            self.replicas.forward_backward(x, y, self.loss_fn)
+            self._seconds += time.perf_counter() - started
+            per_step(i)
+            started = time.perf_counter()
+            self.optimizer.step()
+            self._seconds += time.perf_counter() - started
+            self._steps += 1
+        self.replicas.load_state_dict(snapshot[0])
+        self.optimizer.load_state_dict(snapshot[1])
+        self.data.load_state_dict(snapshot[2])
+
+    def take(self) -> tuple[float, int]:
+        """Compute seconds and steps rehearsed since the last call."""
+        out = (self._seconds, self._steps)
+        self._seconds, self._steps = 0.0, 0
+        return out

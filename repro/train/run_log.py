@@ -1,0 +1,68 @@
+"""What a run leaves behind: its tracker run, its logged points and its summary.
+
+The first process logs (the only one under the simulated engine). The wandb run is opened
+at the start of every segment of a run (resuming the same run id after a restart), and
+every point logged so far is kept here and checkpointed: the tracker writes its file about
+once a second, so the points of a run killed early may never have reached disk, and a
+resumed segment starts by logging all of them again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from repro.config import Config, as_dict
+from repro.track.wandb_run import Tracker
+from repro.train import checkpoint
+
+
+class RunLog:
+    def __init__(self, cfg: Config, run_dir: Path, first_process: bool):
+        self.cfg, self.run_dir, self.first_process = cfg, run_dir, first_process
+        self.run_id: str | None = None
+        self.last_point: dict = {}
+        self.points: list[dict] = []
+        self.tracker: Tracker | None = None
+
+    def open(self) -> None:
+        """Start (or resume) the tracker run and replay the points logged so far."""
+        if not self.first_process:
+            return
+        e = self.cfg.experiment
+        stored = self.run_dir / "run_id"
+        self.tracker = Tracker(
+            self.cfg.tracking,
+            run_dir=self.run_dir,
+            name=self.cfg.label,
+            group=e.group or e.name,
+            job_type=self.cfg.label,
+            config=as_dict(self.cfg),
+            run_id=self.run_id or (stored.read_text().strip() if stored.exists() else None),
+        )
+        self.run_id = self.tracker.run_id
+        if self.run_id:
+            checkpoint.write_atomic(stored, self.run_id.encode())
+        for p in self.points:
+            self.tracker.log(p, step=p["step"])
+
+    def log(self, point: dict) -> None:
+        self.last_point = point
+        self.points.append(point)
+        if self.tracker is not None:
+            self.tracker.log(point, step=point["step"])
+
+    def finish(self, summary: dict | None, exit_code: int = 0) -> None:
+        """Close the tracker run; with a summary, also write summary.json."""
+        if self.tracker is not None:
+            if summary is not None:
+                self.tracker.set_summary(summary)
+            self.tracker.finish(exit_code=exit_code)
+        if summary is not None and self.first_process:
+            checkpoint.write_json(self.run_dir / "summary.json", summary)
+
+    def state_dict(self) -> dict:
+        return {"run_id": self.run_id, "last_point": self.last_point, "points": self.points}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.run_id = state["run_id"]
+        self.last_point, self.points = state["last_point"], state["points"]
