@@ -8,4 +8,5 @@ BENCHMARKS = (
     "repro.bench.local_sgd_traffic",
     "repro.bench.topk_exchange",
     "repro.bench.adasum_allreduce",
+    "repro.bench.engines",
 )

@@ -16,6 +16,9 @@ which `method.gather_below_kb` (default 256) switches between them.
 
 Bytes moved per rank: Adasum's are its recorded sendrecv and scalar payloads; the plain
 allreduce's are a ring allreduce's 2 (n-1)/n M, since gloo does not report its own.
+
+Each rank is one process holding one worker (`ProcessCollectives`), so its buffer is one row
+of the (workers, padded) layout the strategy keeps.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch
 
 from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
 from repro.dist.adasum_gather import adasum_gather_
-from repro.dist.collectives import Collectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 
 WORLD = 4
@@ -47,12 +50,18 @@ def _layers(nbytes: int, rank: int) -> list[torch.Tensor]:
     return [torch.randn(n, generator=g) for n in sizes]
 
 
-def _slowest(comm: Collectives, seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
+def _slowest(comm: ProcessCollectives, seconds: float) -> float:
+    t = torch.tensor([[seconds]], dtype=torch.float64)
     return comm.allgather_untracked(t).max().item()
 
 
-def _time(comm: Collectives, fn, repeats: int) -> float:
+def _row_buffer(layers: list[torch.Tensor], world: int) -> tuple[FlatLayout, torch.Tensor]:
+    """This worker's layers in one (1, padded) buffer, as `method=adasum` keeps them."""
+    layout = FlatLayout(layers, world)
+    return layout, layout.flatten([t.unsqueeze(0) for t in layers])
+
+
+def _time(comm: ProcessCollectives, fn, repeats: int) -> float:
     fn()  # warm-up: gloo connections, allocator
     times = []
     for _ in range(repeats):
@@ -66,21 +75,17 @@ def _time(comm: Collectives, fn, repeats: int) -> float:
 def _worker(rank: int, world: int, repeats: int) -> tuple[list, list]:
     torch.set_num_threads(1)
     init_process_group()
-    comm = Collectives()
+    comm = ProcessCollectives()
     rows, small = [], []
     for mb in SIZES_MB:
-        layers = _layers(mb << 20, rank)
-        layout = FlatLayout(layers, world)
-        flat = layout.flatten(layers)
+        layout, flat = _row_buffer(_layers(mb << 20, rank), world)
         t_plain = _time(comm, functools.partial(comm.allreduce, flat), repeats)
         adasum = functools.partial(adasum_allreduce_, flat, layout, comm)
         t_adasum = _time(comm, adasum, repeats)
         moved = sum(r.nbytes for r in adasum())
         rows.append((mb, t_plain, t_adasum, moved))
     for kb in SMALL_KB:
-        layers = _layers(kb << 10, rank)
-        layout = FlatLayout(layers, world)
-        flat = layout.flatten(layers)
+        layout, flat = _row_buffer(_layers(kb << 10, rank), world)
         times = [
             _time(comm, functools.partial(fn, *args), 3 * repeats)
             for fn, args in (

@@ -2,8 +2,9 @@
 
 PASGD (Wang & Joshi) averages models once every tau local steps, so its collectives and
 bytes per step must fall as 1/tau, while synchronous SGD allreduces the gradients every step
-(issue 4, item 7). Each method trains the synthetic workload on 2 gloo workers for a step
-count divisible by every tau; the counts come from the run's own summary (`comm/bytes`,
+(issue 4, item 7). Each method trains the synthetic workload on 2 gloo workers (the process
+engine, pinned: its records are the real collectives' sizes) for a step count divisible by
+every tau; the counts come from the run's own summary (`comm/bytes`,
 `comm/collectives`). Local SGD's message is the model plus one loss slot, so its bytes at
 tau=1 sit a hair above sync's gradient bytes.
 """
@@ -21,6 +22,7 @@ STEPS = 160  # divisible by every tau, so each run ends on an averaging step
 COMMON = [
     "workload=synthetic_mlp",
     "trainer.world_size=2",
+    "trainer.engine=processes",
     "trainer.batch_size=16",
     f"trainer.steps={STEPS}",
     f"trainer.eval_every={STEPS}",

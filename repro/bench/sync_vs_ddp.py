@@ -18,12 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.dist.collectives import Collectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.netmodel.calibrate import load_note
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.sync import SyncConfig, SyncStrategy
+from repro.train.replicas import Replicas
 
 WORLD, BATCH, IN_DIM, WIDTH, CLASSES = 4, 32, 512, 2048, 10
 WARMUP_STEPS, BLOCK_STEPS, BLOCKS = 3, 5, 6
@@ -52,7 +53,7 @@ def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-def _timed_block(step_fn, comm: Collectives, steps: int, start: int) -> float:
+def _timed_block(step_fn, comm: ProcessCollectives, steps: int, start: int) -> float:
     """Seconds per step over `steps` steps, between barriers (the slowest rank's pace)."""
     comm.barrier()
     started = time.perf_counter()
@@ -65,21 +66,21 @@ def _timed_block(step_fn, comm: Collectives, steps: int, start: int) -> float:
 def _worker(rank: int, world: int) -> dict[str, list[float]] | None:
     init_process_group()
     torch.set_num_threads(1)
-    comm = Collectives()
+    comm = ProcessCollectives()
     batches = _batches(rank)
     loss_fn = nn.CrossEntropyLoss()
 
-    sync_model = _model()
-    sync_opt = torch.optim.SGD(sync_model.parameters(), lr=0.01, momentum=0.9)
+    replicas = Replicas(_model(), 1, "loop")
+    sync_opt = torch.optim.SGD(replicas.parameters(), lr=0.01, momentum=0.9)
     strategy = SyncStrategy(SyncConfig(), world)
-    strategy.setup(sync_model, sync_opt, comm)
+    strategy.setup(replicas, sync_opt, comm, None)
     link = Link(0.0, 1e12)
 
     def sync_step(step: int) -> None:
         x, y = batches[step % len(batches)]
-        sync_opt.zero_grad(set_to_none=False)  # as the trainer does
-        loss_fn(sync_model(x), y).backward()
-        strategy.after_backward(StepInfo(step, 0.0, 0.0, 0.01, 0.0, link))
+        # forward_backward writes the gradients into the p.grad rows (no zeroing needed)
+        losses = replicas.forward_backward(x.unsqueeze(0), y.unsqueeze(0), loss_fn)
+        strategy.after_backward(StepInfo(step, 0.0, losses, 0.01, 0.0, link))
         sync_opt.step()
 
     ddp_model = nn.parallel.DistributedDataParallel(_model())

@@ -9,6 +9,8 @@
    compute-plus-copy overheads, not the alpha-beta regime the modeled clock charges; the
    selection alone (torch.topk over the whole vector, every rank in AG-Topk, the leader in
    AR-Topk) is timed beside each pair, since on CPU it can outweigh the communication.
+   Each rank is one process holding one worker (`ProcessCollectives`), so the gradient is
+   one row, (1, NUMEL), on the worker axis the exchanges take.
 2. The Top-k selection alone on the MNIST-1D CNN's flattened gradient at both ratios,
    against one training step of that model (forward, backward, optimizer step at the small
    experiment's batch of 64), both on one thread in this process.
@@ -24,7 +26,7 @@ import torch
 
 from repro.compress.exchange import ag_topk_exchange, ar_topk_exchange, dense_exchange
 from repro.compress.topk import compress, k_for
-from repro.dist.collectives import Collectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.workload.models import build_model
 
@@ -51,8 +53,8 @@ def _median_seconds(fn: Callable[[], object], before: Callable[[], None], repeat
 def _exchange_worker(rank: int, world: int) -> dict[str, float]:
     init_process_group()
     torch.set_num_threads(1)
-    comm = Collectives()
-    grad = torch.randn(NUMEL, generator=torch.Generator().manual_seed(rank))
+    comm = ProcessCollectives()
+    grad = torch.randn(1, NUMEL, generator=torch.Generator().manual_seed(rank))
     dense = _median_seconds(lambda: dense_exchange(comm, grad, "ring"), comm.barrier, REPEATS)
     out = {"dense": dense}
     for c in RATIOS:
@@ -79,7 +81,7 @@ def _selection_vs_step() -> list[str]:
         optimizer.step()
 
     step_s = _median_seconds(step, lambda: None, 50)
-    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    flat = torch.cat([p.grad.reshape(1, -1) for p in model.parameters()], dim=1)  # one row
     lines = [f"MNIST-1D CNN ({flat.numel():,} params), batch {BATCH}: step {step_s * 1e3:.3f} ms"]
     for c in RATIOS:
         k = k_for(flat.numel(), c)
@@ -101,7 +103,7 @@ def run() -> list[str]:
         f"  dense allreduce: {dense * 1e3:.2f} ms",
     ]
     torch.set_num_threads(1)
-    grad = torch.randn(NUMEL, generator=torch.Generator().manual_seed(0))
+    grad = torch.randn(1, NUMEL, generator=torch.Generator().manual_seed(0))
     for c in RATIOS:
         for kind, label in (("ag", "AG-Topk"), ("ar", "AR-Topk (STAR)")):
             t = slowest[f"{kind} {c}"]

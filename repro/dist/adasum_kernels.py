@@ -39,7 +39,11 @@ def _stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     return ab, aa, bb
 
 
-@numba.njit(fastmath={"contract"}, cache=True, nogil=True)
+# No "contract": the upper rank of a pair evaluates cb*b + ca*a where the reference (and the
+# lower rank) evaluates ca*a + cb*b. Rounded products commute exactly under addition; a
+# fused multiply-add would round the two orders differently, and Adasum magnifies that ulp
+# when two deltas nearly cancel.
+@numba.njit(cache=True, nogil=True)
 def _scaled_add(own: np.ndarray, other: np.ndarray, c_own: float, c_other: float) -> None:
     for i in range(own.shape[0]):
         own[i] = c_own * np.float64(own[i]) + c_other * np.float64(other[i])

@@ -1,12 +1,13 @@
 """`repro calibrate`: fit the alpha-beta model to this machine's real collectives.
 
-Runs allreduce, allgather and broadcast through `Collectives` (gloo, local ranks) over a
-sweep of message sizes and rank counts, keeps the fastest of several timed repeats after
+Runs allreduce, allgather and broadcast through `ProcessCollectives` (gloo, local ranks, one
+worker a process, so every message is a one-row axis tensor) over a sweep of message sizes
+and rank counts, keeps the fastest of several timed repeats after
 warm-up, and fits latency and bandwidth per op and rank count on each op's own formula
 (`repro.netmodel.calibrate_fit`, which says why one link per rank count).
 
 The ops do not share one link here either: gloo's allgather (into a freshly allocated
-buffer, as `Collectives` runs it) moves bytes a few times slower than its allreduce on one
+buffer, as `ProcessCollectives` runs it) moves bytes a few times slower than its allreduce on one
 machine. A network preset holds one link, which the modeled clock charges for every op, so
 the preset takes the allreduce fit at the largest rank count by default (every dense
 method's traffic is allreduce); `--link-from` and `--link-ranks` pick another fit. All fits
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.dist.collectives import Collectives, CommRecord
+from repro.dist.collectives import CommRecord, ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.errors import UserError
 from repro.netmodel.calibrate_fit import (
@@ -59,7 +60,7 @@ def repeats_for(nbytes: int, repeats: int) -> int:
     return repeats * max(1, min(_MAX_EXTRA, _SMALL_BYTES // max(nbytes, 1)))
 
 
-def _run_op(comm: Collectives, op: str, t: torch.Tensor) -> CommRecord:
+def _run_op(comm: ProcessCollectives, op: str, t: torch.Tensor) -> CommRecord:
     if op == "allreduce":
         return comm.allreduce(t)
     if op == "allgather":
@@ -79,9 +80,10 @@ def measure_worker(
     """
     init_process_group()
     torch.set_num_threads(1)
-    comm = Collectives()
-    # Zeros stay zeros under repeated in-place sums, so no overflow slows a repeat.
-    tensors = [torch.zeros(max(n // 4, 1), dtype=torch.float32) for n in sizes]
+    comm = ProcessCollectives()
+    # One row (this process's worker) of n bytes each. Zeros stay zeros under repeated
+    # in-place sums, so no overflow slows a repeat.
+    tensors = [torch.zeros(1, max(n // 4, 1), dtype=torch.float32) for n in sizes]
     cells = [(op, t) for op in ops for t in tensors]
     owed = [repeats_for(t.numel() * 4, repeats) for _, t in cells]
     secs = torch.full((max(owed), len(cells)), math.inf, dtype=torch.float64)
@@ -100,7 +102,7 @@ def measure_worker(
             if i >= warmup:
                 secs[i - warmup, j] = rec.seconds
     # A collective ends when its last participant does: the slowest rank in each repeat.
-    slowest = comm.allgather_untracked(secs).max(dim=0).values.numpy()
+    slowest = comm.allgather_untracked(secs.unsqueeze(0))[0].max(dim=0).values.numpy()
     if rank != 0:
         return None
     return [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from repro.errors import UserError
 from repro.strategies.base import StepInfo, register
 from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
@@ -56,7 +55,6 @@ class AdaCommConfig(LocalSGDConfig):
             raise UserError(f"method.tau0_candidates={self.tau0_candidates} must all be >= 1")
         if self.tau0_search and not self.search_window_s > 0:
             raise UserError(f"method.search_window_s={self.search_window_s} must be positive")
-
 
 
 @register(AdaCommConfig)

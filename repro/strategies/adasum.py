@@ -74,7 +74,6 @@ class AdasumConfig(MethodConfig):
             check_world_size(world_size)
 
 
-
 @register(AdasumConfig)
 class AdasumStrategy:
     """Local optimizer step, then per-tensor combination of the parameter deltas.

@@ -42,7 +42,6 @@ class LocalSGDConfig(MethodConfig):
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
 
 
-
 class ModelAverager:
     """Averages parameters, float buffers (and optionally momentum) in one allreduce.
 

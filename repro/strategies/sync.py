@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from repro.dist.collectives import Collectives, CommRecord
 from repro.strategies.base import MethodConfig, StepInfo, register
 from repro.strategies.flat import copy_into, flatten
@@ -18,7 +17,6 @@ from repro.strategies.flat import copy_into, flatten
 @dataclass
 class SyncConfig(MethodConfig):
     name: str = "sync"
-
 
 
 @register(SyncConfig)

@@ -118,7 +118,6 @@ class TopKConfig(MethodConfig):
         return nccl_env(self)
 
 
-
 def nccl_env(cfg: TopKConfig) -> dict[str, str]:
     """Environment forcing NCCL's allreduce algorithm for a fixed ring or tree choice.
 

@@ -21,8 +21,8 @@ from repro.dist.axis_collectives import AxisCollectives
 from repro.dist.collectives import ProcessCollectives
 from repro.errors import UserError
 from repro.train import checkpoint
-from repro.train.trainer import Diverged, Trainer
 from repro.train.engine_checks import check_memory
+from repro.train.trainer import Diverged, Trainer
 from repro.workload.workload import Workload, prepare
 
 __all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
@@ -44,13 +44,16 @@ def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     return Trainer(cfg, ProcessCollectives(), device).run()
 
 
-def run_simulated(cfg: Config) -> dict:
-    """Every worker of the run in this process, after the memory check."""
-    torch.set_num_threads(1)  # as each worker process does: the same kernels, the same sums
-    device = launch.pick_device(cfg.trainer.device)
+def check_simulated_memory(cfg: Config, device: str) -> None:
+    """Refuse, before the run directory is written, workers that would not fit in memory."""
     workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), device)
     sample = workload.arrays.x_train[: cfg.trainer.batch_size]
     check_memory(cfg, workload.model_factory(), sample, device)
+
+
+def run_simulated(cfg: Config, device: str) -> dict:
+    """Every worker of the run in this process."""
+    torch.set_num_threads(1)  # as each worker process does: the same kernels, the same sums
     comm = AxisCollectives(cfg.trainer.world_size)
     return Trainer(cfg, comm, device, cfg.trainer.vectorize).run()
 
@@ -63,9 +66,13 @@ def run_training(cfg: Config) -> dict:
     if done is not None:
         return done
     prepare(cfg.workload, cfg.data, cfg.seed)
+    simulated = cfg.trainer.engine == "simulated"
+    if simulated:
+        device = launch.pick_device(cfg.trainer.device)
+        check_simulated_memory(cfg, device)
     checkpoint.record_run_dir(run_dir, identity(cfg))
-    if cfg.trainer.engine == "simulated":
-        return run_simulated(cfg)
+    if simulated:
+        return run_simulated(cfg, device)
     world = cfg.trainer.world_size
     external = launch.env_rank_world()
     if external is not None:

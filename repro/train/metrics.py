@@ -26,7 +26,9 @@ class RunningStats:
     last_point_modeled_s: float = 0.0
 
     def add_step(self, losses: list[float], records: list[CommRecord]) -> None:
-        self.loss_sum = [a + b for a, b in zip(self.loss_sum or [0.0] * len(losses), losses, strict=True)]
+        self.loss_sum = [
+            a + b for a, b in zip(self.loss_sum or [0.0] * len(losses), losses, strict=True)
+        ]
         self.loss_count += 1
         for r in records:
             self.bytes += r.nbytes

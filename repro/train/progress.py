@@ -11,7 +11,9 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, label: str, steps: int, budget_s: float, start: int, now_s: float, show: bool):
+    def __init__(
+        self, label: str, steps: int, budget_s: float, start: int, now_s: float, show: bool
+    ):
         self.by_time = budget_s > 0
         self.budget_s = budget_s
         self.bar = tqdm(

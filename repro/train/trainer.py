@@ -86,7 +86,12 @@ class Trainer:
         tc = self.cfg.trainer
         first = self.comm.ranks[0] == 0
         bar = Progress(
-            self.cfg.label, tc.steps, tc.time_budget_s, start, self.time.now(), first and tc.progress
+            self.cfg.label,
+            tc.steps,
+            tc.time_budget_s,
+            start,
+            self.time.now(),
+            first and tc.progress,
         )
         for step in range(start + 1, tc.steps + 1):
             self.train_step(step)

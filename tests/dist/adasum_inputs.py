@@ -1,4 +1,5 @@
-"""Per-rank Adasum inputs shared by the halving and the gathering tests."""
+"""Per-rank Adasum inputs shared by the halving and the gathering tests, per worker
+(`_inputs`) and on the worker axis the collectives take (`axis_inputs`)."""
 
 import torch
 
@@ -26,3 +27,11 @@ def _inputs(rank: int, shapes, dtype) -> list[torch.Tensor]:
         out[3] *= 4 * torch.finfo(torch.float32).tiny
     # Layers of different directions and scales, so a whole-model coefficient differs.
     return [t.mul_(1.0 + 3.0 * i).to(dtype) for i, t in enumerate(out)]
+
+
+def axis_inputs(ranks, shapes, dtype) -> list[torch.Tensor]:
+    """The inputs of workers `ranks` stacked on a leading worker axis, one tensor per layer:
+    what a process holding those workers hands the collectives ([rank] under the process
+    engine, every rank under the axis engine)."""
+    per_rank = [_inputs(r, shapes, dtype) for r in ranks]
+    return [torch.stack(layer) for layer in zip(*per_rank, strict=True)]

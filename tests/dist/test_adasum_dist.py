@@ -1,5 +1,7 @@
-"""Vector-halving distance-doubling Adasum over gloo against the single-process reference,
-and the method=adasum delta flow against a replay of the same workers in one process."""
+"""Vector-halving distance-doubling Adasum against the single-process reference, and the
+method=adasum delta flow against a replay of the same workers in one process, under both
+engines: gloo processes holding one row each, and every worker on one axis in this process.
+At two workers the engines agree bit for bit (two-term sums have only one order)."""
 
 import math
 
@@ -7,29 +9,41 @@ import pytest
 import torch
 
 from repro.dist.adasum_allreduce import adasum_allreduce
-from repro.dist.collectives import Collectives
+from repro.dist.axis_collectives import AxisCollectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import StepInfo
 from repro.train.lamb import Lamb
-from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs
+from repro.train.replicas import Replicas
+from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
 
-def _vhdd_worker(rank, world, shape_lists):
-    init_process_group()
-    comm = Collectives()
+CASES = [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])]
+
+
+def _vhdd(comm, shape_lists):
+    """Per case: each held worker's combined tensors, and the records' summary."""
     results = []
     for shapes in shape_lists:
         for dtype in DTYPES:
-            combined, records = adasum_allreduce(_inputs(rank, shapes, dtype), comm)
+            combined, records = adasum_allreduce(axis_inputs(comm.ranks, shapes, dtype), comm)
             summary = [(r.op, r.nbytes, r.group_size) for r in records]
-            results.append((shapes, dtype, combined, summary))
+            rows = [[t[row] for t in combined] for row in range(len(comm.ranks))]
+            results.append((shapes, dtype, rows, summary))
     return results
 
 
-@pytest.mark.parametrize("world, shape_lists", [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])])
-def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
-    per_rank = spawn(_vhdd_worker, world, shape_lists)
+def _vhdd_worker(rank, world, shape_lists):
+    init_process_group()
+    return [
+        (shapes, dtype, rows[0], summary)
+        for shapes, dtype, rows, summary in _vhdd(ProcessCollectives(), shape_lists)
+    ]
+
+
+def _check_vhdd(per_rank, world):
+    """per_rank[r][case] = (shapes, dtype, worker r's combined tensors, records summary)."""
     for case, (shapes, dtype, combined0, summary) in enumerate(per_rank[0]):
         inputs = [_inputs(r, shapes, dtype) for r in range(world)]
         reference = adasum_per_tensor(inputs)
@@ -37,6 +51,7 @@ def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
         for r in range(world):
             combined = per_rank[r][case][2]
             assert all(torch.equal(a, b) for a, b in zip(combined, combined0, strict=True))
+            assert per_rank[r][case][3] == summary
         for got, ref, x in zip(combined0, reference, inputs[0], strict=True):
             assert got.dtype == dtype and got.shape == x.shape
             torch.testing.assert_close(got, ref, **tol)
@@ -54,6 +69,27 @@ def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
             flat = torch.cat([t.reshape(-1) for t in combined0])
             assert (flat - whole).abs().max() > 1e-2
         _check_records(summary, world, shapes, dtype)
+
+
+def _axis_vhdd(world, shape_lists):
+    cases = _vhdd(AxisCollectives(world), shape_lists)
+    return [[(s, d, rows[r], summary) for s, d, rows, summary in cases] for r in range(world)]
+
+
+@pytest.mark.parametrize("world, shape_lists", CASES)
+def test_distributed_adasum_equals_reference_per_tensor(world, shape_lists):
+    per_rank = spawn(_vhdd_worker, world, shape_lists)
+    _check_vhdd(per_rank, world)
+    if world == 2:
+        axis = _axis_vhdd(world, shape_lists)
+        for got, want in zip(axis, per_rank, strict=True):
+            for (_, _, a, _), (_, _, b, _) in zip(got, want, strict=True):
+                assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("world, shape_lists", CASES)
+def test_axis_adasum_equals_reference_per_tensor(world, shape_lists):
+    _check_vhdd(_axis_vhdd(world, shape_lists), world)
 
 
 def _check_records(summary, world, shapes, dtype):
@@ -74,7 +110,7 @@ OPTIMIZERS = ("sgd_momentum", "adam", "lamb")
 COMBINERS = ("adasum", "sum", "mean")
 # label -> config: the tiny model takes Adasum's gathering path by default; "adasum_halving"
 # forces the vector-halving allreduce through the same flow.
-CASES = {
+CASES_STRATEGY = {
     "adasum": AdasumConfig(combiner="adasum"),
     "adasum_halving": AdasumConfig(combiner="adasum", gather_below_kb=0),
     "sum": AdasumConfig(combiner="sum"),
@@ -90,49 +126,74 @@ def _model() -> torch.nn.Module:
     ).double()
 
 
-def _optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
+def _optimizer(name: str, params, worker_axis: bool = False) -> torch.optim.Optimizer:
+    """`worker_axis`: the parameters are stacked workers' copies (LAMB's trust ratio is
+    then taken per worker; SGD and Adam are elementwise either way)."""
     if name == "sgd_momentum":
-        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
     if name == "adam":
-        return torch.optim.Adam(model.parameters(), lr=0.05)
-    return Lamb(model.parameters(), lr=0.05, weight_decay=0.01)
+        return torch.optim.Adam(params, lr=0.05)
+    return Lamb(params, lr=0.05, weight_decay=0.01, worker_axis=worker_axis)
 
 
-def _backward(model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int, step: int) -> float:
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 * rank + step)
     x = torch.randn(8, 4, generator=g, dtype=torch.float64)
     y = torch.randn(8, 2, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def _backward(model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int, step: int) -> float:
+    x, y = _batch(rank, step)
     opt.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
     return loss.item()
 
 
-def _strategy_worker(rank, world):
-    init_process_group()
-    comm = Collectives()
+def _run_strategy(comm, world):
+    """Every (combiner, optimizer) case through AdasumStrategy on the held workers'
+    `Replicas`; returns each held worker's final parameters and the strategy's metrics."""
     out = {}
-    for label, cfg in CASES.items():
+    rows = len(comm.ranks)
+    for label, cfg in CASES_STRATEGY.items():
         for opt_name in OPTIMIZERS:
-            model = _model()
-            opt = _optimizer(opt_name, model)
+            replicas = Replicas(_model(), rows, "loop")
+            opt = _optimizer(opt_name, replicas.parameters(), worker_axis=True)
             strategy = AdasumStrategy(cfg, world)
-            strategy.setup(model, opt, comm)
+            strategy.setup(replicas, opt, comm, None)
             for step in range(STEPS):
-                loss = _backward(model, opt, rank, step)
-                info = StepInfo(step, 0.0, loss, 0.05, 0.0, Link(1e-4, 1e9))
+                batches = [_batch(r, step) for r in comm.ranks]
+                x = torch.stack([b[0] for b in batches])
+                y = torch.stack([b[1] for b in batches])
+                losses = replicas.forward_backward(x, y, torch.nn.functional.mse_loss)
+                info = StepInfo(step, 0.0, losses, 0.05, 0.0, Link(1e-4, 1e9))
                 assert strategy.after_backward(info) == []
                 opt.step()
                 strategy.after_step(info)
-            params = [p.detach().clone() for p in model.parameters()]
+            params = [[p[r].detach().clone() for p in replicas.parameters()] for r in range(rows)]
             out[label, opt_name] = (params, strategy.metrics())
     return out
+
+
+def _strategy_worker(rank, world):
+    init_process_group()
+    out = _run_strategy(ProcessCollectives(), world)
+    return {key: (params[0], metrics) for key, (params, metrics) in out.items()}
+
+
+def _axis_strategy(world):
+    """The same cases with every worker on one axis, split into per-worker results."""
+    out = _run_strategy(AxisCollectives(world), world)
+    return [
+        {key: (params[r], metrics) for key, (params, metrics) in out.items()} for r in range(world)
+    ]
 
 
 def _replay(world: int, combiner: str, opt_name: str) -> list[list[torch.Tensor]]:
     """All workers in one process: local steps, then the combiner on the per-layer deltas."""
     models = [_model() for _ in range(world)]
-    opts = [_optimizer(opt_name, m) for m in models]
+    opts = [_optimizer(opt_name, m.parameters()) for m in models]
     for step in range(STEPS):
         starts = [[p.detach().clone() for p in m.parameters()] for m in models]
         for r, (m, o) in enumerate(zip(models, opts, strict=True)):
@@ -155,12 +216,11 @@ def _replay(world: int, combiner: str, opt_name: str) -> list[list[torch.Tensor]
     return [[p.detach() for p in m.parameters()] for m in models]
 
 
-def test_delta_flow_matches_replay_for_every_combiner_and_optimizer():
-    world = 2
-    per_rank = spawn(_strategy_worker, world)
+def _check_delta_flow(per_rank, world):
+    """Every case against the replay."""
     finals = {}
     for (label, opt_name), (params, metrics) in per_rank[0].items():
-        combiner = CASES[label].combiner
+        combiner = CASES_STRATEGY[label].combiner
         expected = _replay(world, combiner, opt_name)
         for r in range(world):
             for got, ref in zip(per_rank[r][label, opt_name][0], expected[r], strict=True):
@@ -172,17 +232,41 @@ def test_delta_flow_matches_replay_for_every_combiner_and_optimizer():
         assert not torch.allclose(a, s) and not torch.allclose(a, m)
 
 
-def test_one_worker_equals_the_plain_optimizer():
-    (per_combiner,) = spawn(_strategy_worker, 1)
+def test_delta_flow_matches_replay_for_every_combiner_and_optimizer():
+    world = 2
+    per_rank = spawn(_strategy_worker, world)
+    _check_delta_flow(per_rank, world)
+    axis = _axis_strategy(world)
+    for got, want in zip(axis, per_rank, strict=True):
+        for key, (params, metrics) in want.items():
+            assert all(torch.equal(a, b) for a, b in zip(got[key][0], params, strict=True)), key
+            assert got[key][1] == metrics
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_axis_delta_flow_matches_replay(world):
+    """Including Adam on the halving path at 4 workers, where two nearly antiparallel first
+    deltas make Adasum amplify any rounding difference between the pair's two ranks."""
+    _check_delta_flow(_axis_strategy(world), world)
+
+
+def _check_one_worker(per_combiner):
     for opt_name in OPTIMIZERS:
         model = _model()
-        opt = _optimizer(opt_name, model)
+        opt = _optimizer(opt_name, model.parameters())
         for step in range(STEPS):
             _backward(model, opt, 0, step)
             opt.step()
-        for label, cfg in CASES.items():
+        for label, cfg in CASES_STRATEGY.items():
             params, metrics = per_combiner[label, opt_name]
             for got, ref in zip(params, model.parameters(), strict=True):
                 torch.testing.assert_close(got, ref.detach(), rtol=1e-14, atol=1e-15)
             if cfg.combiner == "adasum":
                 assert metrics["method/bytes"] == 0.0
+
+
+def test_one_worker_equals_the_plain_optimizer():
+    (per_combiner,) = spawn(_strategy_worker, 1)
+    _check_one_worker(per_combiner)
+    (axis,) = _axis_strategy(1)
+    _check_one_worker(axis)

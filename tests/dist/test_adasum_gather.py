@@ -1,35 +1,43 @@
-"""The small-message Adasum path (one allgather, the tree applied locally) over gloo: bit for
-bit the single-process reference, on every rank, for 2, 4 and 8 ranks."""
+"""The small-message Adasum path (one allgather, the tree applied locally): bit for bit the
+single-process reference, on every worker, for 2, 4 and 8 workers, under both engines
+(gloo processes holding one row each, and every worker on one axis in this process)."""
 
 import pytest
 import torch
 
 from repro.dist.adasum_allreduce import FlatLayout
 from repro.dist.adasum_gather import adasum_gather_, tree_reduce_rows_
-from repro.dist.collectives import Collectives
+from repro.dist.axis_collectives import AxisCollectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.strategies.adasum import adasum_per_tensor
-from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs
+from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
+
+CASES = [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])]
+
+
+def _gather(comm, world, shapes, dtype):
+    """Each held worker's combined tensors, the records' summary and each row's padding."""
+    tensors = axis_inputs(comm.ranks, shapes, dtype)
+    layout = FlatLayout([t[0] for t in tensors], world)
+    buf = layout.flatten(tensors)
+    records = adasum_gather_(buf, layout, comm)
+    summary = [(r.op, r.nbytes, r.group_size) for r in records]
+    combined = [t.clone() for t in layout.unflatten(buf)]
+    return [
+        ([t[row] for t in combined], summary, buf[row, layout.total :].clone())
+        for row in range(len(comm.ranks))
+    ]
 
 
 def _gather_worker(rank, world, shape_lists):
     init_process_group()
-    comm = Collectives()
-    results = []
-    for shapes in shape_lists:
-        for dtype in DTYPES:
-            tensors = _inputs(rank, shapes, dtype)
-            layout = FlatLayout(tensors, world)
-            buf = layout.flatten(tensors)
-            records = adasum_gather_(buf, layout, comm)
-            summary = [(r.op, r.nbytes, r.group_size) for r in records]
-            results.append(([t.clone() for t in layout.unflatten(buf)], summary, buf[layout.total :]))
-    return results
+    comm = ProcessCollectives()
+    return [_gather(comm, world, shapes, dtype)[0] for shapes in shape_lists for dtype in DTYPES]
 
 
-@pytest.mark.parametrize("world, shape_lists", [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])])
-def test_gather_path_is_the_reference_bit_for_bit(world, shape_lists):
-    per_rank = spawn(_gather_worker, world, shape_lists)
+def _check(per_rank, world, shape_lists):
+    """per_rank[r][case] = (combined tensors, records summary, padding) of worker r."""
     cases = [(shapes, dtype) for shapes in shape_lists for dtype in DTYPES]
     for case, (shapes, dtype) in enumerate(cases):
         reference = adasum_per_tensor([_inputs(r, shapes, dtype) for r in range(world)])
@@ -40,6 +48,19 @@ def test_gather_path_is_the_reference_bit_for_bit(world, shape_lists):
             # one collective: every rank's unpadded buffer, gathered
             total = sum(t.numel() for t in reference) * torch.finfo(dtype).bits // 8
             assert summary == [("allgather", total, world)]
+
+
+@pytest.mark.parametrize("world, shape_lists", CASES)
+def test_gather_path_is_the_reference_bit_for_bit(world, shape_lists):
+    _check(spawn(_gather_worker, world, shape_lists), world, shape_lists)
+
+
+@pytest.mark.parametrize("world, shape_lists", CASES)
+def test_gather_path_on_the_axis_engine_is_the_reference_bit_for_bit(world, shape_lists):
+    comm = AxisCollectives(world)
+    per_case = [_gather(comm, world, shapes, dtype) for shapes in shape_lists for dtype in DTYPES]
+    per_rank = [[rows[r] for rows in per_case] for r in range(world)]
+    _check(per_rank, world, shape_lists)
 
 
 def test_tree_pairs_neighbours_first():

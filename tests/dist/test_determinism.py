@@ -1,4 +1,5 @@
-"""Same config and seed give the same curve; the default workload learns MNIST-1D."""
+"""Same config and seed give the same curve, under either engine (2 gloo processes, or both
+workers on one axis in this process); the default workload learns MNIST-1D."""
 
 import pytest
 
@@ -9,8 +10,10 @@ CURVE = ("train/loss", "test/loss", "test/acc", "time/modeled_s", "comm/bytes", 
 
 
 @pytest.mark.slow
-def test_same_seed_same_curve_different_seed_different_curve(tmp_path):
+@pytest.mark.parametrize("engine", ["processes", "simulated"])
+def test_same_seed_same_curve_different_seed_different_curve(tmp_path, engine):
     common = [
+        f"trainer.engine={engine}",
         "trainer.world_size=2",
         "method=adacomm",
         "method.tau0=4",

@@ -111,7 +111,9 @@ def _trace(trainer: Trainer, steps: int) -> list[dict]:
         metrics = trainer.strategy.metrics()
         out.append(
             {
-                "params": torch.cat([p.detach().reshape(p.shape[0], -1) for p in trainer.replicas.params], 1),
+                "params": torch.cat(
+                    [p.detach().reshape(p.shape[0], -1) for p in trainer.replicas.params], 1
+                ),
                 "decisions": {k: metrics[k] for k in DECISIONS if k in metrics},
                 "modeled_s": trainer.time.now(),
             }
@@ -123,7 +125,9 @@ def _process_worker(rank: int, world: int, names: list[str], root: str) -> dict:
     init_process_group()
     torch.set_num_threads(1)
     comm = ProcessCollectives()
-    return {n: _trace(Trainer(_config(n, world, root, "processes"), comm, "cpu"), STEPS) for n in names}
+    return {
+        n: _trace(Trainer(_config(n, world, root, "processes"), comm, "cpu"), STEPS) for n in names
+    }
 
 
 def _simulated(name: str, world: int, root: str, vectorize: str = "loop", steps: int = STEPS):
@@ -139,7 +143,11 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def engines(request, tmp_path_factory):
     """Every variant under both engines at one world size (one spawn for all variants)."""
     world, root = request.param, str(tmp_path_factory.mktemp("engines"))
-    prepare(_config("sync", world, root, "processes").workload, _config("sync", world, root, "processes").data, 0)
+    prepare(
+        _config("sync", world, root, "processes").workload,
+        _config("sync", world, root, "processes").data,
+        0,
+    )
     ranks = spawn(_process_worker, world, list(VARIANTS), root)
     processes = {
         n: [

@@ -1,4 +1,8 @@
-"""Local SGD and AdaComm through the real trainer on 2 gloo workers."""
+"""Local SGD and AdaComm through the real trainer on 2 workers, under both engines.
+
+`processes` runs 2 gloo workers; `simulated` holds both on one axis in this process (it
+needs sampled compute times, which nothing asserted here reads).
+"""
 
 import pytest
 import torch
@@ -12,9 +16,16 @@ def _final_params(summary: dict) -> torch.Tensor:
     return torch.cat([v.reshape(-1).double() for v in state.values()])
 
 
+ENGINES = {
+    "processes": ["trainer.engine=processes"],
+    "simulated": ["trainer.engine=simulated", "compute.mode=sampled"],
+}
+
+
 @pytest.mark.slow
-def test_tau1_local_sgd_follows_sync(tmp_path):
-    common = ["trainer.world_size=2", "trainer.steps=30", "optim.momentum=0.0"]
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_tau1_local_sgd_follows_sync(tmp_path, engine):
+    common = ["trainer.world_size=2", "trainer.steps=30", "optim.momentum=0.0", *ENGINES[engine]]
     sync = train(tmp_path, *common, "method=sync")
     local = train(tmp_path, *common, "method=local_sgd", "method.tau=1")
     assert torch.allclose(_final_params(sync), _final_params(local), rtol=1e-5, atol=1e-6)
@@ -29,9 +40,11 @@ def test_tau1_local_sgd_follows_sync(tmp_path):
 
 
 @pytest.mark.slow
-def test_adacomm_tau_falls_with_the_loss(tmp_path):
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_adacomm_tau_falls_with_the_loss(tmp_path, engine):
     summary = train(
         tmp_path,
+        *ENGINES[engine],
         "trainer.world_size=2",
         "trainer.steps=240",
         "trainer.eval_every=8",

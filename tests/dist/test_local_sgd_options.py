@@ -1,73 +1,95 @@
-"""Local SGD's momentum options on 2 real gloo ranks: averaged buffers and block momentum."""
+"""Local SGD's momentum options, averaged buffers and block momentum, on both engines.
+
+Two real gloo ranks (`ProcessCollectives`, one row each) and the same two workers on one
+axis in this process (`AxisCollectives`): each must follow the update rule, and the two
+engines must agree bit for bit (two-term sums have only one order).
+"""
 
 import pytest
 import torch
 
-from repro.dist.collectives import Collectives
+from repro.dist.axis_collectives import AxisCollectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
+from repro.train.replicas import Replicas
 
-INFO = StepInfo(1, 0.0, 1.0, 0.1, 0.0, Link(0.0, 1e9))
-
-
-def _setup(rank: int, cfg: LocalSGDConfig):
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    strategy = LocalSGDStrategy(cfg, 2)
-    strategy.setup(model, opt, Collectives())
-    torch.manual_seed(100 + rank)  # different data per rank
-    return model, opt, strategy
+WORLD = 2
 
 
-def _local_step(model, opt):
-    opt.zero_grad()
-    model(torch.randn(4, 3)).pow(2).sum().backward()
-    opt.step()
+def _info(comm) -> StepInfo:
+    return StepInfo(1, 0.0, torch.ones(len(comm.ranks)), 0.1, 0.0, Link(0.0, 1e9))
 
 
-def _flat(model):
-    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+class _Workers:
+    """The held workers' model, optimizer and strategy, and each worker's own data stream."""
+
+    def __init__(self, comm, cfg: LocalSGDConfig):
+        torch.manual_seed(0)
+        self.replicas = Replicas(torch.nn.Linear(3, 2), len(comm.ranks), "loop")
+        self.opt = torch.optim.SGD(self.replicas.parameters(), lr=0.1, momentum=0.9)
+        self.strategy = LocalSGDStrategy(cfg, WORLD)
+        self.strategy.setup(self.replicas, self.opt, comm, None)
+        self.gens = [torch.Generator().manual_seed(100 + r) for r in comm.ranks]  # data per rank
+        self.info = _info(comm)
+
+    def local_step(self) -> None:
+        x = torch.stack([torch.randn(4, 3, generator=g) for g in self.gens])
+        y = torch.zeros(len(self.gens), 4)
+        self.replicas.forward_backward(x, y, lambda out, _: out.pow(2).sum())
+        self.opt.step()
+
+    def flat(self) -> torch.Tensor:
+        """(held workers, numel): each worker's model end to end."""
+        rows = len(self.gens)
+        return torch.cat([p.detach().reshape(rows, -1) for p in self.replicas.parameters()], 1)
+
+    def momentum(self) -> list[torch.Tensor]:
+        return [self.opt.state[p]["momentum_buffer"].clone() for p in self.replicas.parameters()]
 
 
-def _average_momentum(rank: int, world: int):
-    init_process_group()
-    model, opt, strategy = _setup(rank, LocalSGDConfig(tau=2, momentum="average"))
-    _local_step(model, opt)
-    strategy.after_step(INFO)
-    _local_step(model, opt)
-    before = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
-    strategy.after_step(INFO)
-    after = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
-    return before, after, _flat(model)
+def _average_momentum(comm) -> tuple[list, list, torch.Tensor]:
+    w = _Workers(comm, LocalSGDConfig(tau=2, momentum="average"))
+    w.local_step()
+    w.strategy.after_step(w.info)
+    w.local_step()
+    before = w.momentum()
+    w.strategy.after_step(w.info)
+    return before, w.momentum(), w.flat()
 
 
-def _block_momentum(rank: int, world: int):
-    init_process_group()
-    model, opt, strategy = _setup(rank, LocalSGDConfig(tau=1, block_momentum=0.5))
+def _block_momentum(comm) -> list[torch.Tensor]:
+    w = _Workers(comm, LocalSGDConfig(tau=1, block_momentum=0.5))
     seen = []
     for _ in range(3):
-        _local_step(model, opt)
-        seen.append(_flat(model))  # this rank's model before averaging
-        strategy.after_step(INFO)
-        seen.append(_flat(model))  # the global model after averaging
+        w.local_step()
+        seen.append(w.flat())  # each worker's model before averaging
+        w.strategy.after_step(w.info)
+        seen.append(w.flat())  # the global model after averaging
     return seen
 
 
-@pytest.mark.slow
-def test_momentum_average_averages_the_buffers_too():
-    (b0, a0, m0), (b1, a1, m1) = spawn(_average_momentum, 2)
+def _average_momentum_worker(rank: int, world: int):
+    init_process_group()
+    before, after, flat = _average_momentum(ProcessCollectives())
+    return [b[0] for b in before], [a[0] for a in after], flat[0]
+
+
+def _block_momentum_worker(rank: int, world: int):
+    init_process_group()
+    return [rows[0] for rows in _block_momentum(ProcessCollectives())]
+
+
+def _check_average_momentum(b0, a0, m0, b1, a1, m1) -> None:
     for x0, x1, y0, y1 in zip(b0, b1, a0, a1, strict=True):
         assert not torch.allclose(x0, x1)
         assert torch.allclose(y0, (x0 + x1) / 2) and torch.equal(y0, y1)
     assert torch.equal(m0, m1)
 
 
-@pytest.mark.slow
-def test_block_momentum_follows_its_update_rule():
-    r0, r1 = spawn(_block_momentum, 2)
+def _check_block_momentum(r0: list[torch.Tensor], r1: list[torch.Tensor]) -> None:
     # seen = [local_1, global_1, local_2, global_2, local_3, global_3] per rank
     assert all(torch.equal(a, b) for a, b in zip(r0[1::2], r1[1::2], strict=True))
     mean = [(r0[i] + r1[i]) / 2 for i in (0, 2, 4)]
@@ -80,3 +102,43 @@ def test_block_momentum_follows_its_update_rule():
         assert torch.allclose(r0[k], x_g, atol=1e-6)
     # with momentum the global model moves further than plain averaging would
     assert not torch.allclose(r0[5], mean[2], atol=1e-4)
+
+
+def _axis_average_momentum():
+    before, after, flat = _average_momentum(AxisCollectives(WORLD))
+    return [([b[r] for b in before], [a[r] for a in after], flat[r]) for r in range(WORLD)]
+
+
+def _axis_block_momentum():
+    seen = _block_momentum(AxisCollectives(WORLD))
+    return [[rows[r] for rows in seen] for r in range(WORLD)]
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.slow
+def test_momentum_average_averages_the_buffers_too():
+    (b0, a0, m0), (b1, a1, m1) = spawn(_average_momentum_worker, WORLD)
+    _check_average_momentum(b0, a0, m0, b1, a1, m1)
+    axis = _axis_average_momentum()
+    assert _equal(axis, [(b0, a0, m0), (b1, a1, m1)])
+
+
+def test_momentum_average_on_the_axis_engine():
+    (b0, a0, m0), (b1, a1, m1) = _axis_average_momentum()
+    _check_average_momentum(b0, a0, m0, b1, a1, m1)
+
+
+@pytest.mark.slow
+def test_block_momentum_follows_its_update_rule():
+    r0, r1 = spawn(_block_momentum_worker, WORLD)
+    _check_block_momentum(r0, r1)
+    assert _equal(_axis_block_momentum(), [r0, r1])
+
+
+def test_block_momentum_on_the_axis_engine():
+    _check_block_momentum(*_axis_block_momentum())

@@ -1,7 +1,9 @@
-"""Top-k exchanges and the Top-k strategy across N gloo workers, against one-process references.
+"""Top-k exchanges and the Top-k strategy across N workers, against one-process references.
 
-One spawn per world size runs every scenario and returns its tensors; the references are
-computed here from the same seeded inputs.
+Both engines run every scenario: one spawn of N gloo workers per world size
+(`ProcessCollectives`, one row each) and all N workers on one axis in this process
+(`AxisCollectives`). The references are computed here from the same seeded inputs, and at
+two workers the engines must agree bit for bit (two-term sums have only one order).
 """
 
 import copy
@@ -18,20 +20,24 @@ from repro.compress.exchange import (
 )
 from repro.compress.policy import CollectivePolicy
 from repro.compress.topk import compress, decompress, k_for, residual_after
-from repro.dist.collectives import Collectives
+from repro.dist.axis_collectives import AxisCollectives
+from repro.dist.collectives import ProcessCollectives
 from repro.dist.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.topk import TopKConfig, TopKStrategy
+from repro.train.replicas import Replicas
 
 NUMEL, K, LAYERS = 1000, 10, [600, 390, 10]
 STEPS = 3
 LINK = Link(1e-3, 1e9 / 8)
+ENGINES = ("processes", "axis")
 
 
 def compensated_of(rank: int) -> torch.Tensor:
-    """Worker `rank`'s G; ranks get different scales so VAR has a clear largest norm."""
-    g = torch.randn(NUMEL, generator=torch.Generator().manual_seed(100 + rank))
+    """Worker `rank`'s G, one row; ranks get different scales so VAR has a clear largest
+    norm."""
+    g = torch.randn(1, NUMEL, generator=torch.Generator().manual_seed(100 + rank))
     return g * (1.0 + ((rank * 7) % 5))
 
 
@@ -45,104 +51,135 @@ def tiny_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
 
 
-def run_strategy(comm, rank, cfg, steps):
-    """Drive TopKStrategy with seeded gradients; returns p.grad per step and the residuals."""
-    model = tiny_model()
+def _info(comm, step: int) -> StepInfo:
+    return StepInfo(step, 0.0, torch.zeros(len(comm.ranks)), 0.1, 0.0, LINK)
+
+
+def run_strategy(comm, cfg, steps):
+    """Drive TopKStrategy with seeded gradients written into the held workers' `p.grad`
+    rows; returns, per held worker, p.grad per step and the final residuals."""
+    rows = len(comm.ranks)
+    replicas = Replicas(tiny_model(), rows, "loop")
     strategy = TopKStrategy(cfg, comm.world_size)
-    strategy.setup(model, torch.optim.SGD(model.parameters(), lr=0.1), comm)
-    shapes = [p.shape for p in model.parameters()]
-    out = []
+    strategy.setup(replicas, torch.optim.SGD(replicas.parameters(), lr=0.1), comm, None)
+    shapes = [p.shape[1:] for p in replicas.parameters()]
+    history = [[] for _ in range(rows)]
     for step in range(steps):
-        for p, g in zip(model.parameters(), grads_of(rank, step, shapes), strict=True):
-            p.grad = g
-        records = strategy.after_backward(StepInfo(step, 0.0, 0.0, 0.1, 0.0, LINK))
-        out.append(
-            {
-                "grads": [p.grad.clone() for p in model.parameters()],
-                "metrics": strategy.metrics(),
-                "ops": [(r.op, r.nbytes, r.algo) for r in records],
-            }
-        )
-    return out, strategy.state_dict()["residuals"]
+        per_rank = [grads_of(r, step, shapes) for r in comm.ranks]
+        for i, p in enumerate(replicas.parameters()):
+            p.grad.copy_(torch.stack([grads[i] for grads in per_rank]))
+        records = strategy.after_backward(_info(comm, step))
+        for row in range(rows):
+            history[row].append(
+                {
+                    "grads": [p.grad[row].clone() for p in replicas.parameters()],
+                    "metrics": strategy.metrics(),
+                    "ops": [(r.op, r.nbytes, r.algo) for r in records],
+                }
+            )
+    residuals = strategy.state_dict()["residuals"]
+    return [(history[row], {name: r[row] for name, r in residuals.items()}) for row in range(rows)]
 
 
-def run_moo(comm, rank):
-    """A MOO step with a minimal snapshot/restore probe hook, then the same step at fixed c."""
-    model = tiny_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = torch.randn(40, 8, generator=torch.Generator().manual_seed(rank))
-    position = [0]
-    probe_calls = []
+class _Workers:
+    """The held workers of the MOO scenario: stacked models, optimizer, per-worker data."""
 
-    def train_batch():
-        x = data[position[0] % 40 : position[0] % 40 + 4]
-        position[0] += 4
-        optimizer.zero_grad()
-        model(x).pow(2).sum().backward()
+    def __init__(self, comm):
+        self.replicas = Replicas(tiny_model(), len(comm.ranks), "loop")
+        self.optimizer = torch.optim.SGD(self.replicas.parameters(), lr=0.1, momentum=0.9)
+        self.data = [
+            torch.randn(40, 8, generator=torch.Generator().manual_seed(r)) for r in comm.ranks
+        ]
+        self.position = 0
 
-    def probe(n_steps, per_step):
-        snapshot = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
-        start = position[0]
+    def train_batch(self) -> None:
+        at = self.position % 40
+        x = torch.stack([d[at : at + 4] for d in self.data])
+        y = torch.zeros(len(self.data), 4)
+        self.position += 4
+        self.replicas.forward_backward(x, y, lambda out, _: out.pow(2).sum())
+
+
+class _Rehearsal:
+    """The `Rehearsal` protocol at its smallest: trial steps from a snapshot of the models,
+    optimizer and data position, all restored afterwards; it records each call's length."""
+
+    def __init__(self, workers: _Workers):
+        self.workers, self.calls = workers, []
+
+    def rehearse(self, n_steps, per_step) -> None:
+        w = self.workers
+        snapshot = (w.replicas.state_dict(), copy.deepcopy(w.optimizer.state_dict()), w.position)
         for i in range(n_steps):
-            train_batch()
+            w.train_batch()
             per_step(i)
-            optimizer.step()
-        model.load_state_dict(snapshot[0])
-        optimizer.load_state_dict(snapshot[1])
-        position[0] = start
-        probe_calls.append(n_steps)
+            w.optimizer.step()
+        w.replicas.load_state_dict(snapshot[0])
+        w.optimizer.load_state_dict(snapshot[1])
+        w.position = snapshot[2]
+        self.calls.append(n_steps)
 
+
+def run_moo(comm):
+    """A MOO step probing through a rehearsal, then the same step at fixed c; per held worker."""
+    workers = _Workers(comm)
+    rehearsal = _Rehearsal(workers)
     cfg = TopKConfig(cr_controller="moo", collective="ar_ring", probe_steps=2)
     strategy = TopKStrategy(cfg, comm.world_size)
-    strategy.setup(model, optimizer, comm)
-    strategy.set_probe(probe)
-    before = copy.deepcopy(model.state_dict())
-    train_batch()
-    live = [p.grad.clone() for p in model.parameters()]
-    records = strategy.after_backward(StepInfo(0, 0.0, 0.0, 0.1, 0.0, LINK))
+    strategy.setup(workers.replicas, workers.optimizer, comm, rehearsal)
+    before = workers.replicas.state_dict()
+    workers.train_batch()
+    live = [p.grad.clone() for p in workers.replicas.parameters()]
+    records = strategy.after_backward(_info(comm, 0))
     chosen = strategy.controller.cr
-    unchanged = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    after = workers.replicas.state_dict()
+    unchanged = all(
+        torch.equal(a, b) for a, b in zip(before["params"], after["params"], strict=True)
+    )
 
     # The same live gradients through a fixed-ratio strategy at the chosen c, fresh residuals.
     reference = TopKStrategy(TopKConfig(cr=chosen, collective="ar_ring"), comm.world_size)
-    twin = tiny_model()
-    reference.setup(twin, torch.optim.SGD(twin.parameters(), lr=0.1), comm)
+    twin = Replicas(tiny_model(), len(comm.ranks), "loop")
+    reference.setup(twin, torch.optim.SGD(twin.parameters(), lr=0.1), comm, None)
     for p, g in zip(twin.parameters(), live, strict=True):
-        p.grad = g.clone()
-    reference.after_backward(StepInfo(0, 0.0, 0.0, 0.1, 0.0, LINK))
-    same_as_fixed = all(
-        torch.equal(a.grad, b.grad)
-        for a, b in zip(model.parameters(), twin.parameters(), strict=True)
-    )
-    return {
-        "cr": chosen,
-        "probe_calls": probe_calls,
-        "position": position[0],
-        "params_unchanged": unchanged,
-        "same_as_fixed": same_as_fixed,
-        "probe_records": len(records),
-        "gains": strategy.controller.gains,
-    }
+        p.grad.copy_(g)
+    reference.after_backward(_info(comm, 0))
+    mine, twins = workers.replicas.parameters(), twin.parameters()
+    return [
+        {
+            "cr": chosen,
+            "probe_calls": rehearsal.calls,
+            "position": workers.position,
+            "params_unchanged": unchanged,
+            "same_as_fixed": all(
+                torch.equal(a.grad[row], b.grad[row]) for a, b in zip(mine, twins, strict=True)
+            ),
+            "probe_records": len(records),
+            "gains": strategy.controller.gains,
+        }
+        for row in range(len(comm.ranks))
+    ]
 
 
-def worker(rank: int, world: int) -> dict:
-    init_process_group()
-    comm = Collectives()
-    g = compensated_of(rank)
+def scenarios(comm) -> list[dict]:
+    """Every exchange and strategy scenario on the held workers; one dict per held worker."""
+    world = comm.world_size
+    g = torch.cat([compensated_of(r) for r in comm.ranks])
     ag = ag_topk_exchange(comm, g, K)
     ag_layers = ag_topk_exchange(comm, g, K, LAYERS)
     star = star_leader(world + 1, world)
     ar_star = ar_topk_exchange(comm, g, K, star, "tree")
-    leader, var_record = var_leader(comm, g.pow(2).sum().item())
+    leader, var_record = var_leader(comm, g.pow(2).sum(1))
     ar_var = ar_topk_exchange(comm, g, K, leader, "ring", LAYERS)
     dense = dense_exchange(comm, g, "ring")
 
-    def pack(result):
+    def pack(result, row):
         ops = [(r.op, r.nbytes, r.algo) for r in result.records]
-        return result.average, result.sent, result.gain, ops
+        sent = None if result.sent is None else result.sent[row]
+        return result.average[row], sent, result.gain, ops
 
     strategy_runs = {
-        name: run_strategy(comm, rank, TopKConfig(**kwargs), STEPS)
+        name: run_strategy(comm, TopKConfig(**kwargs), STEPS)
         for name, kwargs in {
             "star": {"cr": 0.1, "collective": "ar_ring", "leader": "star"},
             "var": {"cr": 0.1, "collective": "ar_tree", "leader": "var"},
@@ -151,35 +188,78 @@ def worker(rank: int, world: int) -> dict:
             "auto": {"cr": 0.01, "collective": "auto"},
         }.items()
     }
-    return {
-        "ag": pack(ag),
-        "ag_layers": pack(ag_layers),
-        "ar_star": pack(ar_star),
-        "star": star,
-        "var_leader": leader,
-        "var_record": (var_record.op, var_record.nbytes),
-        "ar_var": pack(ar_var),
-        "dense": pack(dense),
-        "strategy": strategy_runs,
-        "moo": run_moo(comm, rank),
-    }
+    moo = run_moo(comm)
+    return [
+        {
+            "ag": pack(ag, row),
+            "ag_layers": pack(ag_layers, row),
+            "ar_star": pack(ar_star, row),
+            "star": star,
+            "var_leader": leader,
+            "var_record": (var_record.op, var_record.nbytes),
+            "ar_var": pack(ar_var, row),
+            "dense": pack(dense, row),
+            "strategy": {name: runs[row] for name, runs in strategy_runs.items()},
+            "moo": moo[row],
+        }
+        for row in range(len(comm.ranks))
+    ]
+
+
+def worker(rank: int, world: int) -> dict:
+    init_process_group()
+    return scenarios(ProcessCollectives())[0]
+
+
+def axis_scenarios(world: int) -> list[dict]:
+    """All workers in this process, on one thread as each worker process runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return scenarios(AxisCollectives(world))
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def world(request):
-    return request.param, spawn(worker, request.param)
+    """(N, {engine: per-worker results})."""
+    n = request.param
+    return n, {"processes": spawn(worker, n), "axis": axis_scenarios(n)}
+
+
+def _same(a, b) -> bool:
+    """Exactly equal, tensors bit for bit, through nested dicts, lists and tuples."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_engines_agree_bit_for_bit_at_two_workers(world):
+    n, engines = world
+    if n != 2:
+        pytest.skip("with more workers the engines sum in different orders")
+    for rank in range(n):
+        for key, value in engines["processes"][rank].items():
+            assert _same(value, engines["axis"][rank][key]), (rank, key)
 
 
 def own_topk_sum(world_size, layers=None):
     total = torch.zeros(NUMEL)
     for r in range(world_size):
         values, indices = compress(compensated_of(r), K, layers)
-        total += decompress(values, indices, NUMEL)
+        total += decompress(values, indices, NUMEL)[0]
     return total / world_size
 
 
-def test_ag_topk_equals_sum_of_own_topk(world):
-    n, results = world
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ag_topk_equals_sum_of_own_topk(world, engine):
+    n, engines = world
+    results = engines[engine]
     for key, layers in (("ag", None), ("ag_layers", LAYERS)):
         expected = own_topk_sum(n, layers)
         gains = []
@@ -187,7 +267,7 @@ def test_ag_topk_equals_sum_of_own_topk(world):
             average, sent, gain, ops = out[key]
             torch.testing.assert_close(average, expected, rtol=1e-6, atol=0)
             _, own = compress(compensated_of(rank), K, layers)
-            assert sorted(sent.tolist()) == sorted(own.tolist())
+            assert sorted(sent.tolist()) == sorted(own[0].tolist())
             # one allgather of values + indices (int32, the float32 width) + two norms
             assert ops == [("allgather", (2 * K + 2) * 4, None)]
             gains.append(gain)
@@ -198,13 +278,16 @@ def test_ag_topk_equals_sum_of_own_topk(world):
 
 
 def ar_reference(n, leader, layers=None):
+    """The mean of every worker's G on the leader's own Top-k indices, and those indices."""
     _, indices = compress(compensated_of(leader), K, layers)
     mean = sum(compensated_of(r) for r in range(n)) / n
-    return decompress(mean[indices], indices, NUMEL), indices
+    return decompress(mean.gather(1, indices), indices, NUMEL)[0], indices[0]
 
 
-def test_ar_topk_star_equals_mean_on_leader_indices(world):
-    n, results = world
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ar_topk_star_equals_mean_on_leader_indices(world, engine):
+    n, engines = world
+    results = engines[engine]
     leader = results[0]["star"]
     assert leader == (n + 1) % n
     expected, indices = ar_reference(n, leader)
@@ -213,13 +296,16 @@ def test_ar_topk_star_equals_mean_on_leader_indices(world):
         torch.testing.assert_close(average, expected, rtol=1e-6, atol=1e-7)
         assert torch.equal(sent, indices)
         g = compensated_of(rank)
-        residual = residual_after(g, sent)
-        assert torch.equal(residual + decompress(g[sent], sent, NUMEL), g)
+        residual = residual_after(g, sent.view(1, -1))
+        sent_part = decompress(g.gather(1, sent.view(1, -1)), sent.view(1, -1), NUMEL)
+        assert torch.equal(residual + sent_part, g)
         assert ops == [("broadcast", K * 4, None), ("allreduce", (K + 2) * 4, "tree")]
 
 
-def test_ar_topk_var_picks_the_largest_norm(world):
-    n, results = world
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ar_topk_var_picks_the_largest_norm(world, engine):
+    n, engines = world
+    results = engines[engine]
     norms = [compensated_of(r).pow(2).sum().item() for r in range(n)]
     leader = max(range(n), key=lambda r: norms[r])
     assert all(out["var_leader"] == leader for out in results)
@@ -232,10 +318,11 @@ def test_ar_topk_var_picks_the_largest_norm(world):
         assert ops[1][2] == "ring"
 
 
-def test_dense_exchange_is_the_average(world):
-    n, results = world
-    expected = sum(compensated_of(r) for r in range(n)) / n
-    for out in results:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dense_exchange_is_the_average(world, engine):
+    n, engines = world
+    expected = (sum(compensated_of(r) for r in range(n)) / n)[0]
+    for out in engines[engine]:
         average, sent, gain, ops = out["dense"]
         torch.testing.assert_close(average, expected, rtol=1e-6, atol=1e-7)
         assert sent is None and gain == 1.0
@@ -243,7 +330,8 @@ def test_dense_exchange_is_the_average(world):
 
 
 def simulate(n, cr, leader_rule, layerwise):
-    """One-process Algorithm 1 (or AG-Topk when leader_rule is None) over STEPS steps."""
+    """One-process Algorithm 1 (or AG-Topk when leader_rule is None) over STEPS steps,
+    written per worker on one-row vectors (no worker axis beyond that)."""
     model = tiny_model()
     params = list(model.parameters())
     names = [name for name, _ in model.named_parameters()]
@@ -252,16 +340,16 @@ def simulate(n, cr, leader_rule, layerwise):
     numel = sum(sizes)
     k = numel if cr == 1 else k_for(numel, cr)
     layers = sizes if layerwise else None
-    residuals = [torch.zeros(numel) for _ in range(n)]
+    residuals = [torch.zeros(1, numel) for _ in range(n)]
     steps = []
     for step in range(STEPS):
         comp = [
-            torch.cat([g.reshape(-1) for g in grads_of(r, step, shapes)]) + residuals[r]
+            torch.cat([g.reshape(1, -1) for g in grads_of(r, step, shapes)], 1) + residuals[r]
             for r in range(n)
         ]
         if cr == 1:
             avg = sum(comp) / n
-            sent = [torch.arange(numel)] * n
+            sent = [torch.arange(numel).view(1, -1)] * n
         elif leader_rule is None:
             picks = [compress(c, k, layers) for c in comp]
             avg = sum(decompress(v, i, numel) for v, i in picks) / n
@@ -272,14 +360,15 @@ def simulate(n, cr, leader_rule, layerwise):
             else:
                 leader = max(range(n), key=lambda r: comp[r].pow(2).sum().item())
             _, idx = compress(comp[leader], k, layers)
-            avg = decompress((sum(comp) / n)[idx], idx, numel)
+            avg = decompress((sum(comp) / n).gather(1, idx), idx, numel)
             sent = [idx] * n
         residuals = [residual_after(comp[r], sent[r]) for r in range(n)]
-        steps.append(avg)
-    final = [dict(zip(names, res.split(sizes), strict=True)) for res in residuals]
+        steps.append(avg[0])
+    final = [dict(zip(names, res[0].split(sizes), strict=True)) for res in residuals]
     return steps, final, sizes
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(
     ("name", "cr", "leader_rule", "layerwise"),
     [
@@ -289,8 +378,9 @@ def simulate(n, cr, leader_rule, layerwise):
         ("dense", 1.0, None, False),
     ],
 )
-def test_strategy_matches_reference(world, name, cr, leader_rule, layerwise):
-    n, results = world
+def test_strategy_matches_reference(world, engine, name, cr, leader_rule, layerwise):
+    n, engines = world
+    results = engines[engine]
     steps, residuals, sizes = simulate(n, cr, leader_rule, layerwise)
     for rank, out in enumerate(results):
         history, final = out["strategy"][name]
@@ -306,20 +396,23 @@ def test_strategy_matches_reference(world, name, cr, leader_rule, layerwise):
     assert len(collectives) == 1
 
 
-def test_strategy_auto_logs_the_cheapest_collective(world):
-    n, results = world
+@pytest.mark.parametrize("engine", ENGINES)
+def test_strategy_auto_logs_the_cheapest_collective(world, engine):
+    n, engines = world
     model = tiny_model()
     nbytes = sum(p.numel() for p in model.parameters()) * 4
     expected = CollectivePolicy().decide(LINK, nbytes, 0.01, n)
-    for out in results:
+    for out in engines[engine]:
         history, _ = out["strategy"]["auto"]
         assert {h["metrics"]["method/collective"] for h in history} == {expected}
         ops = [op for op, _, _ in history[0]["ops"]]
         assert ops == (["allgather"] if expected == "allgather" else ["broadcast", "allreduce"])
 
 
-def test_moo_probe_restores_everything_but_the_ratio(world):
-    n, results = world
+@pytest.mark.parametrize("engine", ENGINES)
+def test_moo_probe_restores_everything_but_the_ratio(world, engine):
+    n, engines = world
+    results = engines[engine]
     crs = {out["moo"]["cr"] for out in results}
     assert len(crs) == 1  # every worker decided the same ratio
     cr = crs.pop()

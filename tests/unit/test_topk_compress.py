@@ -1,4 +1,8 @@
-"""Top-k compressor and error feedback: exact invariants and hand-computed values."""
+"""Top-k compressor and error feedback: exact invariants and hand-computed values.
+
+The compressor works on rows (workers, size), one per worker on the leading axis; a single
+worker's vector is a one-row tensor here.
+"""
 
 import pytest
 import torch
@@ -26,19 +30,39 @@ def test_k_for_floor_and_bounds():
 
 
 def test_compress_keeps_the_largest_magnitudes():
-    x = torch.tensor([0.5, -3.0, 2.0, -0.1, 4.0, 1.0])
+    x = torch.tensor([[0.5, -3.0, 2.0, -0.1, 4.0, 1.0]])
     values, indices = compress(x, 3)
-    assert sorted(indices.tolist()) == [1, 2, 4]
-    assert torch.equal(values, x[indices])
+    assert values.shape == indices.shape == (1, 3)
+    assert sorted(indices[0].tolist()) == [1, 2, 4]
+    assert torch.equal(values, x.gather(1, indices))
     dense = decompress(values, indices, 6)
-    assert torch.equal(dense, torch.tensor([0.0, -3.0, 2.0, 0.0, 4.0, 0.0]))
+    assert torch.equal(dense, torch.tensor([[0.0, -3.0, 2.0, 0.0, 4.0, 0.0]]))
 
 
 def test_compress_matches_a_naive_sort():
-    x = torch.randn(5000, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(1, 5000, generator=torch.Generator().manual_seed(3))
     values, indices = compress(x, 50)
-    naive = sorted(range(5000), key=lambda i: -abs(x[i].item()))[:50]
-    assert sorted(indices.tolist()) == sorted(naive)
+    naive = sorted(range(5000), key=lambda i: -abs(x[0, i].item()))[:50]
+    assert sorted(indices[0].tolist()) == sorted(naive)
+
+
+def test_each_row_is_compressed_on_its_own():
+    # Two workers whose largest entries sit in different places: each row keeps its own,
+    # exactly as compressing that row alone would, and the rows never mix.
+    x = torch.tensor([[9.0, 1.0, -8.0, 0.5, 0.0], [0.1, -7.0, 0.2, 6.0, -0.3]])
+    values, indices = compress(x, 2)
+    assert [sorted(row) for row in indices.tolist()] == [[0, 2], [1, 3]]
+    for r in range(2):
+        alone_values, alone_indices = compress(x[r : r + 1], 2)
+        assert torch.equal(indices[r : r + 1], alone_indices)
+        assert torch.equal(values[r : r + 1], alone_values)
+    dense = decompress(values, indices, 5)
+    assert torch.equal(dense, torch.tensor([[9.0, 0, -8.0, 0, 0], [0, -7.0, 0, 6.0, 0]]))
+    residual = residual_after(x, indices)
+    assert torch.equal(residual, torch.tensor([[0, 1.0, 0, 0.5, 0.0], [0.1, 0, 0.2, 0, -0.3]]))
+    assert torch.equal(residual + dense, x)
+    with pytest.raises(ValueError, match="rows"):
+        compress(x[0], 2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -49,22 +73,22 @@ def test_residual_plus_decompressed_is_compensated_exactly(dtype):
     for _ in range(5):
         grads = {n: torch.randn(s, generator=gen, dtype=dtype) for n, s in shapes.items()}
         compensated = memory.compensate(grads)
-        flat = torch.cat([compensated[n].reshape(-1) for n in shapes])
-        values, indices = compress(flat, k_for(flat.numel(), 0.05))
+        flat = torch.cat([compensated[n].reshape(1, -1) for n in shapes], dim=1)
+        values, indices = compress(flat, k_for(flat.shape[1], 0.05))
         residual = residual_after(flat, indices)
-        assert torch.equal(residual + decompress(values, indices, flat.numel()), flat)
+        assert torch.equal(residual + decompress(values, indices, flat.shape[1]), flat)
         sizes = [compensated[n].numel() for n in shapes]
-        pieces = residual.split(sizes)
+        pieces = residual.split(sizes, dim=1)
         memory.update({n: r.view(shapes[n]) for n, r in zip(shapes, pieces, strict=True)})
 
 
 def test_error_feedback_loses_no_gradient_mass():
     gen = torch.Generator().manual_seed(1)
     memory = ErrorFeedback()
-    total_grad = torch.zeros(400, dtype=torch.float64)
-    total_sent = torch.zeros(400, dtype=torch.float64)
+    total_grad = torch.zeros(1, 400, dtype=torch.float64)
+    total_sent = torch.zeros(1, 400, dtype=torch.float64)
     for _ in range(10):
-        g = torch.randn(400, generator=gen, dtype=torch.float64)
+        g = torch.randn(1, 400, generator=gen, dtype=torch.float64)
         total_grad += g
         compensated = memory.compensate({"p": g})["p"]
         values, indices = compress(compensated, 8)
@@ -108,20 +132,27 @@ def test_layer_ks_split_proportionally_and_sum_to_k():
 def test_layerwise_selects_within_each_tensor():
     # The first tensor dominates: whole-vector Top-k takes everything from it, layer-wise
     # Top-k takes each tensor's share from that tensor.
-    x = torch.cat([torch.arange(10.0, 20.0), torch.arange(1.0, 11.0) / 100])
+    x = torch.cat([torch.arange(10.0, 20.0), torch.arange(1.0, 11.0) / 100]).view(1, -1)
     _, whole = compress(x, 4)
-    assert sorted(whole.tolist()) == [6, 7, 8, 9]
+    assert sorted(whole[0].tolist()) == [6, 7, 8, 9]
     values, layered = compress(x, 4, layer_sizes=[10, 10])
-    assert sorted(layered.tolist()) == [8, 9, 18, 19]
-    assert torch.equal(values, x[layered])
+    assert sorted(layered[0].tolist()) == [8, 9, 18, 19]
+    assert torch.equal(values, x.gather(1, layered))
     residual = residual_after(x, layered)
     assert torch.equal(residual + decompress(values, layered, 20), x)
     with pytest.raises(ValueError, match="sum to"):
         compress(x, 4, layer_sizes=[10, 9])
+    # A second worker whose second tensor dominates: its whole-vector pick differs, its
+    # layer-wise pick is each tensor's share again, row by row.
+    rows = torch.cat([x, x.flip(1)])
+    _, whole_rows = compress(rows, 4)
+    assert sorted(whole_rows[1].tolist()) == [10, 11, 12, 13]
+    _, layered_rows = compress(rows, 4, layer_sizes=[10, 10])
+    assert [sorted(r) for r in layered_rows.tolist()] == [[8, 9, 18, 19], [0, 1, 10, 11]]
 
 
 def test_compression_gain_by_hand():
-    compensated = torch.tensor([3.0, 4.0, 0.0])
+    compensated = torch.tensor([[3.0, 4.0, 0.0]])
     values, indices = compress(compensated, 1)
     assert compression_gain(values, compensated) == pytest.approx(16 / 25)  # keeps the 4
     sent = decompress(values, indices, 3)

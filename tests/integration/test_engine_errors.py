@@ -1,0 +1,72 @@
+"""The engine's bad input: one line naming the setting and trainer.engine=processes, exit 2,
+nothing written."""
+
+import pytest
+
+from repro.config import compose
+from repro.train.engine_checks import estimate_bytes
+from repro.workload.models import build_model
+from tests.helpers import repro_cli
+
+CASES = [
+    (["trainer.engine=threads"], ("trainer.engine='threads'", "processes", "simulated")),
+    (["trainer.vectorize=jit"], ("trainer.vectorize='jit'", "vmap", "loop")),
+    (
+        ["trainer.engine=simulated", "cluster=slurm"],
+        ("trainer.engine=simulated", "cluster=slurm", "trainer.engine=processes"),
+    ),
+    (
+        ["trainer.engine=simulated", "compute.mode=measured"],
+        ("compute.mode=measured", "compute.mode=sampled", "trainer.engine=processes"),
+    ),
+    (
+        ["trainer.engine=simulated", "compute.mode=sampled", "network.inject=true"],
+        ("network.inject", "trainer.engine=processes"),
+    ),
+    (
+        # 2 million MLP workers: about 40 GiB by the estimate, more than the machine has
+        [
+            "trainer.engine=simulated",
+            "compute.mode=sampled",
+            "workload=synthetic_mlp",
+            "workload.num_samples=2000000",
+            "trainer.world_size=2000000",
+            "trainer.batch_size=1",
+        ],
+        ("trainer.world_size=2000000", "GiB", "trainer.engine=processes"),
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides,words", CASES)
+def test_engine_bad_input_is_one_line(tmp_path, overrides, words):
+    run_dir = tmp_path / "run"
+    proc = repro_cli(
+        "train", *overrides, f"run_dir={run_dir}", f"data.root={tmp_path}/data", cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    assert not run_dir.exists()
+
+
+def test_auto_engine_by_scale_and_launch():
+    sampled = ["compute.mode=sampled"]
+    assert compose(sampled).trainer.engine == "simulated"
+    assert compose(["experiment=adacomm_small"]).trainer.engine == "simulated"
+    assert compose(["experiment=adacomm_paper"]).trainer.engine == "processes"
+    assert compose([*sampled, "cluster=slurm"]).trainer.engine == "processes"
+    assert compose(["compute.mode=measured"]).trainer.engine == "processes"
+
+
+def test_memory_estimate_counts_parameters_slots_and_activations():
+    cfg = compose(["workload=synthetic_mlp", "optim.name=adam", "trainer.world_size=8"])
+    model = build_model("mlp", 4, in_dim=16)
+    params = 16 * 32 + 32 + 32 * 4 + 4
+    import torch
+
+    # outputs for a batch of 5: Linear 32, ReLU 32, Linear 4, the Sequential 4, the MLP 4
+    activations = 5 * (32 + 32 + 4 + 4 + 4)
+    want = 8 * 4 * (params * (1 + 1 + 2 + 4) + activations * 3)
+    assert estimate_bytes(cfg, model, torch.zeros(5, 16)) == want
