@@ -47,7 +47,8 @@ def test_vectorized_workers_keep_their_own_batchnorm_statistics(resnet):
     x, y = _batches(3)
     replicas = Replicas(resnet, 3, "vmap")
     losses = replicas.forward_backward(x, y, F.cross_entropy)
-    running_means = [b for n, b in zip(replicas.buffer_names, replicas.buffers) if "mean" in n]
+    named = zip(replicas.buffer_names, replicas.buffers, strict=True)
+    running_means = [b for n, b in named if "mean" in n]
     assert not torch.allclose(running_means[0][0], running_means[0][1])
     for i in range(3):
         loss, grads, buffers = _lone(resnet, x[i], y[i])
