@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from repro.errors import UserError
+
 VECTORIZE = ("vmap", "loop")
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -105,7 +107,16 @@ class Replicas:
             self._vmapped = vmap(grad_and_value(one), randomness="different")
         params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
         buffers = dict(zip(self.buffer_names, self.buffers, strict=True))
-        grads, losses = self._vmapped(params, buffers, x, y)
+        try:
+            grads, losses = self._vmapped(params, buffers, x, y)
+        except RuntimeError as e:
+            # torch.func refuses some operations (data-dependent control flow, in-place
+            # writes into unbatched tensors); that surfaces at the first step.
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(
+                f"this model cannot be vectorized over workers ({reason}); use "
+                "trainer.vectorize=loop or trainer.engine=processes"
+            ) from None
         for name, stacked in zip(self.names, self.params, strict=True):
             stacked.grad.copy_(grads[name])
         return losses.detach().float()

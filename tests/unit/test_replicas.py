@@ -78,3 +78,25 @@ def test_averaged_module_holds_the_given_values():
     flat = torch.arange(sum(p[0].numel() for p in replicas.params), dtype=torch.float32)
     module = replicas.module_with(flat)
     assert torch.equal(torch.cat([p.detach().reshape(-1) for p in module.parameters()]), flat)
+
+
+class _DataDependent(torch.nn.Module):
+    """Branches on a value, which vmap cannot batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.lin(x) if x.sum() > 0 else -self.lin(x)
+
+
+def test_a_model_that_cannot_be_vectorized_is_refused_with_the_fix():
+    from repro.errors import UserError
+
+    replicas = Replicas(_DataDependent(), 2, "vmap")
+    x, y = torch.ones(2, 3, 4), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(UserError, match="trainer.vectorize=loop or trainer.engine=processes"):
+        replicas.forward_backward(x, y, F.cross_entropy)
+    looped = Replicas(_DataDependent(), 2, "loop")
+    assert looped.forward_backward(x, y, F.cross_entropy).shape == (2,)
