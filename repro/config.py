@@ -11,23 +11,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from repro import hydra_overrides
 from repro.cluster.config import ClusterConfig
 from repro.errors import UserError
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.strategies.base import MethodConfig, registered
 from repro.track.wandb_run import TrackingConfig
+from repro.train.divergence import DivergenceConfig
+from repro.train.engine_checks import ENGINES, check_simulated, simulated_by_default
 from repro.train.optim import OptimConfig
+from repro.train.replicas import VECTORIZE
 from repro.workload.data import DataConfig
 from repro.workload.workload import WorkloadConfig
 
@@ -41,6 +47,8 @@ NON_IDENTITY_KEYS = (
     "tracking",
     "cluster",
     "trainer.progress",
+    "trainer.collective_timeout_s",
+    "trainer.divergence",
     "experiment.runs",
 )
 
@@ -67,13 +75,21 @@ class ExperimentConfig:
 
 @dataclass
 class TrainerConfig:
-    """`steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
+    """`engine`: `processes` runs one OS process per worker (gloo or NCCL; torchrun, SLURM),
+    `simulated` every worker in this process on a worker axis (`repro.train.replicas`);
+    `auto` picks simulated at the tiny and small scales wherever it can run (a local launch,
+    sampled compute, no injected delays), else processes. `vectorize`
+    is how the simulated engine runs the workers' forward/backward: `vmap` (fast) or
+    `loop` (a lone worker's exact kernels, bit for bit the process engine).
+    `steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
     passes the budget (runs compared at equal modeled time, as in AdaComm's figures);
     `target_acc > 0` stops it at the first evaluation whose test accuracy reaches the target
     (steps-to-target, as in Adasum's batch-scaling experiments)."""
 
     world_size: int = 1
     batch_size: int = 32
+    engine: str = "auto"
+    vectorize: str = "vmap"
     steps: int = 1000
     eval_every: int = 100
     checkpoint_every: int = 200
@@ -81,6 +97,8 @@ class TrainerConfig:
     target_acc: float = 0.0
     device: str = "auto"
     progress: bool = True
+    collective_timeout_s: float = 60.0
+    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
 
     def __post_init__(self):
         if self.world_size < 1:
@@ -95,6 +113,19 @@ class TrainerConfig:
             raise UserError(f"trainer.target_acc={self.target_acc} must be in (0, 1] (0 = none)")
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
+        if not self.collective_timeout_s > 0:
+            raise UserError(
+                f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0"
+            )
+        if self.engine not in ENGINES:
+            raise UserError(
+                f"trainer.engine={self.engine!r} is unknown; choose one of {list(ENGINES)} "
+                "(auto: simulated where it can run at the tiny and small scales, else processes)"
+            )
+        if self.vectorize not in VECTORIZE:
+            raise UserError(
+                f"trainer.vectorize={self.vectorize!r} is unknown; choose one of {list(VECTORIZE)}"
+            )
 
 
 @dataclass
@@ -121,9 +152,11 @@ class Config:
                 f"{self.trainer.batch_size} needs more than the {n_train} training samples of "
                 f"workload={self.workload.name}; lower one of them"
             )
-        check = getattr(self.method, "validate_world_size", None)
-        if check is not None:
-            check(self.trainer.world_size)
+        self.method.validate_world_size(self.trainer.world_size)
+        if self.trainer.engine == "auto":
+            self.trainer.engine = "simulated" if simulated_by_default(self) else "processes"
+        if self.trainer.engine == "simulated":
+            check_simulated(self)
 
     @property
     def label(self) -> str:
@@ -133,23 +166,27 @@ class Config:
 ConfigStore.instance().store(name="base_config", node=Config)
 
 
-def to_config(cfg: DictConfig) -> Config:
-    """Turn a composed DictConfig into validated dataclasses (runs every __post_init__)."""
+def to_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> Config:
+    """Turn a composed DictConfig into validated dataclasses (runs every __post_init__).
+
+    A key added with `+key=` that no dataclass has would be dropped here without a word, so
+    it is refused, like a misspelt key without the `+`."""
     try:
-        return OmegaConf.to_object(cfg)
+        built = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         cause = e.__cause__ if isinstance(e.__cause__, UserError) else None
         if cause is not None:
             raise cause from None
-        raise UserError(_one_line(e)) from None
-
-
-def _one_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    keep = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "reference_type"))]
-    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key")), "")
-    msg = keep[0] if keep else type(e).__name__
-    return f"{key}: {msg}" if key and key not in msg else msg
+        raise UserError(hydra_overrides.explain(e, list(overrides), CONFIG_DIR)) from None
+    schema = as_dict(built)
+    extra = hydra_overrides.extra_keys(cfg, schema)
+    if extra:
+        known = hydra_overrides.known_keys(schema)
+        raise UserError(
+            hydra_overrides.unknown_key(extra[0], known, list(overrides), CONFIG_DIR)
+            + " (an added key no config has would be ignored)"
+        )
+    return built
 
 
 def _check_group_choices(overrides: list[str]) -> None:
@@ -162,9 +199,16 @@ def _check_group_choices(overrides: list[str]) -> None:
                     raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")
 
 
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """Hydra's parse of each override; a syntax error (a key with no `=value`) is a one-line
+    UserError. Registers the method schemas first: naming what a key expects composes."""
+    registered()
+    return hydra_overrides.parse(overrides, CONFIG_DIR)
+
+
 def compose_dict(overrides: list[str]) -> DictConfig:
     """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors."""
-    registered()
+    parse_overrides(overrides)
     _check_group_choices(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
@@ -177,11 +221,11 @@ def compose_dict(overrides: list[str]) -> DictConfig:
             cause = cause.__cause__
         if isinstance(cause, UserError):
             raise cause from None
-        raise UserError(_one_line(e)) from None
+        raise UserError(hydra_overrides.explain(e, list(overrides), CONFIG_DIR)) from None
 
 
 def compose(overrides: list[str]) -> Config:
-    return to_config(compose_dict(overrides))
+    return to_config(compose_dict(overrides), overrides)
 
 
 def as_dict(cfg: Config) -> dict:

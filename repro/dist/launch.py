@@ -4,6 +4,14 @@ The same worker function runs under every launcher. `spawn` starts N local proce
 (MASTER_ADDR=127.0.0.1, a free port) and collects each worker's return value; torchrun and
 SLURM/submitit jobs set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT themselves, and
 `init_process_group` simply reads them. NCCL is used when CUDA is present, gloo otherwise.
+
+Worker faults under `spawn`. A worker that dies (exit code or signal) or stops answering
+(SIGSTOP, a frozen node: its heartbeat stops) ends every worker of the run within the
+collective timeout, with one line that names that worker and how it failed. Its peers
+usually fail too (a closed connection, a collective timeout), and often report first, so
+the parent looks for the worker that died or fell silent before it blames the first
+report. Under torchrun or SLURM there is no such parent; there the process group's own
+timeout (`init_process_group(timeout_s=...)`) ends the survivors.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import pickle
 import queue
 import signal
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,10 +32,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tqdm import tqdm
 
 from repro.errors import UserError
 
 _PR_SET_PDEATHSIG = 1
+# How long a worker may go without a heartbeat, and a collective may wait for a peer, before
+# the run is ended. The trainer passes `trainer.collective_timeout_s` (same default).
+DEFAULT_TIMEOUT_S = 60.0
+TIMEOUT_SETTING = "trainer.collective_timeout_s"
+# A worker beats only once it has imported torch and unpickled its arguments, which takes
+# seconds per process on a loaded node; until its first beat it gets this much extra time.
+STARTUP_S = 120.0
+# When a worker reports a failure, how long the parent keeps looking for its cause: a killed
+# worker's peers see the closed connection before the parent can reap the dead process.
+SETTLE_S = 1.0
+# The parent looks at the workers at least once a second; a longer gap means it was itself
+# suspended (Ctrl-Z stops the parent and the workers alike), not that the workers went quiet.
+SUSPENDED_S = 2.0
 
 
 def free_port() -> int:
@@ -48,8 +72,11 @@ def pick_device(requested: str = "auto") -> str:
     return "cpu"
 
 
-def init_process_group(device: str = "cpu", timeout_s: float = 600.0) -> None:
-    """Join the group described by the env:// variables (RANK, WORLD_SIZE, MASTER_*)."""
+def init_process_group(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Join the group described by the env:// variables (RANK, WORLD_SIZE, MASTER_*).
+
+    `timeout_s` bounds the rendezvous and every collective: a peer that died or hangs ends
+    this worker with an error after that long instead of blocking it forever."""
     if dist.is_initialized():
         return
     dist.init_process_group(
@@ -78,8 +105,19 @@ def die_with_parent() -> None:
         pass
 
 
-def _worker(rank, world, port, fn, args, results):
+def _heartbeat(beats, rank: int, interval_s: float) -> None:
+    # A daemon thread: it runs while the worker waits in a collective (torch releases the
+    # GIL there) and stops exactly when the whole process stops (SIGSTOP) or dies.
+    while True:
+        beats[rank] = time.monotonic()
+        time.sleep(interval_s)
+
+
+def _worker(rank, world, port, fn, args, results, beats, beat_s):
     die_with_parent()
+    threading.Thread(
+        target=_heartbeat, args=(beats, rank, beat_s), daemon=True, name="heartbeat"
+    ).start()
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -88,16 +126,27 @@ def _worker(rank, world, port, fn, args, results):
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
+    # tqdm guards its bars with a multiprocessing lock, a named semaphore under spawn. A
+    # worker ended by SIGKILL after a fault cannot release it, and the resource tracker
+    # then warns about it on stderr under the one-line message. Each worker draws its
+    # own bar, so a thread lock is all it needs.
+    tqdm.set_lock(threading.RLock())
     try:
         out = fn(rank, world, *args)
         # Plain pickle copies tensor data; torch's shared-memory pickling would need this
         # process alive until the parent has read the result.
-        results.put((rank, "ok", pickle.dumps(out)))
+        report = (rank, "ok", pickle.dumps(out))
     except UserError as e:
         # The exception itself travels, so subclasses (e.g. Diverged) keep their type.
-        results.put((rank, "user", pickle.dumps(e)))
+        report = (rank, "user", pickle.dumps(e))
     except BaseException as e:  # noqa: BLE001  (reported to the parent, which re-raises)
-        results.put((rank, "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        report = (rank, "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    try:
+        results.put(report)
+        # The report must be in the pipe before this worker's connections close: its peers
+        # fail next, and the parent takes the first report as the cause.
+        results.close()
+        results.join_thread()
     finally:
         shutdown()
 
@@ -106,47 +155,150 @@ class WorkerCrash(RuntimeError):
     """A worker died with an unexpected exception (its traceback is in the message)."""
 
 
-def spawn(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
+class WorkerFailed(UserError):
+    """A worker died or stopped answering, so every worker of the run was ended."""
+
+
+def _exit_cause(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}" if code else "exited without returning a result"
+
+
+class _Watch:
+    """The parent's view of the workers: results, failure reports, exits and heartbeats."""
+
+    def __init__(self, procs, results, beats, timeout_s: float):
+        self.procs, self.results, self.beats, self.timeout_s = procs, results, beats, timeout_s
+        self.outs: dict[int, Any] = {}
+        self.reports: list[tuple[int, str, Any]] = []  # failures, in arrival order
+        self.launched = self.watch_from = self.last_look = time.monotonic()
+
+    def take(self, item: tuple[int, str, Any]) -> None:
+        rank, kind, payload = item
+        if kind == "ok":
+            self.outs[rank] = pickle.loads(payload)
+        else:
+            self.reports.append(item)
+
+    def receive(self, wait_s: float) -> None:
+        """Take every report already sent, waiting up to `wait_s` for the first."""
+        try:
+            self.take(self.results.get(timeout=wait_s))
+            while True:
+                self.take(self.results.get_nowait())
+        except queue.Empty:
+            pass
+
+    def done(self) -> bool:
+        return len(self.outs) == len(self.procs)
+
+    def fault(self, silent_s: float) -> tuple[int, str] | None:
+        """The first worker that died without a report or has been silent for `silent_s`."""
+        now = time.monotonic()
+        if now - self.last_look > SUSPENDED_S:
+            # Every heartbeat looks old after this process was suspended: the workers get a
+            # fresh window instead of being blamed.
+            self.watch_from = now
+        self.last_look = now
+        # Exit codes are read before the queue is drained: a worker puts its report in the
+        # pipe before it exits, so one that exited and still has no report sent none.
+        exited = {r: p.exitcode for r, p in enumerate(self.procs) if p.exitcode is not None}
+        self.receive(0.0)
+        settled = self.outs.keys() | {r for r, _, _ in self.reports}
+        for rank, code in exited.items():
+            if rank not in settled:
+                return rank, _exit_cause(code)
+        for rank in range(len(self.procs)):
+            if rank in settled or rank in exited:
+                continue
+            beat = self.beats[rank]
+            if beat == 0.0:
+                if now - self.launched > silent_s + STARTUP_S:
+                    return rank, f"never started ({now - self.launched:.0f} s after launch)"
+                continue
+            age = now - max(beat, self.watch_from)
+            if age > silent_s:
+                return rank, (
+                    f"stopped answering (no heartbeat for {age:.0f} s, "
+                    f"{TIMEOUT_SETTING}={self.timeout_s:g})"
+                )
+        return None
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    collective_timeout_s: float = DEFAULT_TIMEOUT_S,
+    resume_hint: Callable[[], str] | None = None,
+) -> list[Any]:
     """Run `fn(rank, world_size, *args)` in `world_size` fresh processes; return results.
 
     `fn` must be importable (a module-level function). The rendezvous variables are set
-    before `fn` runs, so `fn` calls `init_process_group()` itself. A `UserError` in any
-    worker is re-raised here as a `UserError`; any other failure as `WorkerCrash`.
+    before `fn` runs, so `fn` calls `init_process_group()` itself, and should pass it
+    `collective_timeout_s` too. A `UserError` in any worker is re-raised here as itself; a
+    worker that dies or is silent for `collective_timeout_s` ends the run with
+    `WorkerFailed`; any other exception in a worker becomes `WorkerCrash`. In both of the
+    last two cases every worker is ended first, and `resume_hint()`, when given, adds what
+    re-running the command will do (it reads the checkpoint the workers left).
     """
+    if not collective_timeout_s > 0:
+        raise ValueError(f"collective_timeout_s={collective_timeout_s} must be > 0")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
+    beats = ctx.RawArray("d", world_size)  # monotonic time of each worker's last beat; 0: none
+    # Ten beats per timeout: a live worker's heartbeat is never more than a tenth old.
+    beat_s = min(1.0, collective_timeout_s / 10)
     port = free_port()
     procs = [
-        ctx.Process(target=_worker, args=(r, world_size, port, fn, args, results), daemon=False)
+        ctx.Process(
+            target=_worker,
+            args=(r, world_size, port, fn, args, results, beats, beat_s),
+            daemon=False,
+        )
         for r in range(world_size)
     ]
     for p in procs:
         p.start()
-    outs: dict[int, Any] = {}
-    failure: tuple[int, str, str] | None = None
+    watch = _Watch(procs, results, beats, collective_timeout_s)
+    fault: tuple[int, str] | None = None
     try:
-        while len(outs) < world_size and failure is None:
-            try:
-                rank, kind, payload = results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    failure = (procs.index(dead[0]), "crash", f"exit code {dead[0].exitcode}")
-                continue
-            if kind == "ok":
-                outs[rank] = pickle.loads(payload)
-            else:
-                failure = (rank, kind, payload)
+        # Two beats short of the timeout, so that the run ends within it after a stop.
+        silent_s = collective_timeout_s - 2 * beat_s
+        while not watch.done() and not watch.reports and fault is None:
+            watch.receive(beat_s)
+            fault = watch.fault(silent_s)
+        if watch.reports and fault is None:
+            # A peer of a silent worker may time out in its collective before the silence
+            # is noticed here, so half the timeout already marks the silent one.
+            deadline = time.monotonic() + SETTLE_S
+            while fault is None and time.monotonic() < deadline:
+                watch.receive(0.1)
+                fault = watch.fault(collective_timeout_s / 2)
     finally:
-        if failure is not None:
+        if not watch.done():
+            # After a failure (or Ctrl-C here) survivors may be blocked in a collective.
             for p in procs:
-                if p.is_alive():
-                    p.kill()
+                p.kill()
         for p in procs:
-            p.join()
-    if failure is not None:
-        rank, kind, msg = failure
+            p.join(timeout=collective_timeout_s)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    hint = f"; {resume_hint()}" if resume_hint is not None else ""
+    if fault is not None:
+        rank, cause = fault
+        raise WorkerFailed(
+            f"worker {rank} of {world_size} {cause}; all {world_size} workers were ended{hint}"
+        )
+    if watch.reports:
+        rank, kind, payload = watch.reports[0]
         if kind == "user":
-            raise pickle.loads(msg)
-        raise WorkerCrash(f"worker {rank} failed: {msg}")
-    return [outs[r] for r in range(world_size)]
+            raise pickle.loads(payload)
+        first, _, trace = payload.partition("\n")
+        raise WorkerCrash(f"worker {rank} of {world_size} failed: {first}{hint}\n{trace}")
+    return [watch.outs[r] for r in range(world_size)]

@@ -14,6 +14,11 @@ restart; the new Tracker continues the same run id (`resume="allow"`). Offline, 
 second `offline-run-*` segment whose points restart after the last checkpoint; the reader
 lets the later segment replace the overlapping steps.
 
+A full or read-only disk: wandb's service drops records on a full disk without telling this
+process, and its logger prints a traceback per record it cannot write. So the Tracker checks
+the disk itself (before init, and with one statvfs per logged point) and ends the run with
+one `UserError` line naming the run's file; a `finish` after another error stays quiet.
+
 Start-up cost, measured here (wandb 0.31, 2 cores): the first `wandb.init` of a process
 spawns wandb's service (about 0.45 s); later inits in the same process take about 0.05 s and
 `finish` a few ms. The settings below keep it there: no system-metrics sampler, no console
@@ -22,6 +27,8 @@ capture, no git inspection.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 import warnings
@@ -34,6 +41,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from repro.errors import UserError
+from repro.storage import out_of_space, probe_write, storage_error
 from repro.track.runs import has_exit_record
 
 MODES = ("auto", "offline", "online", "disabled")
@@ -97,6 +105,18 @@ def _settings(mode: str):
     )
 
 
+@contextlib.contextmanager
+def _quiet_logging():
+    # wandb's debug.log handler prints a traceback to stderr for every record it cannot
+    # write; on a full disk that is dozens of lines around the one that matters.
+    before = logging.raiseExceptions
+    logging.raiseExceptions = False
+    try:
+        yield
+    finally:
+        logging.raiseExceptions = before
+
+
 class Tracker:
     """The wandb run of one training run; every method is a no-op when mode is disabled."""
 
@@ -119,7 +139,12 @@ class Tracker:
         import wandb
 
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            # wandb itself would fall back to /tmp for a directory it cannot write
+            probe_write(run_dir)
+        except OSError as e:
+            raise storage_error(run_dir / "wandb", e, "run_dir") from None
         try:
             self._run = wandb.init(
                 project=cfg.project,
@@ -144,6 +169,7 @@ class Tracker:
         # restarted trainer re-logs below it are already there (same config, same values).
         self._floor = self._run.starting_step
         self._id = self._run.id
+        self._file = Path(self._run.settings.sync_file)
         # Every curve's default x axis is `step`. The two clocks are declared as axes too;
         # each point carries both, so any panel can switch its x axis to either clock.
         for axis in ("step", *CLOCK_METRICS):
@@ -166,6 +192,9 @@ class Tracker:
                 f"Tracker.log: step {step} after step {self._last_step}; "
                 "log each step once, in increasing order"
             )
+        full = out_of_space(self._file.parent)
+        if full is not None:
+            raise storage_error(self._file, full, "run_dir")
         row = dict(metrics)
         row["step"] = step
         # commit now: a point held back until the next step would be lost to a kill
@@ -183,14 +212,26 @@ class Tracker:
         wandb's `finish` returns before its service has written the run's last records
         (about 1-10 ms later here), so a report built in the same process right after
         training would read a run without its end. Waiting for the exit record closes that
-        gap."""
+        gap. A full disk raises a `UserError` after a successful run (`exit_code` 0) and is
+        passed over silently after a failed one, whose own error is the one to report."""
         if self._run is None:
             return
-        log_file = Path(self._run.settings.sync_file)
-        self._run.finish(exit_code=exit_code)
-        self._run = None
+        log_file = self._file
+        run, self._run = self._run, None
+        try:
+            with _quiet_logging():
+                run.finish(exit_code=exit_code)
+        except OSError as e:
+            if exit_code == 0:
+                raise storage_error(log_file, e, "run_dir") from None
+            return
         deadline = time.monotonic() + FINISH_WAIT_S
         while not has_exit_record(log_file):
+            full = out_of_space(log_file.parent)
+            if full is not None:
+                if exit_code == 0:
+                    raise storage_error(log_file, full, "run_dir")
+                return
             if time.monotonic() > deadline:
                 warnings.warn(
                     f"wandb has not completed {log_file} after {FINISH_WAIT_S:.0f} s; "

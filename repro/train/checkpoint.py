@@ -8,11 +8,15 @@ Layout under a run directory:
   summary.json                written when the run has finished
 
 Each file is written to a temporary name and renamed, so a kill at any moment leaves either
-the previous checkpoint or the new one, never a torn file.
+the previous checkpoint or the new one, never a torn file. A full or read-only disk ends the
+write with one `UserError` line naming the file, its temporary file removed; `latest.json`
+still names the last complete checkpoint, and a step directory it does not name is removed
+when the run starts again.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -23,19 +27,26 @@ import torch
 import yaml
 
 from repro.errors import UserError
+from repro.storage import probe_write, storage_error
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `data` to `path` through a synced temporary file and a rename."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise storage_error(path, e, "run_dir") from None
         raise
 
 
@@ -71,8 +82,7 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
     try:
         if not existing.is_dir():
             raise NotADirectoryError(f"{existing} is not a directory")
-        with tempfile.TemporaryFile(dir=existing):
-            pass
+        probe_write(existing)
     except OSError as e:
         raise UserError(
             f"run_dir={run_dir} cannot be written ({e.strerror or e}); pass a writable run_dir=..."
@@ -88,10 +98,21 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
 
 
 def record_run_dir(run_dir: Path, identity: dict) -> None:
-    """Create `run_dir` and record the config that owns it (after check_run_dir passed)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Create `run_dir` and record the config that owns it (after check_run_dir passed).
+
+    Also removes the step directories `latest.json` does not name: a checkpoint that a full
+    disk or a kill cut short would otherwise hold its space until the next commit. Every
+    process of a run calls this before the rendezvous, so no worker is saving yet."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(run_dir, e, "run_dir") from None
     if not (run_dir / "config.yaml").exists():
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(identity, sort_keys=True).encode())
+    committed = f"step_{latest_step(run_dir):08d}"
+    for step_dir in (run_dir / "checkpoints").glob("step_*"):
+        if step_dir.name != committed:
+            shutil.rmtree(step_dir, ignore_errors=True)
 
 
 def latest_step(run_dir: Path) -> int:
@@ -99,22 +120,30 @@ def latest_step(run_dir: Path) -> int:
     return json.loads(meta.read_text())["step"] if meta.exists() else 0
 
 
+def resume_hint(run_dir: Path) -> str:
+    """What re-running the same command does after a run was cut short; read once every
+    worker has ended, so `latest.json` names the last complete checkpoint."""
+    step = latest_step(run_dir)
+    if step:
+        return f"re-running the same command resumes from step {step} ({run_dir / 'checkpoints'})"
+    return "re-running the same command starts the run again (no checkpoint was written yet)"
+
+
 def save_rank(run_dir: Path, step: int, rank: int, state: dict) -> None:
-    path = run_dir / "checkpoints" / f"step_{step:08d}" / f"rank{rank}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_model(path, state)
+    """Write one rank's state for `step`; commit() makes it the one a restart loads."""
+    save_model(run_dir / "checkpoints" / f"step_{step:08d}" / f"rank{rank}.pt", state)
 
 
 def save_model(path: Path, state: dict) -> None:
-    """torch.save to a temporary name, then rename: never a torn file at `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `state` to `path` atomically, the same bytes for the same state.
+
+    torch.save names the zip archive's inner folder after the file it writes to, here the
+    random temporary name, so identical runs would write different files; an in-memory
+    buffer always gets the folder `archive`. write_atomic then renames a synced temporary
+    file into place (never a torn file) and turns a full disk into one line."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_atomic(path, buf.getvalue())
 
 
 def commit(run_dir: Path, step: int, config_hash: str, world_size: int) -> None:

@@ -10,6 +10,7 @@ set RANK and WORLD_SIZE.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -21,8 +22,9 @@ from repro.dist.axis_collectives import AxisCollectives
 from repro.dist.collectives import ProcessCollectives
 from repro.errors import UserError
 from repro.train import checkpoint
+from repro.train.divergence import Diverged
 from repro.train.engine_checks import check_memory
-from repro.train.trainer import Diverged, Trainer
+from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
 __all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
@@ -38,7 +40,7 @@ def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     torch.set_num_threads(1)
     os.environ.update(cfg.method.process_env())
     device = launch.pick_device(cfg.trainer.device)
-    launch.init_process_group(device)
+    launch.init_process_group(device, timeout_s=cfg.trainer.collective_timeout_s)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     return Trainer(cfg, ProcessCollectives(), device).run()
@@ -94,4 +96,10 @@ def run_training(cfg: Config) -> dict:
                 os.environ.pop(k, None)
             launch.shutdown()
         return out
-    return launch.spawn(train_worker, world, cfg)[0]
+    return launch.spawn(
+        train_worker,
+        world,
+        cfg,
+        collective_timeout_s=cfg.trainer.collective_timeout_s,
+        resume_hint=functools.partial(checkpoint.resume_hint, run_dir),
+    )[0]

@@ -14,18 +14,17 @@ and the run's log. A checkpoint is those parts, saved and restored by iterating 
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
 from repro.config import Config, config_hash, run_dir_of
 from repro.dist.collectives import Collectives
-from repro.errors import UserError
 from repro.netmodel.schedule import NetworkSchedule
 from repro.netmodel.timekeeper import TimeKeeper
 from repro.strategies.base import StepInfo, build_strategy
 from repro.train import checkpoint
+from repro.train.divergence import DivergenceGuard
 from repro.train.evaluate import averaged_model, test_sums
 from repro.train.metrics import RunningStats, point
 from repro.train.optim import build_optimizer, lr_at, set_lr
@@ -35,10 +34,6 @@ from repro.train.replicas import Replicas
 from repro.train.run_log import RunLog
 from repro.train.worker_data import WorkerData
 from repro.workload.workload import Workload, prepare
-
-
-class Diverged(UserError):
-    """The training loss became NaN or infinite."""
 
 
 class Trainer:
@@ -61,6 +56,7 @@ class Trainer:
         self.time = TimeKeeper(cfg.compute, comm, cfg.seed, net.bytes_scale, net.inject)
         self.stats = RunningStats()
         self.log = RunLog(cfg, self.run_dir, comm.ranks[0] == 0)
+        self.guard = DivergenceGuard(tc.divergence)
         self.parts = {
             "model": self.replicas,
             "optimizer": self.optimizer,
@@ -69,6 +65,7 @@ class Trainer:
             "time": self.time,
             "stats": self.stats,
             "log": self.log,
+            "divergence": self.guard,
         }
 
     # ---------------------------------------------------------------- the loop
@@ -117,9 +114,7 @@ class Trainer:
         started = time.perf_counter()
         losses = self.replicas.forward_backward(x, y, self.workload.loss)
         compute_s = time.perf_counter() - started
-        bad = [v for v in losses.tolist() if not math.isfinite(v)]
-        if bad:
-            raise Diverged(f"training diverged at step {step} (loss={bad[0]}); lower optim.lr")
+        self.guard.check_loss(step, losses.tolist())
 
         # time.now() is identical for every worker, so strategies that decide from it agree
         info = StepInfo(step, epoch, losses, lr, self.time.now(), link)
@@ -160,6 +155,8 @@ class Trainer:
         )
         self.stats.reset_interval(wall_s, samples, self.time.now())
         self.log.log(logged)
+        num_classes = self.workload.arrays.num_classes
+        self.guard.check_point(step, logged["epoch"], logged["test/acc"], num_classes)
 
     # ------------------------------------------------------- checkpoint/resume
     def save(self, step: int) -> None:

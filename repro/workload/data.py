@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from repro.errors import UserError
+from repro.storage import storage_error
 
 # CIFAR per-channel statistics of the training set (standard values used by the papers' code).
 _CIFAR_STATS = {
@@ -52,12 +53,25 @@ class Arrays:
 
 
 def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    os.close(fd)
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
+    """Cache `arrays` at `path` via a temporary file and a rename, so concurrent readers
+    never see a torn file; a full or read-only `data.root` ends with one line and leaves
+    no temporary file."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise storage_error(path, e, "data.root") from None
+        raise
 
 
 def mnist1d(root: str, num_samples: int, seed: int) -> Arrays:

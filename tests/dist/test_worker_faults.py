@@ -3,7 +3,8 @@
 Real spawned gloo workers loop on all_reduce; one of them is sent SIGKILL or SIGSTOP by a
 peer, and the time from that signal to `spawn` raising is measured. The message must name
 the failed worker (not a peer that lost its connection), how it failed, and the step a
-re-run resumes from.
+re-run resumes from. The real trainer is then run the same way in a subprocess, down to
+the one line on stderr; and suspending the whole run (Ctrl-Z) must not count as a fault.
 """
 
 from __future__ import annotations

@@ -1,0 +1,275 @@
+"""Hydra overrides as a user types them, and composition errors as one line each.
+
+Hydra and OmegaConf report a bad override as a chain of exceptions whose outer message
+("Error merging override ...", "Could not override ...", a parser traceback) leaves out
+why; the reason and the config node involved sit on the cause. The functions here read
+that node to say which setting is wrong, what it expects (its type and an example value),
+and the fix (the closest known key, the group choice that has the key, `--multirun`).
+Composition lives in `repro.config`; this module only explains, so it never imports it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    ConfigTypeError,
+    OmegaConfBaseException,
+    ValidationError,
+)
+from omegaconf.nodes import BooleanNode, BytesNode, EnumNode, FloatNode, IntegerNode, PathNode
+
+from repro.errors import UserError
+
+GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic"
+LISTS_KEYS = "`repro train --cfg job` lists every key"
+# What a value node of each OmegaConf type accepts, as a user would write it.
+EXPECTS = {
+    IntegerNode: "an int (a whole number)",
+    FloatNode: "a float (a number)",
+    BooleanNode: "a bool (true or false)",
+    BytesNode: "bytes",
+    PathNode: "a path",
+}
+
+
+def parse(overrides: Iterable[str], config_dir: Path) -> list[Override]:
+    """Parse every override before composing, so that a syntax error names its override
+    (Hydra's parser raises a traceback that names neither the setting nor the fix)."""
+    overrides = list(overrides)
+    parser = OverridesParser.create()
+    parsed = []
+    for raw in overrides:
+        try:
+            parsed.append(parser.parse_override(raw))
+        except HydraException as e:
+            if "=" not in raw and not raw.startswith("~"):
+                others = [o for o in overrides if o != raw and "=" in o]
+                raise UserError(_missing_value(raw, others, config_dir)) from None
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(
+                f"cannot read the override {raw!r} ({reason}); write key=value, see {GRAMMAR_URL}"
+            ) from None
+    return parsed
+
+
+def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
+    """One line for an exception raised while composing `overrides`."""
+    text = str(e)
+    if text.startswith("Ambiguous value for argument"):
+        return several_values(text.split("'")[1], config_dir)
+    cause = e if isinstance(e, OmegaConfBaseException) else e.__cause__
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.child_node is None:
+            root = cause.parent_node._get_root() if cause.parent_node is not None else None
+            return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
+        if isinstance(cause, ValidationError):
+            return _wrong_value(cause)
+        if isinstance(cause, ConfigTypeError) and "deletion" in str(cause):
+            key = cause.full_key
+            return (
+                f"~{key}: a setting of a typed config cannot be deleted; "
+                f"set a value instead, e.g. {_example(key, cause.child_node)}"
+            )
+    return one_line(e)
+
+
+def several_values(override: str, config_dir: Path) -> str:
+    """A comma list outside `--multirun`: Hydra's fix spans three lines, this keeps all."""
+    key, _, values = override.partition("=")
+    if (config_dir / key.lstrip("+")).is_dir():
+        return f"{override} gives several choices: add --multirun to run one per choice"
+    return (
+        f"{override} gives several values: add --multirun to run one per value, "
+        f"write {key}=[{values}] for one list value, or quote it ({key}='{values}') for a string"
+    )
+
+
+def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Path) -> str:
+    """`key` is in no schema: suggest the closest of the `known` keys, or the group choice
+    that has it."""
+    group = key.split(".")[0]
+    chosen = _choices(overrides, config_dir).get(group)
+    elsewhere = choices_with(group, config_dir, skip=chosen) if chosen else {}
+    if key in elsewhere:
+        owners = list(elsewhere[key])
+        return (
+            f"{key} is not a setting of {group}={chosen}; it belongs to "
+            f"{' and '.join(f'{group}={c}' for c in owners)}: add one, e.g. {group}={owners[0]}"
+        )
+    close = _closest(key, known)
+    if close:
+        return f"{key} is not a setting; did you mean {close}? ({LISTS_KEYS})"
+    close = _closest(key, list(elsewhere))
+    if close:
+        owner = next(iter(elsewhere[close]))
+        return f"{key} is not a setting; did you mean {close} (with {group}={owner})?"
+    section = key.rpartition(".")[0]
+    siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
+    where = f"{section} has {', '.join(siblings)}" if section and siblings else LISTS_KEYS
+    return f"{key} is not a setting; {where}"
+
+
+def known_keys(tree) -> list[str]:
+    """Every dotted key of a composed config or a plain dict, sections included, without
+    Hydra's own `hydra.` node."""
+    if isinstance(tree, DictConfig):
+        tree = OmegaConf.to_container(tree, resolve=False, throw_on_missing=False)
+    return [k for k in _dotted(tree, "") if k != "hydra" and not k.startswith("hydra.")]
+
+
+def extra_keys(composed: DictConfig, built: dict) -> list[str]:
+    """Keys in the composed tree that the dataclasses dropped: added with `+key=` or `++key=`
+    where the schema has no such setting, so they would be ignored without a word."""
+    tree = OmegaConf.to_container(composed, resolve=False)
+    return sorted(_extra(tree, built, ""))
+
+
+def one_line(e: Exception) -> str:
+    """The first line of an error that needs no translation, with the key it concerns."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "reference_type"))]
+    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key")), "")
+    msg = keep[0] if keep else type(e).__name__
+    return f"{key}: {msg}" if key and key not in msg else msg
+
+
+def expects(node) -> str:
+    """What a value node accepts, in words."""
+    if isinstance(node, EnumNode):
+        return "one of " + ", ".join(m.name for m in node.enum_type)
+    if isinstance(node, DictConfig | ListConfig):
+        return "a section of settings, not a single value"
+    return next((text for cls, text in EXPECTS.items() if isinstance(node, cls)), "a str")
+
+
+def _wrong_value(e: ValidationError) -> str:
+    key, node = e.full_key, e.child_node
+    if isinstance(node, DictConfig):
+        first = next(iter(node), "KEY")
+        return (
+            f"{key} is a section of settings, not a value; set one of its keys "
+            f"({', '.join(node)}) as {key}.{first}=VALUE"
+        )
+    wanted = f"expected {expects(node)}, e.g. {_example(key, node)}"
+    if e.value is None:
+        return f"{key}=null: {key} cannot be null; {wanted}"
+    if e.value == "":
+        return f"{key}= has no value: {wanted}"
+    return f"{key}={e.value}: {wanted}"
+
+
+def _missing_value(raw: str, others: list[str], config_dir: Path) -> str:
+    key = raw.lstrip("+")
+    if (config_dir / key).is_dir():
+        known = sorted(p.stem for p in (config_dir / key).glob("*.yaml"))
+        return f"{key} has no value: write {key}=CHOICE, one of {', '.join(known)}"
+    cfg = _compose_quietly(config_dir, others)
+    node = node_at(cfg, key) if cfg is not None else None
+    if node is not None and not isinstance(node, DictConfig | ListConfig):
+        return f"{key} has no value: expected {expects(node)}, e.g. {_example(key, node)}"
+    group = key.split(".")[0]
+    owners = choices_with(group, config_dir).get(key, {})
+    if owners:
+        choice, node = next(iter(owners.items()))
+        only = " and ".join(f"{group}={c}" for c in owners)
+        return (
+            f"{key} has no value: expected {expects(node)}, e.g. {group}={choice} "
+            f"{_example(key, node)} ({key} is a setting of {only} only)"
+        )
+    return f"{key} has no value: write {key}=VALUE"
+
+
+def _example(key: str, node) -> str:
+    value = node._value() if node is not None else None
+    if isinstance(node, BooleanNode):
+        value = str(value).lower() if value is not None else "true"
+    elif isinstance(node, EnumNode) and value is not None:
+        value = value.name
+    return f"{key}={'VALUE' if value is None or value == '' else value}"
+
+
+def _closest(key: str, known: list[str]) -> str | None:
+    """The known key most like `key`: the same leaf name elsewhere (`steps` ->
+    `trainer.steps`), else a close spelling of the leaf in the same section
+    (`trainer.step` -> `trainer.steps`), else a close spelling of the whole key."""
+    section, _, leaf = key.rpartition(".")
+    same_leaf = [k for k in known if k.rpartition(".")[2] == leaf]
+    if len(same_leaf) == 1:
+        return same_leaf[0]
+    siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == section}
+    close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)
+    if close:
+        return siblings[close[0]]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
+def _dotted(tree, prefix: str):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield f"{prefix}{k}"
+            yield from _dotted(v, f"{prefix}{k}.")
+
+
+def _extra(tree, built, prefix: str):
+    if not isinstance(tree, dict) or not isinstance(built, dict):
+        return
+    for k, v in tree.items():
+        if k not in built:
+            yield f"{prefix}{k}"
+        else:
+            yield from _extra(v, built[k], f"{prefix}{k}.")
+
+
+def _compose_quietly(config_dir: Path, overrides: list[str], hydra: bool = False):
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
+    except (HydraException, OmegaConfBaseException, UserError, ValueError):
+        return None
+
+
+def _group_overrides(overrides: list[str], config_dir: Path) -> list[str]:
+    return [
+        o for o in overrides if "=" in o and (config_dir / o.lstrip("+").split("=")[0]).is_dir()
+    ]
+
+
+def _choices(overrides: list[str], config_dir: Path) -> dict[str, str]:
+    """Each group's choice for these overrides (an experiment may pick some itself)."""
+    cfg = _compose_quietly(config_dir, _group_overrides(overrides, config_dir), hydra=True)
+    return dict(cfg.hydra.runtime.choices) if cfg is not None else {}
+
+
+def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[str, dict]:
+    """key -> {each choice of `group` whose config has that key: the key's node there}, over
+    every choice but `skip` (the one selected now, already looked in)."""
+    if group == "experiment" or not (config_dir / group).is_dir():
+        return {}
+    found: dict[str, dict] = {}
+    for path in sorted((config_dir / group).glob("*.yaml")):
+        cfg = None if path.stem == skip else _compose_quietly(config_dir, [f"{group}={path.stem}"])
+        for k in known_keys(cfg[group]) if cfg is not None else []:
+            found.setdefault(f"{group}.{k}", {})[path.stem] = node_at(cfg[group], k)
+    return found
+
+
+def node_at(cfg: DictConfig, key: str):
+    """The node (not the value) at a dotted key, or None: its type says what it accepts."""
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = node._get_node(part)
+    return node

@@ -1,0 +1,56 @@
+"""A full or read-only disk, said in one line that names the path and the fix.
+
+Without this, a full disk surfaced as whatever the writer made of it: torch's zip writer
+prints `unexpected pos ...` and `iostream error`, wandb's logger prints a traceback per
+record, numpy a 49-line traceback. Each writer of run directory or data files turns the
+`OSError` into `storage_error(...)`, a `UserError`, so the CLI prints one line and exits
+non-zero.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from repro.errors import UserError
+
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+_NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def storage_error(path: Path | str, err: OSError, setting: str) -> UserError:
+    """`<path>: no space left on device; free space or set <setting> elsewhere` (or the
+    OS's reason for another errno); `setting` is the config key that chose the place."""
+    reason = os.strerror(err.errno).lower() if err.errno else str(err)
+    if err.errno in _FULL:
+        fix = f"free space or set {setting} elsewhere"
+    elif err.errno in _NOT_WRITABLE:
+        fix = f"make it writable or set {setting} elsewhere"
+    else:
+        fix = f"check that disk or set {setting} elsewhere"
+    return UserError(f"{path}: {reason}; {fix}")
+
+
+def out_of_space(path: Path | str) -> OSError | None:
+    """The error a write under `path` would meet now, if the file system is read-only or
+    has no free block left; None otherwise. One statvfs call, cheap enough per log point:
+    for writers (wandb's service) that drop records on a full disk without telling us."""
+    st = os.statvfs(path)
+    if st.f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS))
+    # root may use the blocks reserved for it; everyone else only the available ones
+    free = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    if free == 0:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
+
+
+def probe_write(directory: Path | str) -> None:
+    """Write, sync and remove one byte in `directory`: raises the OSError a real write
+    would (creating an empty file still succeeds on a full disk, writing does not)."""
+    with tempfile.TemporaryFile(dir=directory) as f:
+        f.write(b"\0")
+        f.flush()
+        os.fsync(f.fileno())

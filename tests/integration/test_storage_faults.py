@@ -1,0 +1,245 @@
+"""A full or read-only disk ends a write with one line naming the file and the fix.
+
+Each test mounts a real tmpfs of its own (the suite runs as root in CI) and fills it, so
+the writers meet a real ENOSPC or EROFS from the kernel. Checked: the one-line message, no
+temporary file left behind, and the last good checkpoint still loading.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.errors import UserError
+from repro.track.runs import read_run
+from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.train import checkpoint
+from repro.workload.data import mnist1d
+
+FULL = "no space left on device; free space or set {} elsewhere"
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 4 MiB tmpfs mounted for this test only."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    up = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if up.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({up.stderr.strip()}); these tests need root")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(mnt: Path) -> Path:
+    """Take every free block of `mnt`; deleting the returned file frees them again."""
+    filler = mnt / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+        try:  # the last partial block
+            while True:
+                f.write(b"\0")
+        except OSError:
+            pass
+    return filler
+
+
+def remount_read_only(mnt: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+
+def temporaries(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and p.name.endswith(".tmp")]
+
+
+def _state(seed: int) -> dict:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(128, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(8, 128)).sum().backward()
+    opt.step()
+    return {"model": model.state_dict(), "optimizer": opt.state_dict()}
+
+
+def test_full_disk_during_a_checkpoint_keeps_the_last_good_one(small_fs):
+    run_dir = small_fs / "run"
+    checkpoint.record_run_dir(run_dir, {"seed": 0})
+    good = _state(1)
+    checkpoint.save_rank(run_dir, 20, 0, good)
+    checkpoint.commit(run_dir, 20, "h", 1)
+    filler = fill(small_fs)
+
+    with pytest.raises(UserError) as err:
+        checkpoint.save_rank(run_dir, 40, 0, _state(2))
+    target = run_dir / "checkpoints" / "step_00000040" / "rank0.pt"
+    assert str(err.value) == f"{target}: {FULL.format('run_dir')}"
+    assert temporaries(small_fs) == []
+    loaded = checkpoint.load_rank(run_dir, 0, "h")
+    assert torch.equal(loaded["model"]["weight"], good["model"]["weight"])
+    assert loaded["optimizer"]["state"][0]["momentum_buffer"].shape == (64, 128)
+
+    # Space freed, the run starts again: the cut-short step directory is gone.
+    filler.unlink()
+    checkpoint.record_run_dir(run_dir, {"seed": 0})
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "latest.json",
+        "step_00000020",
+    ]
+
+
+def test_full_disk_writing_the_summary(small_fs):
+    run_dir = small_fs / "run"
+    checkpoint.record_run_dir(run_dir, {"seed": 0})
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        checkpoint.write_json(run_dir / "summary.json", {"step": 40, "test/acc": 0.9})
+    assert str(err.value) == f"{run_dir / 'summary.json'}: {FULL.format('run_dir')}"
+    assert not (run_dir / "summary.json").exists()
+    assert temporaries(small_fs) == []
+
+
+def test_read_only_run_dir(small_fs):
+    run_dir = small_fs / "run"
+    checkpoint.record_run_dir(run_dir, {"seed": 0})
+    remount_read_only(small_fs)
+    with pytest.raises(UserError) as err:
+        checkpoint.save_rank(run_dir, 20, 0, _state(1))
+    target = run_dir / "checkpoints" / "step_00000020" / "rank0.pt"
+    assert str(err.value) == (
+        f"{target}: read-only file system; make it writable or set run_dir elsewhere"
+    )
+    with pytest.raises(UserError) as err:
+        checkpoint.check_run_dir(run_dir, {"seed": 0})
+    assert "cannot be written (Read-only file system)" in str(err.value)
+
+
+def test_full_data_root_leaves_no_temporary_file(small_fs):
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        mnist1d(str(small_fs / "data"), num_samples=1000, seed=0)
+    target = small_fs / "data" / "mnist1d_n1000_s0.npz"
+    assert str(err.value) == f"{target}: {FULL.format('data.root')}"
+    assert temporaries(small_fs) == []
+    assert not target.exists()
+
+
+@pytest.fixture
+def wandb_service(small_fs):
+    """Ends this process's wandb service after the test, before its disk is unmounted.
+
+    A service whose disk filled up or went away stays wedged, and every later `repro`
+    command started from this process (WANDB_SERVICE is inherited) would use it."""
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
+def _tracker(run_dir: Path) -> Tracker:
+    return Tracker(
+        TrackingConfig(mode="offline"),
+        run_dir=run_dir,
+        name="full",
+        group=None,
+        job_type=None,
+        config={"seed": 0},
+    )
+
+
+def test_wandb_run_on_a_full_disk(small_fs, wandb_service, capfd):
+    tracker = _tracker(small_fs / "run")
+    tracker.log({"train/loss": 2.3}, step=10)
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        tracker.log({"train/loss": 1.1}, step=20)
+    msg = str(err.value)
+    assert re.fullmatch(rf".*/run-[a-z0-9]+\.wandb: {FULL.format('run_dir')}", msg), msg
+    assert msg.startswith(str(small_fs / "run" / "wandb" / "offline-run-"))
+    # The run is failing already: finish neither waits out its 30 s nor adds noise.
+    started = time.monotonic()
+    tracker.finish(exit_code=1)
+    assert time.monotonic() - started < 10
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_wandb_finish_after_success_on_a_full_disk(small_fs, wandb_service):
+    tracker = _tracker(small_fs / "run")
+    tracker.log({"train/loss": 2.3}, step=10)
+    fill(small_fs)
+    # A summary larger than what is left of the file's last page: wandb cannot write it,
+    # nor the exit record after it.
+    tracker.set_summary({"notes": "x" * 200_000})
+    with pytest.raises(UserError, match=FULL.format("run_dir")):
+        tracker.finish()
+
+
+def test_wandb_refuses_a_read_only_run_dir(small_fs, wandb_service):
+    (small_fs / "run").mkdir()
+    remount_read_only(small_fs)
+    with pytest.raises(UserError) as err:
+        _tracker(small_fs / "run")
+    assert str(err.value) == (
+        f"{small_fs / 'run' / 'wandb'}: read-only file system; "
+        "make it writable or set run_dir elsewhere"
+    )
+
+
+TRAIN = [
+    "workload=synthetic_mlp",
+    "trainer.world_size=2",
+    "trainer.batch_size=16",
+    "trainer.steps=3000",
+    "trainer.eval_every=50",
+    "trainer.checkpoint_every=20",
+    "trainer.progress=false",
+    "optim.name=sgd",
+    "optim.lr=0.05",
+    "compute.mode=sampled",
+    "tracking=wandb_offline",
+]
+
+
+@pytest.mark.slow
+def test_train_on_a_disk_that_fills_up_then_resume(small_fs, tmp_path):
+    exe = Path(sys.executable).parent / "repro"
+    run_dir = small_fs / "run"
+    cmd = [str(exe), "train", *TRAIN, f"run_dir={run_dir}", f"data.root={tmp_path / 'data'}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    latest = run_dir / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 300
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before its first checkpoint; make it longer"
+    filler = fill(small_fs)
+    _, stderr = proc.communicate(timeout=300)
+
+    assert proc.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    where = re.escape(str(run_dir))
+    assert re.fullmatch(rf"error: {where}/\S+: {FULL.format('run_dir')}", lines[0]), lines[0]
+    assert temporaries(run_dir) == []
+    good = checkpoint.latest_step(run_dir)
+    assert good >= 20 and not (run_dir / "summary.json").exists()
+
+    filler.unlink()
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 3000
+    assert read_run(run_dir).history[-1]["step"] == 3000
