@@ -23,7 +23,7 @@ from repro.errors import UserError
 # command -> module whose `main(argv) -> int` implements it
 COMMANDS = {
     "train": "repro.train.train_cli",
-    "reproduce": "repro.report.reproduce",
+    "reproduce": "repro.cluster.runsets",
     "report": "repro.report.report_cli",
     "runs": "repro.track.runs_cli",
     "cost": "repro.netmodel.cost_cli",

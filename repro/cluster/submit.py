@@ -1,17 +1,20 @@
-"""Training runs, run sets and sweep workers as submitit jobs (SLURM or LocalExecutor).
+"""Training runs and long-lived workers as submitit jobs (SLURM or LocalExecutor).
+
+`repro.cluster.launcher` decides that work goes here; this module shapes the jobs.
 
 * One run = ONE multi-task job: `trainer.world_size / cluster.nodes` tasks per node, one
   worker each. Every task maps submitit's `JobEnvironment` (SLURM_PROCID, SLURM_LOCALID,
   the node list) onto the `env://` variables and enters the usual run path, so the job
   computes exactly what `repro train` computes here.
-* A reproduction's run set = job arrays (one per distinct worker count, since the tasks of
-  an array share one shape); a sweep's K workers = one array of K single-task jobs sharing
-  the study's storage.
+* Several runs (a run set, a `--multirun`) = job arrays, one per distinct job shape (the
+  tasks of an array share one shape); K workers (a sweep's) = one array of K single-task
+  jobs. Each array is one `sbatch --array`.
 * Preemption and time limits: the callables are `Checkpointable`. At `scontrol requeue`
   SLURM restarts the batch script; near the time limit submitit signals rank 0, which
-  resubmits the same callable and requeues. Either way the job starts the run again, and
-  the trainer resumes from its last checkpoint (atomic, every rank's full state), so the
-  final metrics equal an uninterrupted run's.
+  resubmits the same callable and requeues. Either way the job starts the work again: the
+  trainer resumes from its last checkpoint (atomic, every rank's full state), so the final
+  metrics equal an uninterrupted run's; a worker rejoins what it works on (a sweep's
+  study, whose heartbeat re-queues the trial the worker lost).
 
 Submitting returns at once; `repro jobs` follows what `<runs_root>/jobs.jsonl` records.
 """
@@ -22,20 +25,18 @@ import fcntl
 import os
 import zlib
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from repro.cluster.config import ClusterConfig
 from repro.cluster.executor import job_folder, make_executor
 from repro.cluster.jobs import JobRecord, append_records
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
 from repro.train import checkpoint
-
-if TYPE_CHECKING:
-    from repro.sweep.spec import SweepSpec
 
 PORT_BASE, PORT_SPAN = 20000, 20000
 
@@ -102,23 +103,18 @@ class TrainingJob(Checkpointable):
         return DelayedSubmission(TrainingJob(self.cfg))
 
 
-class SweepWorkerJob(Checkpointable):
-    """One sweep worker: runs trials of the study until `n_trials` have ended."""
+class WorkerJob(Checkpointable):
+    """A long-lived worker (e.g. a sweep worker) as one task: calls `fn` until it returns.
+    A requeued worker simply calls it again; `fn` must pick up where the work stands."""
 
-    def __init__(self, spec: SweepSpec, index: int, deadline: float | None) -> None:
-        self.spec, self.index, self.deadline = spec, index, deadline
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
 
-    def __call__(self) -> tuple[int, int]:
-        from repro.sweep.storage import open_storage
-        from repro.sweep.study import open_study, run_worker, tally
-
-        run_worker(self.spec, self.index, self.deadline)
-        return tally(open_study(self.spec, open_storage(self.spec)))
+    def __call__(self) -> object:
+        return self.fn()
 
     def checkpoint(self) -> DelayedSubmission:
-        """A requeued worker joins the study again; its lost trial is queued again by the
-        study's stale-trial handling."""
-        return DelayedSubmission(SweepWorkerJob(self.spec, self.index, self.deadline))
+        return DelayedSubmission(WorkerJob(self.fn))
 
 
 def _tasks_per_node(cfg: Config) -> int:
@@ -138,20 +134,27 @@ def _tasks_per_node(cfg: Config) -> int:
     return per_node
 
 
-def _record(job: submitit.Job, kind: str, label: str, cfg: Config, tasks: int) -> JobRecord:
+def _record(
+    job: submitit.Job, kind: str, label: str, cluster: ClusterConfig, tasks: int, run_dir: str = ""
+) -> JobRecord:
     return JobRecord(
         job_id=job.job_id,
         kind=kind,
         label=label,
-        cluster=cfg.cluster.kind,
+        cluster=cluster.kind,
         folder=str(job.paths.folder),
         tasks=tasks,
-        run_dir=str(run_dir_of(cfg).absolute()) if kind != "sweep" else "",
-        env_file=cfg.cluster.env_file,
+        run_dir=run_dir,
+        env_file=cluster.env_file,
     )
 
 
-def _check_run(cfg: Config) -> None:
+def _run_record(job: submitit.Job, kind: str, label: str, cfg: Config) -> JobRecord:
+    run_dir = str(run_dir_of(cfg).absolute())
+    return _record(job, kind, label, cfg.cluster, cfg.trainer.world_size, run_dir)
+
+
+def check_run(cfg: Config) -> None:
     """The run-directory checks `run_training` does, here, before anything is queued."""
     from repro.config import identity
 
@@ -159,81 +162,59 @@ def _check_run(cfg: Config) -> None:
 
 
 def submit_run(cfg: Config) -> submitit.Job:
-    """Submit one training run as one multi-task job; returns at once."""
-    _check_run(cfg)
+    """Submit one training run as one multi-task job and record it; returns at once."""
+    check_run(cfg)
     per_node = _tasks_per_node(cfg)
     folder = job_folder(cfg.cluster, cfg.runs_root)
     executor = make_executor(cfg.cluster, folder, f"repro-{cfg.label}", per_node, cfg.cluster.nodes)
     job = executor.submit(TrainingJob(cfg))
-    append_records(cfg.runs_root, [_record(job, "run", cfg.label, cfg, cfg.trainer.world_size)])
+    append_records(cfg.runs_root, [_run_record(job, "run", cfg.label, cfg)])
     return job
 
 
-def submit_run_set(paper: str, scale: str, runs: list[tuple[str, Config]]) -> int:
-    """Submit a reproduction's unfinished runs as job arrays, print the ids, return 0."""
-    from repro.train.entry import finished_summary
-
+def submit_runs(runs: Sequence[tuple[str, Config]], title: str) -> list[JobRecord]:
+    """Submit runs as job arrays, one `sbatch --array` per job shape (a single run: one
+    job), and record them. Every run is checked before the first is queued."""
     groups: dict[int, list[tuple[str, Config]]] = defaultdict(list)
     for label, cfg in runs:
-        if finished_summary(cfg) is not None:
-            print(f"skip {label}: finished earlier")
-            continue
-        _check_run(cfg)
+        check_run(cfg)
         groups[_tasks_per_node(cfg)].append((label, cfg))
-    if not groups:
-        print(f"{paper} {scale}: every run has finished; `repro report {paper}` builds the report")
-        return 0
     first = runs[0][1]
+    if len(runs) == 1:
+        return [_run_record(submit_run(first), "run", first.label, first)]
     folder = job_folder(first.cluster, first.runs_root)
+    name = "repro-" + "-".join(title.split())
+    executors = {
+        n: make_executor(first.cluster, folder, name, n, first.cluster.nodes) for n in groups
+    }
     records = []
     for per_node, group in groups.items():
-        executor = make_executor(
-            first.cluster, folder, f"repro-{paper}-{scale}", per_node, first.cluster.nodes
-        )
-        with executor.batch():  # one sbatch --array for the whole group
+        executor = executors[per_node]  # all made first: a shape the cluster refuses queues nothing
+        with executor.batch():
             jobs = [executor.submit(TrainingJob(cfg)) for _, cfg in group]
-        for job, (label, cfg) in zip(jobs, group, strict=True):
-            print(f"submitted {label}: job {job.job_id}", flush=True)
-            records.append(_record(job, "run_set", label, cfg, cfg.trainer.world_size))
-    path = append_records(first.runs_root, records)
-    print(
-        f"{paper} {scale}: {len(records)} runs submitted (recorded in {path}); follow them "
-        f"with `repro jobs --root {first.runs_root} --watch`, then `repro report {paper}`"
-    )
-    return 0
+        records += [
+            _run_record(job, "run_set", label, cfg)
+            for job, (label, cfg) in zip(jobs, group, strict=True)
+        ]
+    append_records(first.runs_root, records)
+    return records
 
 
-def submit_sweep(spec: SweepSpec, workers: int, cluster: str) -> int:
-    """Submit `workers` sweep workers as one job array sharing the study; return 0.
+class WorkerArray:
+    """K workers of `kind` as one job array of single-task jobs with `cpus` CPUs each. The
+    executor is made (so the cluster is checked: sbatch, partition, sizes) when this is
+    built, before the caller writes anything; `submit` then only queues and records."""
 
-    The study is created (and the spec checked against the config) here, before anything is
-    queued, exactly as a local `repro sweep` would. Each worker is one task with CPUs for
-    one trial's `trainer.world_size` spawned workers."""
-    import time
+    def __init__(
+        self, cluster: ClusterConfig, runs_root: str, kind: str, name: str, cpus: int
+    ) -> None:
+        self.cluster, self.kind, self.name, self.runs_root = cluster, kind, name, runs_root
+        folder = job_folder(cluster, runs_root)
+        self.executor = make_executor(cluster, folder, f"repro-{kind}-{name}", 1, 1, cpus)
 
-    from repro.config import compose
-    from repro.sweep.spec import base_overrides, check_config_keys
-    from repro.sweep.storage import open_storage
-    from repro.sweep.study import open_study
-
-    if workers < 1:
-        raise UserError(f"--workers={workers} must be at least 1")
-    cfg = compose([*base_overrides(spec), f"cluster={cluster}"])
-    if cfg.cluster.kind == "local":
-        raise UserError(f"cluster={cluster} runs locally; drop --cluster to run the sweep here")
-    check_config_keys(spec)
-    open_study(spec, open_storage(spec))
-    deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
-    folder = job_folder(cfg.cluster, cfg.runs_root)
-    cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size
-    executor = make_executor(cfg.cluster, folder, f"repro-sweep-{spec.name}", 1, 1, cpus)
-    with executor.batch():
-        jobs = [executor.submit(SweepWorkerJob(spec, i, deadline)) for i in range(workers)]
-    records = [_record(job, "sweep", spec.name, cfg, 1) for job in jobs]
-    path = append_records(cfg.runs_root, records)
-    print(
-        f"sweep {spec.name}: {workers} workers submitted as jobs "
-        f"{', '.join(j.job_id for j in jobs)} (recorded in {path}); follow them with "
-        f"`repro jobs --root {cfg.runs_root} --watch`, then `repro sweep show {spec.source}`"
-    )
-    return 0
+    def submit(self, workers: Sequence[Callable[[], object]]) -> list[JobRecord]:
+        with self.executor.batch():
+            jobs = [self.executor.submit(WorkerJob(fn)) for fn in workers]
+        records = [_record(job, self.kind, self.name, self.cluster, 1) for job in jobs]
+        append_records(self.runs_root, records)
+        return records

@@ -1,8 +1,12 @@
-"""Pareto-front arithmetic on objective vectors: dominance, knee point, hypervolume.
+"""What Optuna lacks for reading a multi-objective study: the knee point, the front of any
+subset of trials, and a hypervolume reference point.
 
-Plain functions on lists of floats so they are checked against hand-computed values. Every
-function takes the objective directions and works internally in "minimise everything" form
-(a maximised objective is negated), the convention of multi-objective optimisation texts.
+Optuna gives the whole study's front (`study.best_trials`) and computes hypervolumes
+(`optuna.visualization.plot_hypervolume_history`); `pareto_indices` reproduces its dominance
+rule (tested against `best_trials`) for the per-group fronts of `repro sweep show`. Plain
+functions on lists of floats, so they are checked against hand-computed values. Every function
+takes the objective directions and works internally in "minimise everything" form (a maximised
+objective is negated), the convention of multi-objective optimisation texts.
 """
 
 from __future__ import annotations
@@ -51,40 +55,12 @@ def knee_index(points: Sequence[Point], directions: Sequence[str]) -> int:
 
 
 def reference_point(points: Sequence[Point], directions: Sequence[str]) -> tuple[float, ...]:
-    """A hypervolume reference point just worse than every point: the worst value of each
-    objective pushed out by 10% of its spread (or of its size, or by 1, if it has none), so
-    every point, extreme ones included, adds volume."""
+    """A hypervolume reference point (minimise form) just worse than every point: the worst
+    value of each objective pushed out by 10% of its spread (or of its size, or by 1, if it has
+    none), so every point, extreme ones included, adds volume. Optuna asks the caller for one."""
     mins = [to_min(p, directions) for p in points]
     ref = []
     for column in zip(*mins, strict=True):
         worst, spread = max(column), max(column) - min(column)
         ref.append(worst + 0.1 * (spread or abs(worst) or 1.0))
     return tuple(ref)
-
-
-def hypervolume(points_min: Sequence[Point], ref: Point) -> float:
-    """Volume dominated by minimisation points and bounded by `ref`, by slicing along the last
-    objective (exact; fine for the tens of points and few objectives of a sweep)."""
-    inside = [tuple(p) for p in points_min if all(x < r for x, r in zip(p, ref, strict=True))]
-    # Dominated points add no volume; dropping them keeps the slicing small.
-    pts = sorted(
-        (p for p in inside if not any(dominates(q, p) for q in inside)), key=lambda p: p[-1]
-    )
-    if not pts:
-        return 0.0
-    if len(ref) == 1:
-        return ref[0] - pts[0][0]
-    volume = 0.0
-    for i, p in enumerate(pts):
-        upper = pts[i + 1][-1] if i + 1 < len(pts) else ref[-1]
-        if upper > p[-1]:
-            volume += (upper - p[-1]) * hypervolume([q[:-1] for q in pts[: i + 1]], ref[:-1])
-    return volume
-
-
-def hypervolume_history(
-    points: Sequence[Point], directions: Sequence[str], ref: Sequence[float]
-) -> list[float]:
-    """Hypervolume of the first k points for k = 1..n (points in completion order)."""
-    mins = [to_min(p, directions) for p in points]
-    return [hypervolume(mins[: k + 1], ref) for k in range(len(mins))]

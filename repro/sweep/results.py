@@ -1,15 +1,18 @@
-"""`repro sweep show`: the Pareto front table, the knee point and the two plots.
+"""`repro sweep show`: the Pareto front table, the knee point and Optuna's figures.
 
-Issue 7, "Results": the study's best trials (the non-dominated completed trials) with their
-parameters and objectives, the knee (the front point closest to the ideal after scaling every
-objective to [0, 1], `pareto.knee_index`), and two figures, each as PNG and as a standalone
-HTML page (inline SVG plus the data table, so it needs no plotting server or extra package):
+Issue 7, "Results", and issue 16, item 3. The whole study's front is Optuna's own
+`study.best_trials` (the non-dominated completed trials). Added here is what Optuna lacks: the
+knee (the front point closest to the ideal after scaling every objective to [0, 1],
+`pareto.knee_index`) and, with `group_by`, one front per value of a categorical parameter
+(`pareto.pareto_indices` on that group's trials). The figures are `optuna.visualization`'s
+(its matplotlib flavour, so no plotly is needed), each written as PNG and as a standalone HTML
+page (inline SVG plus the data as a table, no plotting server):
 
-* `pareto.png/.html`: every completed trial in the plane of the first two objectives (one
-  objective: value against trial number), the front joined up, the knee starred;
-* `hypervolume.png/.html`: hypervolume of the completed trials after each completion, against
-  the reference point of `pareto.reference_point`; a rising curve that flattens says more
-  trials would add little.
+* `pareto.png/.html`: Optuna's Pareto-front plot of the first two objectives, the knee starred
+  (one objective: Optuna's optimization history, the best trial starred);
+* `hypervolume.png/.html` (two or more objectives): Optuna's hypervolume history against the
+  reference point of `pareto.reference_point`; a curve that flattens says more trials would
+  add little.
 
 `pareto_front` is the piece a report reuses (e.g. the Top-k CR front beside the paper's CRs).
 """
@@ -19,13 +22,20 @@ from __future__ import annotations
 import html
 import io
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from repro.errors import UserError
-from repro.sweep.pareto import hypervolume_history, knee_index, pareto_indices, reference_point
+from repro.sweep.pareto import knee_index, pareto_indices, reference_point
 from repro.sweep.spec import SweepSpec
 from repro.sweep.storage import open_storage
+
+LOST = "lost with its worker (no heartbeat within grace_s); its point was queued again"
+STAR = {"marker": "*", "s": 260, "c": "#ffbf00", "edgecolors": "black", "zorder": 3}
+"""The knee's marker: gold, so it stands out on Optuna's red best trials."""
 
 
 def load_study(spec: SweepSpec) -> Any:
@@ -43,8 +53,7 @@ def load_study(spec: SweepSpec) -> Any:
 def _completed(study: Any) -> list[Any]:
     from optuna.trial import TrialState
 
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return sorted(done, key=lambda t: (t.datetime_complete, t.number))
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def _row(spec: SweepSpec, t: Any) -> dict[str, Any]:
@@ -55,19 +64,23 @@ def _row(spec: SweepSpec, t: Any) -> dict[str, Any]:
     }
 
 
-def front_rows(spec: SweepSpec, trials: list[Any]) -> tuple[list[dict[str, Any]], int]:
-    """The non-dominated trials as rows ordered by the first objective, and the knee's index."""
-    idx = pareto_indices([t.values for t in trials], spec.directions)
-    front = sorted((trials[i] for i in idx), key=lambda t: (t.values[0], t.number))
+def front_rows(spec: SweepSpec, front: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Front trials as rows ordered by the first objective, and the knee's index."""
+    front = sorted(front, key=lambda t: (t.values[0], t.number))
     if not front:
         return [], -1
     return [_row(spec, t) for t in front], knee_index([t.values for t in front], spec.directions)
 
 
+def group_front(spec: SweepSpec, trials: list[Any]) -> list[Any]:
+    """The non-dominated trials among `trials` (Optuna only gives a whole study's front)."""
+    return [trials[i] for i in pareto_indices([t.values for t in trials], spec.directions)]
+
+
 def pareto_front(spec: SweepSpec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The study's front as rows `{trial, params, values}` ordered by the first objective, and
     the knee row. Raises `UserError` when the sweep has not completed a trial yet."""
-    rows, knee = front_rows(spec, _completed(load_study(spec)))
+    rows, knee = front_rows(spec, load_study(spec).best_trials)
     if not rows:
         raise UserError(f"study {spec.name} has no completed trial yet: no Pareto front")
     return rows, rows[knee]
@@ -96,11 +109,29 @@ def format_table(spec: SweepSpec, rows: list[dict[str, Any]], knee: int) -> str:
     )
 
 
-def _figure_pair(fig: Any, stem: Path, title: str, table: str) -> list[Path]:
+@contextmanager
+def _optuna_figures() -> Iterator[None]:
+    """Optuna's matplotlib plots restyle matplotlib globally and are marked experimental:
+    keep both to the figures drawn inside."""
+    import matplotlib
+    import optuna
+
+    with matplotlib.rc_context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
     """Write `stem.png` and a standalone `stem.html` (inline SVG + the data as a table)."""
+    import matplotlib.pyplot as plt
+
+    fig = ax.figure
+    ax.set_title(title)
+    fig.set_layout_engine("constrained")
     fig.savefig(stem.with_suffix(".png"), dpi=120)
     svg = io.StringIO()
     fig.savefig(svg, format="svg")
+    plt.close(fig)
     inline = svg.getvalue()[svg.getvalue().find("<svg") :]
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
@@ -111,63 +142,45 @@ def _figure_pair(fig: Any, stem: Path, title: str, table: str) -> list[Path]:
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 
-def plot_pareto(
-    spec: SweepSpec, trials: list[Any], rows: list[dict], knee: int, table: str
-) -> list[Path]:
-    from matplotlib.figure import Figure
+def plot_pareto(spec: SweepSpec, study: Any, knee: dict[str, Any], table: str) -> list[Path]:
+    """Optuna's Pareto-front plot (one objective: its optimization history), knee starred."""
+    from optuna.visualization import matplotlib as optuna_plots
 
-    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
-    ax = fig.add_subplot()
     names = spec.metric_names
-    if len(names) == 1:
-        ax.scatter(
-            [t.number for t in trials], [t.values[0] for t in trials], c="0.6", label="trial"
-        )
-        ax.scatter(
-            [r["trial"] for r in rows],
-            [r["values"][names[0]] for r in rows],
-            c="C0",
-            marker="*",
-            s=160,
-            label="best",
-        )
-        ax.set_xlabel("trial")
-        ax.set_ylabel(f"{names[0]} ({spec.directions[0]})")
-    else:
-        ax.scatter(
-            [t.values[0] for t in trials], [t.values[1] for t in trials], c="0.6", label="trial"
-        )
-        fx, fy = [r["values"][names[0]] for r in rows], [r["values"][names[1]] for r in rows]
-        ax.plot(fx, fy, "o-", c="C0", label="Pareto front")
-        ax.scatter([fx[knee]], [fy[knee]], c="C3", marker="*", s=220, zorder=3, label="knee")
-        ax.set_xlabel(f"{names[0]} ({spec.directions[0]})")
-        ax.set_ylabel(f"{names[1]} ({spec.directions[1]})")
-    extra = f" (first 2 of {len(names)} objectives)" if len(names) > 2 else ""
-    title = f"{spec.name}: Pareto front{extra}"
-    ax.set_title(title)
-    ax.legend()
-    return _figure_pair(fig, spec.study_dir / "pareto", title, table)
+    with _optuna_figures():
+        if len(names) == 1:
+            ax = optuna_plots.plot_optimization_history(study, target_name=names[0])
+            ax.scatter([knee["trial"]], [knee["values"][names[0]]], label="best", **STAR)
+            title = f"{spec.name}: {names[0]} ({spec.directions[0]}) per trial, best starred"
+        else:
+            ax = optuna_plots.plot_pareto_front(
+                study, targets=lambda t: t.values[:2], target_names=names[:2]
+            )
+            x, y = knee["values"][names[0]], knee["values"][names[1]]
+            ax.scatter([x], [y], label="knee", **STAR)
+            extra = f", first 2 of {len(names)} objectives" if len(names) > 2 else ""
+            title = f"{spec.name}: Pareto front ({', '.join(spec.directions[:2])}{extra})"
+        ax.legend()
+        return _figure_pair(ax, spec.study_dir / "pareto", title, table)
 
 
-def plot_hypervolume(spec: SweepSpec, trials: list[Any]) -> list[Path]:
-    from matplotlib.figure import Figure
+def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any]) -> list[Path]:
+    """Optuna's hypervolume history (two or more objectives). Optuna takes the reference
+    point in the objectives' own directions, `reference_point` gives it minimised."""
+    from optuna.visualization import matplotlib as optuna_plots
 
-    points = [t.values for t in trials]
-    ref = reference_point(points, spec.directions)
-    history = hypervolume_history(points, spec.directions, ref)
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    ax = fig.add_subplot()
-    ax.plot(range(1, len(history) + 1), history, "o-")
-    ax.set_xlabel("completed trials")
-    ax.set_ylabel("hypervolume")
-    title = f"{spec.name}: hypervolume history"
-    ax.set_title(title)
-    table = "reference point (minimise form): " + ", ".join(f"{r:.4g}" for r in ref) + "\n"
-    table += "\n".join(
-        f"{k:>4}  trial {t.number:>4}  {h:.6g}"
-        for k, (t, h) in enumerate(zip(trials, history, strict=True), 1)
-    )
-    return _figure_pair(fig, spec.study_dir / "hypervolume", title, table)
+    ref_min = reference_point([t.values for t in trials], spec.directions)
+    ref = [-r if d == "maximize" else r for r, d in zip(ref_min, spec.directions, strict=True)]
+    with _optuna_figures():
+        ax = optuna_plots.plot_hypervolume_history(study, ref)
+        line = ax.lines[0]
+        table = "reference point: " + ", ".join(f"{r:.4g}" for r in ref) + "\n"
+        table += "\n".join(
+            f"trial {int(n):>4}  {h:.6g}"
+            for n, h in zip(line.get_xdata(), line.get_ydata(), strict=True)
+        )
+        title = f"{spec.name}: hypervolume history"
+        return _figure_pair(ax, spec.study_dir / "hypervolume", title, table)
 
 
 def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
@@ -183,7 +196,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         file=stream,
     )
     for t in failed:
-        reason = t.user_attrs.get("fail_reason") or t.user_attrs.get("stale") or "unknown"
+        reason = t.user_attrs.get("fail_reason") or t.user_attrs.get("stale") or LOST
         print(f"  failed trial {t.number}: {reason}", file=stream)
     if not trials:
         raise UserError(f"study {spec.name} has no completed trial yet: nothing to show")
@@ -192,8 +205,12 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         for t in trials:
             groups.setdefault(t.params.get(spec.group_by), []).append(t)
     result: dict[str, Any] = {"groups": {}}
-    for value, members in [(None, trials), *groups.items()]:
-        rows, knee = front_rows(spec, members)
+    whole = front_rows(spec, study.best_trials)
+    fronts = [
+        (value, members, front_rows(spec, group_front(spec, members)))
+        for value, members in groups.items()
+    ]
+    for value, members, (rows, knee) in [(None, trials, whole), *fronts]:
         label = "" if value is None else f" for {spec.group_by}={value}"
         print(
             f"\nPareto front{label} ({len(rows)} of {len(members)} completed trials; * = knee):",
@@ -211,9 +228,10 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         )
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
-    rows, knee = front_rows(spec, trials)
-    files = plot_pareto(spec, trials, rows, knee, format_table(spec, rows, knee))
-    files += plot_hypervolume(spec, trials)
+    rows, knee = whole
+    files = plot_pareto(spec, study, rows[knee], format_table(spec, rows, knee))
+    if len(spec.metric_names) > 1:
+        files += plot_hypervolume(spec, study, trials)
     print("\nwrote " + ", ".join(str(f) for f in files), file=stream)
     result.update(front=rows, knee=rows[knee], files=files)
     return result

@@ -1,27 +1,28 @@
-"""Where a study lives, and how a restart tells a dead worker's trial from a live one.
+"""Where a study lives, and how a trial lost with its worker is failed and queued again.
 
-Two storages (issue 7, "Storage"):
+Two storages (issue 7, "Storage"; issue 16):
 
 * Journal file (the default): `<out>/<name>/journal.log` through Optuna's `JournalStorage` with
   `JournalFileBackend`, shared by the workers of one machine. A journal has no heartbeat, so a
   trial whose process was SIGKILLed would stay RUNNING forever; the worker locks below find it.
-* A database URL (PostgreSQL on a cluster): `RDBStorage` with a heartbeat. A trial whose
+  Workers on several hosts cannot share it (`repro sweep --cluster` refuses it).
+* A database URL (PostgreSQL on a cluster): `RDBStorage` with Optuna's heartbeat. A trial whose
   heartbeat is older than `grace_s` is failed by the next worker that looks (Optuna's
-  `fail_stale_trials`) and `requeue_lost_trial` queues its point again. Optuna never judges a
-  trial that has no heartbeat yet (killed between `ask` and the first beat), so the worker
-  locks run on databases too.
+  `fail_stale_trials`), and Optuna's `RetryHeartbeatStaleTrialCallback` queues its point again.
+  The heartbeat thread starts before the objective runs, so only a trial killed between `ask`
+  and its first beat escapes it: such a trial carries no `worker` stamp, and it is failed here
+  once it is older than `grace_s`.
 
 Worker locks (`WorkerLocks`, `fail_orphaned_trials`): every worker process holds an exclusive
 `flock` on its own file `<study dir>/workers/<host>-<pid>.lock` for its whole life and stamps
 each trial with the user attribute `worker=<host>:<pid>` right after asking. The kernel drops a
 flock when its process dies, however it dies, so "I can take that worker's lock" means "that
-worker is gone", with no PID-reuse ambiguity. A RUNNING trial of this host is stale exactly when
+worker is gone", with no PID-reuse ambiguity. On a journal a RUNNING trial is stale exactly when
 its worker is gone; trials of live workers (for example of a second `repro sweep` on the same
-study) are left alone, and a trial stamped by another host is left to the heartbeat. Workers
-check under `<study dir>/ask.lock`, the lock a worker holds from counting the budget until its
-new trial is stamped, so with a journal an unstamped RUNNING trial seen under the lock belongs
-to a dead worker; with a database (other hosts do not share the lock) only once it is older
-than `grace_s`.
+study) are left alone. Workers check under `<study dir>/ask.lock`, the lock a worker holds from
+counting the budget until its new trial is stamped, so an unstamped RUNNING trial seen under the
+lock belongs to a dead worker. Either way the lost point is queued again by the same Optuna
+callback the heartbeat uses.
 
 Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
 is scrubbed of the password before it reaches a message.
@@ -36,21 +37,32 @@ import socket
 import warnings
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote
 
 from repro.errors import UserError
 
 if TYPE_CHECKING:
     import optuna
-    from optuna.storages import BaseStorage
-    from optuna.trial import FrozenTrial
-
-    from repro.sweep.spec import SweepSpec
+    from optuna.storages import BaseStorage, RetryHeartbeatStaleTrialCallback
 
 RDB_SCHEMES = ("postgresql", "mysql", "sqlite")
+SERVER_SCHEMES = ("postgresql", "mysql")
+"""Databases that workers on several hosts can share (SQLite is a file on one machine's disk)."""
 MAX_RETRY = 2
 """How often a trial lost to a dead worker is queued again before its point is given up."""
+
+
+class StudyPlace(Protocol):
+    """What `open_storage` needs of a sweep spec (kept structural so this module does not
+    import the spec module, which imports this one for its URL checks)."""
+
+    storage: str | None
+    study_dir: Path
+    heartbeat_s: int
+    grace_s: int
+
+
 _ENV = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
@@ -82,6 +94,11 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def scheme(url: str) -> str:
+    """The database kind of a storage URL: `postgresql` for `postgresql+psycopg2://...`."""
+    return url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
+
+
 def expand_storage_url(raw: str) -> str:
     """Expand `$VAR`/`${VAR}` (so a spec can keep the password in the environment) and check
     the scheme; a `$` in a literal password must be written `%24`."""
@@ -91,8 +108,7 @@ def expand_storage_url(raw: str) -> str:
     if missing:
         raise UserError(f"storage {mask_url(raw)}: environment variable {missing[0]} is not set")
     url = _ENV.sub(lambda m: os.environ[m.group(1) or m.group(2)], raw)
-    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
-    if scheme not in RDB_SCHEMES:
+    if scheme(url) not in RDB_SCHEMES:
         raise UserError(
             f"storage {mask_url(url)}: expected a {'/'.join(RDB_SCHEMES)} URL "
             "(or null for the journal file)"
@@ -110,7 +126,18 @@ def expand_storage_url(raw: str) -> str:
     return url
 
 
-def open_storage(spec: SweepSpec) -> BaseStorage:
+def retry_callback() -> RetryHeartbeatStaleTrialCallback:
+    """Optuna's re-queue of a lost trial: a WAITING copy of its point, which the next `ask`
+    takes first, at most `MAX_RETRY` times per point (counted in its `retry_history` system
+    attribute). The heartbeat calls it for trials it fails; `fail_orphaned_trials` for its own."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+
+
+def open_storage(spec: StudyPlace) -> BaseStorage:
     """The study's storage, connected: an unreachable database is a one-line `UserError`."""
     import optuna
 
@@ -131,7 +158,7 @@ def open_storage(spec: SweepSpec) -> BaseStorage:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=spec.heartbeat_s,
                 grace_period=spec.grace_s,
-                heartbeat_stale_trial_callback=requeue_lost_trial,
+                heartbeat_stale_trial_callback=retry_callback(),
             )
         except Exception as err:  # driver, DNS, auth and schema errors all mean "cannot use"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -197,32 +224,14 @@ class WorkerLocks:
         return False
 
 
-def requeue_lost_trial(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue a lost trial's point again as a WAITING trial, which the next `ask` takes first;
-    at most `MAX_RETRY` times per point (counted in the `retries` user attribute). A trial lost
-    before it was sampled has nothing to redo. Also the heartbeat's stale-trial callback."""
-    import optuna
-    from optuna.trial import TrialState
-
-    retries = trial.user_attrs.get("retries", 0)
-    if trial.params and retries < MAX_RETRY:
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.WAITING,
-                params=trial.params,
-                distributions=trial.distributions,
-                user_attrs={"retry_of": trial.number, "retries": retries + 1},
-            )
-        )
-
-
 def fail_orphaned_trials(
-    study: optuna.Study, storage: BaseStorage, locks: WorkerLocks, unstamped_grace_s: float
+    study: optuna.Study, storage: BaseStorage, locks: WorkerLocks, heartbeat_grace_s: int | None
 ) -> int:
-    """Under the ask lock: fail RUNNING trials whose worker is dead, stamping `stale` with the
-    reason, and requeue them. A trial without a `worker` stamp is dead once it is older than
-    `unstamped_grace_s` (a live worker stamps within milliseconds of asking). Returns how many
-    trials were failed."""
+    """Fail RUNNING trials whose worker is gone, stamping `stale` with the reason, and queue
+    their points again. On a journal (`heartbeat_grace_s=None`, the caller holds the ask lock)
+    every RUNNING trial is judged by its worker's lock at once. With a heartbeat the heartbeat
+    judges every stamped trial; left here are unstamped ones older than the grace. Returns how
+    many trials were failed."""
     import optuna
     from optuna.trial import TrialState
 
@@ -231,17 +240,19 @@ def fail_orphaned_trials(
     failed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
-        if owner is not None and locks.is_alive(owner):
-            continue
-        started = t.datetime_start or now
-        if owner is None and (now - started).total_seconds() < unstamped_grace_s:
+        if heartbeat_grace_s is None:
+            if owner is not None and locks.is_alive(owner):
+                continue
+        elif owner is not None or (now - (t.datetime_start or now)).total_seconds() < (
+            heartbeat_grace_s
+        ):
             continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         try:
             storage.set_trial_user_attr(trial_id, "stale", f"worker {owner or 'unknown'} died")
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # finished meanwhile (e.g. failed by another host's heartbeat check)
+            continue  # finished meanwhile (e.g. failed by the heartbeat check of another worker)
         failed += 1
-        requeue_lost_trial(study, t)
+        retry_callback()(study, t)
     return failed

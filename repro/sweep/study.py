@@ -1,4 +1,4 @@
-"""Running a sweep: sampler, objective, and K worker processes sharing one Optuna study.
+"""A sweep worker: sampler, objective, and the loop that runs trials of one shared study.
 
 Each trial is one full training run (issue 7, "Must deliver" 2): the base experiment, the fixed
 overrides and the trial's sampled values are composed into a config whose `run_dir` is
@@ -7,15 +7,15 @@ overrides and the trial's sampled values are composed into a config whose `run_d
 
 Budget. `n_trials` counts trials that ran to an end: COMPLETE, or FAIL with a `fail_reason`
 (crash, divergence, rejected config, missing metric) recorded by the objective. A trial lost to
-a killed worker is not an outcome: it is failed as stale (worker locks on this machine, the
-heartbeat across machines; see `repro.sweep.storage`) and its point is queued again. Before
+a killed worker is not an outcome: it is failed as stale (worker locks on a journal, Optuna's
+heartbeat on a database; see `repro.sweep.storage`) and its point is queued again. Before
 starting a trial a worker takes the study's ask lock, counts finished plus running trials and
 starts one only below the budget; the lock is handed on (released) inside the objective once
 the trial is stamped with its worker, so K workers on one machine never overshoot. Workers on
 other machines sharing a database have their own lock and may overshoot by one trial each.
 
 Resume is free: the study lives in its storage, so running `repro sweep SPEC` again loads it
-and works on the remaining budget.
+and works on the remaining budget. Where the workers run is `repro.sweep.launch`'s business.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import multiprocessing
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.sweep.space import ParamSpec, format_override
-from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
+from repro.sweep.spec import SweepSpec, base_overrides
 from repro.sweep.storage import FileLock, WorkerLocks, fail_orphaned_trials, open_storage
 
 log = logging.getLogger("repro.sweep")
@@ -188,14 +186,13 @@ def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
-    unstamped_grace_s = 0 if spec.storage is None else spec.grace_s
+    heartbeat_grace_s = None if spec.storage is None else spec.grace_s
     while True:
         with FileLock(spec.study_dir / "ask.lock") as lock:
-            if spec.storage is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    optuna.storages.fail_stale_trials(study)
-            if fail_orphaned_trials(study, storage, locks, unstamped_grace_s):
+            with warnings.catch_warnings():  # a no-op on a journal, which has no heartbeat
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+            if fail_orphaned_trials(study, storage, locks, heartbeat_grace_s):
                 log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
             done, running = tally(study)
             if done >= spec.n_trials or (deadline is not None and time.time() >= deadline):
@@ -235,59 +232,3 @@ def run_one_trial(study: Any, objective: Any, run: TrialRun) -> int | None:
             raise
         return run.number
     return None
-
-
-def _worker_main(spec: SweepSpec, index: int, deadline: float | None) -> int:
-    from repro.dist.launch import die_with_parent
-
-    die_with_parent()
-    try:
-        run_worker(spec, index, deadline)
-    except UserError as err:
-        print(f"error: sweep worker {index}: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:  # Ctrl-C reaches every worker; the parent says what to do
-        raise SystemExit(130) from None
-    return 0
-
-
-def run_sweep(spec: SweepSpec, workers: int = 1) -> tuple[int, int]:
-    """Run (or continue) the study with `workers` processes; returns `tally` at the end.
-
-    Every check that can refuse the spec runs here first, so a bad spec creates no trial."""
-    import optuna
-
-    if workers < 1:
-        raise UserError(f"--workers={workers} must be at least 1")
-    check_config_keys(spec)
-    study = open_study(spec, open_storage(spec))
-    if not study.get_trials(deepcopy=False) and any(spec.study_dir.glob("trial_*")):
-        # A new study would reuse trial_<n> directories holding an earlier study's runs.
-        raise UserError(
-            f"{spec.study_dir} holds trial directories of an earlier study {spec.name}; "
-            "move them away or give the sweep another name or out directory"
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(spec.metric_names)
-    log.info(
-        "sweep %s on %s: %d trials, %d workers",
-        spec.name,
-        spec.storage_label,
-        spec.n_trials,
-        workers,
-    )
-    deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
-    if workers == 1:
-        run_worker(spec, 0, deadline)
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        procs = [ctx.Process(target=_worker_main, args=(spec, i, deadline)) for i in range(workers)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        bad = [i for i, p in enumerate(procs) if p.exitcode != 0]
-        if bad:
-            raise UserError(f"sweep {spec.name}: worker(s) {bad} stopped with an error (above)")
-    return tally(study)

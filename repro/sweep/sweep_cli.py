@@ -2,7 +2,8 @@
 
     repro sweep SPEC [--workers K]      run the study, or continue it where it stopped
     repro sweep SPEC --workers K --cluster NAME
-                                        submit K workers as a job array (configs/cluster/NAME)
+                                        the workers where configs/cluster/NAME says (a job
+                                        array on SLURM: the spec needs a database storage)
     repro sweep show SPEC               Pareto front table + knee; writes pareto/hypervolume plots
     repro sweep dashboard SPEC [--port P]
                                         optuna-dashboard on 127.0.0.1 on the study's storage
@@ -35,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("spec", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
     p.add_argument("--workers", type=int, default=1, help="trials in parallel (processes)")
-    p.add_argument("--cluster", help="submit the workers as SLURM jobs (configs/cluster/NAME)")
+    p.add_argument("--cluster", help="run the workers where configs/cluster/NAME says")
     p.add_argument("--port", type=int, default=8080, help="dashboard port on 127.0.0.1")
     return p
 
@@ -69,13 +70,13 @@ def run(args: argparse.Namespace) -> int:
 
         show_sweep(spec)
         return 0
-    if args.cluster:
-        from repro.cluster.submit import submit_sweep
+    from repro.sweep.launch import run_sweep
+    from repro.sweep.storage import open_storage
+    from repro.sweep.study import open_study, tally
 
-        return submit_sweep(spec, workers=args.workers, cluster=args.cluster)
-    from repro.sweep.study import run_sweep
-
-    done, running = run_sweep(spec, workers=args.workers)
+    if run_sweep(spec, workers=args.workers, cluster=args.cluster):
+        return 0  # queued: the launcher said where to follow the jobs
+    done, running = tally(open_study(spec, open_storage(spec)))
     print(
         f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
         f"`repro sweep show {args.spec}` prints the Pareto front",

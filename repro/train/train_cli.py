@@ -1,62 +1,144 @@
-"""`repro train [overrides] [--multirun]`: one run, or a Hydra multirun of several.
+"""`repro train [overrides] [--multirun] [--cfg job] [--help]`: one run, or a Hydra
+multirun of several.
 
-With `cluster=` other than local, each run is submitted as a job and the command returns
+With `cluster=` other than local, the runs are submitted as one job array and the command returns
 at once with the job ids (`repro jobs` follows them).
 
 Every combination is composed and validated before anything runs, so a bad key or value
-in any of them fails at once with one line, and nothing is written.
+in any of them fails at once with one line, and nothing is written. The flags are read
+here rather than by Hydra's app runner, which would treat them as overrides and fail.
 """
 
 from __future__ import annotations
 
-import sys
+from omegaconf import OmegaConf
 
+from repro import hydra_overrides
 from repro.cli import expand_sweep
-from repro.config import CONFIG_DIR, compose, run_dir_of, to_config
-from repro.train.entry import run_training
+from repro.cluster.launcher import launch_runs
+from repro.config import (
+    CONFIG_DIR,
+    GROUPS,
+    compose,
+    compose_dict,
+    parse_overrides,
+    to_config,
+)
+from repro.errors import UserError
 
-
-def describe(summary: dict) -> str:
-    keys = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
-    parts = [f"{k}={summary[k]:.4g}" for k in keys if isinstance(summary.get(k), int | float)]
-    return " ".join(parts) + f" run_dir={summary.get('run_dir')}"
+FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
+# The settings most runs change, with what each does; `--cfg job` shows all the others.
+MOST_USED = (
+    ("trainer.world_size", "workers of the run"),
+    ("trainer.engine", "simulated (all workers in this process), processes, or auto"),
+    ("trainer.steps", "training steps"),
+    ("trainer.batch_size", "mini-batch per worker"),
+    ("trainer.eval_every", "steps between test evaluations"),
+    ("trainer.checkpoint_every", "steps between checkpoints (resume restarts from the last)"),
+    ("trainer.time_budget_s", "stop once the modeled clock passes this (0 = none)"),
+    ("optim.name", "sgd, adam or lamb"),
+    ("optim.lr", "learning rate"),
+    ("method.tau", "local steps between model averages"),
+    ("compute.mode", "measured or sampled compute time on the modeled clock"),
+    ("seed", "seed of data order, initialization and sampled compute times"),
+    ("data.root", "where data sets are read or generated"),
+    ("runs_root", "where run directories go"),
+    ("run_dir", "this run's directory (default runs_root/<experiment>/<label>-<hash>)"),
+)
 
 
 def main(argv: list[str]) -> int:
-    multirun = any(a in ("--multirun", "-m") for a in argv)
-    overrides = [a for a in argv if a not in ("--multirun", "-m")]
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text())
+        return 0
+    multirun, show, overrides = _flags(argv)
+    parsed = parse_overrides(overrides)
+    sweeps = [ov.input_line for ov in parsed if ov.is_sweep_override()]
+    if sweeps and not multirun:
+        raise UserError(hydra_overrides.several_values(sweeps[0], CONFIG_DIR))
     combos = expand_sweep(overrides)
-    if len(combos) > 1 and not multirun:
-        combos = combos[:1]
-        compose(overrides)  # Hydra's own message: sweep syntax needs --multirun
+    if show:  # one YAML document per combination
+        print("---\n".join(_show(combo, show) for combo in combos), end="")
+        return 0
     configs = [compose(c) for c in combos]
-    if configs[0].cluster.kind != "local":
-        from repro.cluster.submit import submit_run
-
-        for cfg in configs:
-            job = submit_run(cfg)
-            print(f"submitted {cfg.label}: job {job.job_id} run_dir={run_dir_of(cfg)}", flush=True)
-        print(f"follow with `repro jobs --root {configs[0].runs_root} --watch`")
-        return 0
-    if not multirun:
-        print(describe(run_training(configs[0])))
-        return 0
-    return _hydra_multirun(overrides, [str(run_dir_of(c)) for c in configs])
-
-
-def _hydra_multirun(overrides: list[str], run_dirs: list[str]) -> int:
-    """Hand the (validated) sweep to Hydra's own multirun launcher."""
-    import hydra
-
-    @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
-    def task(cfg) -> None:
-        print(describe(run_training(to_config(cfg))))
-
-    saved = sys.argv
-    sys.argv = ["repro train", *overrides, "--multirun"]
-    try:
-        task()
-    finally:
-        sys.argv = saved
-    print(f"{len(run_dirs)} runs: " + " ".join(run_dirs))
+    # Here, one after another, or as one job array: the `cluster` group decides, in one place.
+    launch_runs([(cfg.label, cfg) for cfg in configs], "train")
     return 0
+
+
+def _flags(argv: list[str]) -> tuple[bool, str, list[str]]:
+    """(--multirun given, the part --cfg asks for or "", the overrides)."""
+    multirun, show, overrides = False, "", []
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--multirun", "-m"):
+            multirun = True
+        elif arg == "--cfg" or arg.startswith("--cfg="):
+            show = arg.partition("=")[2] or next(args, "")
+            if show not in ("job", "hydra", "all"):
+                raise UserError(f"--cfg {show}: give --cfg job (the run's config), hydra or all")
+        elif arg.startswith("-"):
+            raise UserError(f"unknown option {arg}; repro train takes key=value overrides, {FLAGS}")
+        else:
+            overrides.append(arg)
+    return multirun, show, overrides
+
+
+def _show(overrides: list[str], part: str) -> str:
+    """The composed config, as Hydra's `--cfg` prints it, after the same validation a run
+    gets (so a config printed here is one that runs)."""
+    cfg = compose_dict(overrides)
+    to_config(cfg, overrides)
+    if part == "job":
+        return OmegaConf.to_yaml(cfg)
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        full = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    return OmegaConf.to_yaml(full if part == "all" else OmegaConf.masked_copy(full, ["hydra"]))
+
+
+def help_text() -> str:
+    """Usage, each config group with its choices (the default marked), the settings most
+    runs change with their defaults, and the flags."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    compose_dict([])  # registers every group's schema
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = hydra_compose("config", overrides=[], return_hydra_config=True)
+    chosen = cfg.hydra.runtime.choices
+    lines = [
+        "usage: repro train [KEY=VALUE ...] [--multirun] [--cfg job] [-h]",
+        "",
+        "One training run composed by Hydra from configs/config.yaml and the overrides;",
+        "a comma list (method.tau=1,4) with --multirun runs one per value.",
+        "",
+        "config groups (GROUP=CHOICE; * = default):",
+    ]
+    for group in GROUPS:
+        names = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        marked = [f"{n}*" if n == chosen.get(group) else n for n in names]
+        lines.append(f"  {group:<11} {', '.join(marked)}")
+    lines += ["", "most used settings (KEY=DEFAULT):"]
+    for key, what in MOST_USED:
+        node = hydra_overrides.node_at(cfg, key)
+        if node is None:  # a setting of some choices of its group only, e.g. method.tau
+            group = key.split(".")[0]
+            owners = hydra_overrides.choices_with(group, CONFIG_DIR).get(key, {})
+            node = next(iter(owners.values()), None)
+            what += f" ({', '.join(f'{group}={c}' for c in owners)})"
+        value = "" if node is None or node._value() is None else node._value()
+        lines.append(f"  {f'{key}={value}':<30} {what}")
+    lines += [
+        "",
+        "flags:",
+        "  --multirun, -m   run every combination of the comma lists",
+        "  --cfg job        print the composed config and exit (hydra, all: with Hydra's own)",
+        "  -h, --help       this help",
+        "",
+        "Every key of the composed config can be set; `repro train [overrides] --cfg job`",
+        "prints them all for a given selection.",
+    ]
+    return "\n".join(lines)

@@ -75,7 +75,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
 
 
 def test_every_scale_composes_its_run_set():
-    from repro.report.reproduce import run_set
+    from repro.cluster.runsets import run_set
 
     small = dict(run_set("adasum", "small", []))
     grid = [k for k in small if not k.startswith("toy_")]

@@ -1,8 +1,9 @@
-"""Runs, run sets and sweep workers submitted to a real local SLURM cluster (issue 8).
+"""Runs, run sets and sweep workers submitted to a real local SLURM cluster (issues 8, 16).
 
-Every job goes through sbatch, slurmctld, slurmd and srun; states come from sacct. Each
-test has its own runs_root (and so its own submitit folder and jobs.jsonl). Every wait has
-a deadline after which the test cancels what it submitted and fails, so nothing hangs.
+Every job goes through sbatch, slurmctld, slurmd and srun; states come from sacct; the sweep
+shares a real PostgreSQL study. Each test has its own runs_root (and so its own submitit
+folder and jobs.jsonl). Every wait has a deadline after which the test cancels what it
+submitted and fails, so nothing hangs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,9 +26,10 @@ import yaml
 from repro.cli import main as repro_main
 from repro.cluster.jobs import ACTIVE, read_records
 from repro.cluster.jobs import job_states as states_of
-from repro.cluster.submit import submit_run, submit_run_set
+from repro.cluster.launcher import launch_runs
+from repro.cluster.runsets import run_set
+from repro.cluster.submit import submit_run
 from repro.config import compose, run_dir_of
-from repro.report.reproduce import run_set
 from repro.train.entry import run_training
 from tests.helpers import REPO, TINY, repro_cli, train
 
@@ -42,7 +45,15 @@ EQUAL_KEYS = (
     "comm/collectives",
     "time/modeled_s",
 )
-TWO_WORKERS = [*TINY, "trainer.world_size=2", "compute.mode=sampled", "network=eth1g"]
+# A cluster launch runs processes; its local twin is pinned to the same engine (the local
+# default at this scale would be the simulated one, equal only to float rounding).
+TWO_WORKERS = [
+    *TINY,
+    "trainer.world_size=2",
+    "trainer.engine=processes",
+    "compute.mode=sampled",
+    "network=eth1g",
+]
 # 50 ms of modeled compute per step that each worker really sleeps: a run long enough to
 # requeue or kill in the middle, with the same numbers as the run without sleeping.
 SLOW = ["compute.dist=constant", "compute.mean_ms=50", "network.inject=true"]
@@ -136,7 +147,7 @@ def test_train_submits_a_two_task_job_equal_to_the_local_run(tmp_path: Path) -> 
 def test_run_set_is_one_array_and_each_run_equals_its_local_twin(tmp_path, capsys) -> None:
     runs = run_set("adacomm", "tiny", _slurm_overrides(tmp_path))[:2]
     assert [label for label, _ in runs] == ["sync", "local_sgd_tau4"]
-    assert submit_run_set("adacomm", "tiny", runs) == 0
+    assert len(launch_runs(runs, "adacomm tiny").jobs) == 2
     printed = capsys.readouterr().out
     ids = re.findall(r"submitted (\w+): job (\d+)_(\d)", printed)
     assert [(label, index) for label, _, index in ids] == [("sync", "0"), ("local_sgd_tau4", "1")]
@@ -145,6 +156,7 @@ def test_run_set_is_one_array_and_each_run_equals_its_local_twin(tmp_path, capsy
     assert set(states.values()) == {"COMPLETED"}
 
     local_overrides = [
+        "trainer.engine=processes",
         "tracking=disabled",
         f"runs_root={tmp_path / 'local'}",
         f"data.root={tmp_path / 'data'}",
@@ -155,8 +167,8 @@ def test_run_set_is_one_array_and_each_run_equals_its_local_twin(tmp_path, capsy
         assert local.label == label
         _assert_same_run(run_dir_of(cfg), Path(run_training(local)["run_dir"]))
     # resubmitting the finished set submits nothing
-    assert submit_run_set("adacomm", "tiny", runs) == 0
-    assert "every run has finished" in capsys.readouterr().out
+    assert launch_runs(runs, "adacomm tiny").jobs == []
+    assert "adacomm tiny: every run has finished" in capsys.readouterr().out
     assert len(read_records(tmp_path / "runs")) == 2
 
 
@@ -221,15 +233,44 @@ def test_requeue_in_the_middle_resumes_and_matches_the_uninterrupted_run(tmp_pat
     _assert_same_run(run_dir_of(cfg), Path(local["run_dir"]))
 
 
+def _running_trial_job(storage, name: str) -> tuple[object, str]:
+    """A RUNNING trial of study `name` and the array task (`<array job>_<index>`; the bare id
+    of task 0 would name the whole array) of the worker running it."""
+    import optuna
+    from optuna.trial import TrialState
+
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+            running = study.get_trials(states=(TrialState.RUNNING,))
+        except KeyError:
+            running = []
+        for t in running:
+            if "worker" in t.user_attrs:
+                pid = t.user_attrs["worker"].rpartition(":")[2]
+                raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+                return t, f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+        time.sleep(0.2)
+    pytest.fail(f"no trial of {name} started running within {GUARD_S:.0f} s")
+
+
 @pytest.mark.timeout(600)
-def test_sweep_with_two_array_workers_finishes_its_trials(tmp_path: Path) -> None:
+def test_sweep_survives_a_cancelled_worker_job_through_optunas_heartbeat(tmp_path, pg_url):
+    from optuna.trial import TrialState
+
+    from repro.sweep.results import load_study
+    from repro.sweep.spec import load_spec
+    from repro.sweep.storage import open_storage
+
     raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
-    raw["out"] = str(tmp_path / "sweeps")
-    raw["overrides"] += [
-        f"runs_root={tmp_path / 'runs'}",
-        f"data.root={tmp_path / 'data'}",
-        "tracking=disabled",
-    ]
+    # 80 steps of 50 ms modeled compute, really slept: a trial lasts seconds, so a worker job
+    # can be cancelled in the middle of one. Beats every second, stale after 10 s.
+    raw["overrides"] += [*SLOW, "compute.mode=sampled", "trainer.steps=80"]
+    raw["overrides"] += [f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}"]
+    raw["overrides"] += ["tracking=disabled"]
+    raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=3, heartbeat_s=1, grace_s=10)
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(yaml.safe_dump(raw))
     submitted = repro_cli(
@@ -237,18 +278,29 @@ def test_sweep_with_two_array_workers_finishes_its_trials(tmp_path: Path) -> Non
     )
     assert submitted.returncode == 0, submitted.stderr
     assert re.search(r"2 workers submitted as jobs (\d+)_0, \1_1", submitted.stdout)
+
+    spec = load_spec(spec_path)
+    victim, job = _running_trial_job(open_storage(spec), "tiny")
+    time.sleep(1.0)  # well inside the trial
+    cancelled_at = datetime.now()
+    subprocess.run(["scancel", job], check=True, timeout=60)
     states = _wait(tmp_path / "runs")
-    assert list(states.values()) == ["COMPLETED", "COMPLETED"]
+    assert sorted(states.values()) == ["CANCELLED", "COMPLETED"]
 
-    from optuna.trial import TrialState
-
-    from repro.sweep.results import load_study
-    from repro.sweep.spec import load_spec
-
-    trials = load_study(load_spec(spec_path)).get_trials(deepcopy=False)
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert len(done) == 4 and len(trials) == 4
-    assert len({t.user_attrs["worker"] for t in done}) == 2  # both array tasks ran trials
+    trials = {t.number: t for t in load_study(spec).get_trials(deepcopy=False)}
+    complete = [t for t in trials.values() if t.state == TrialState.COMPLETE]
+    assert len(complete) == 3  # exactly the budget, the lost trial not counted
+    lost = trials[victim.number]
+    assert lost.state == TrialState.FAIL
+    # Failed by Optuna's heartbeat (the worker locks would have stamped `stale`), and its
+    # point run again by RetryHeartbeatStaleTrialCallback's WAITING copy.
+    assert "stale" not in lost.user_attrs and "fail_reason" not in lost.user_attrs
+    (retry,) = [t for t in complete if t.system_attrs.get("failed_trial") == lost.number]
+    assert retry.params == lost.params
+    # SLURM's KillWait (5 s), the grace (10 s), the other worker's trial in progress and its
+    # 2 s poll: the point runs again well within a minute, not at `timeout_s`.
+    assert retry.datetime_start - cancelled_at < timedelta(seconds=45)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials.values())
 
 
 def _cli_error(capsys, *args: str) -> str:

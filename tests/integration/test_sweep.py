@@ -220,7 +220,7 @@ def test_diverging_and_rejected_trials_fail_with_reason_and_the_study_goes_on(tm
     by_number = {t.number: t for t in trials(spec_path)}
     assert by_number[0].state == TrialState.FAIL
     assert by_number[0].user_attrs["fail_reason"].startswith("diverged: training diverged")
-    assert "loss=nan" in by_number[0].user_attrs["fail_reason"]
+    assert "the loss is nan" in by_number[0].user_attrs["fail_reason"]
     assert by_number[1].state == TrialState.FAIL
     assert by_number[1].user_attrs["fail_reason"].startswith("rejected: method.cr=2.0")
     assert by_number[2].state == TrialState.COMPLETE

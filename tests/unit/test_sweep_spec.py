@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from repro.errors import UserError
+from repro.sweep.launch import run_sweep
 from repro.sweep.space import ParamSpec, format_override, grid_size
 from repro.sweep.spec import check_config_keys, load_spec, spec_from_dict
 from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
-from repro.sweep.study import run_sweep
+from repro.sweep.sweep_cli import main as sweep_main
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
@@ -220,3 +221,36 @@ def test_new_study_over_an_earlier_studys_trial_dirs_is_refused(tmp_path):
     with pytest.raises(UserError, match="holds trial directories of an earlier study tiny"):
         run_sweep(spec, workers=1)
     assert not any(spec.study_dir.glob("trial_*/summary.json"))
+
+
+def _refused_cluster_sweep(tmp_path, monkeypatch, capsys, **changes) -> str:
+    """`repro sweep SPEC --cluster slurm_local` from tmp_path: exit 2, one line, nothing
+    written (no study directory, no runs_root with a job folder or job record)."""
+    monkeypatch.chdir(tmp_path)
+    spec_path = tmp_path / "t.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny(tmp_path, **changes)))
+    assert sweep_main([str(spec_path), "--workers", "2", "--cluster", "slurm_local"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.yaml"]
+    return err
+
+
+def test_cluster_sweep_on_storage_without_heartbeat_is_refused_naming_the_fix(
+    tmp_path, monkeypatch, capsys
+):
+    err = _refused_cluster_sweep(tmp_path, monkeypatch, capsys)
+    assert "cluster=slurm_local runs workers on several hosts" in err
+    assert "journal file" in err and "has no heartbeat" in err
+    assert "set `storage: postgresql://USER:PASSWORD@HOST/DB` in" in err
+    err = _refused_cluster_sweep(tmp_path, monkeypatch, capsys, storage="sqlite:///t.db")
+    assert "sqlite:///t.db, a file that hosts cannot share safely" in err
+
+
+def test_cluster_sweep_with_an_unreachable_database_is_refused_before_any_job(
+    tmp_path, monkeypatch, capsys
+):
+    url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{closed_port()}/optuna"
+    err = _refused_cluster_sweep(tmp_path, monkeypatch, capsys, storage=url)
+    assert err.startswith("error: storage postgresql+psycopg2://sweeper:***@127.0.0.1:")
+    assert "cannot connect" in err and PASSWORD not in err

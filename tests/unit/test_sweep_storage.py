@@ -1,5 +1,6 @@
-"""Journal stale-trial detection: worker liveness from flocks, and what a restart does with
-trials of dead workers (a real journal file and real worker processes killed with SIGKILL)."""
+"""Stale-trial detection without a heartbeat: worker liveness from flocks, and what a restart
+does with trials of dead workers (a real journal file and real worker processes killed with
+SIGKILL); lost points are queued again by Optuna's `RetryHeartbeatStaleTrialCallback`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
-from repro.sweep.storage import MAX_RETRY, WorkerLocks, fail_orphaned_trials, requeue_lost_trial
+from repro.sweep.storage import MAX_RETRY, WorkerLocks, fail_orphaned_trials, retry_callback
 from repro.sweep.study import tally
 
 # A worker that registers, optionally starts a trial of study "s", says who it is, then waits.
@@ -77,37 +78,50 @@ def test_restart_fails_only_dead_workers_trials_and_queues_them_again(tmp_path):
     try:
         kill(dead)
         locks = WorkerLocks(tmp_path)
-        # With a database, an unstamped trial gets the grace period (other hosts may own it).
-        assert fail_orphaned_trials(study, storage, locks, 3600) == 1
-        assert study.trials[unstamped.number].state == TrialState.RUNNING
-        # With a journal, under the ask lock, it is dead at once.
-        assert fail_orphaned_trials(study, storage, locks, 0) == 1
-        by_worker = {t.user_attrs.get("worker"): t for t in study.get_trials()}
-        lost = by_worker[dead_stamp]
-        assert lost.state == TrialState.FAIL
+        # With a heartbeat, stamped trials are the heartbeat's, and an unstamped one gets the
+        # grace period first.
+        assert fail_orphaned_trials(study, storage, locks, 3600) == 0
+        # With a journal, under the ask lock, the dead worker's and the unstamped trial go.
+        assert fail_orphaned_trials(study, storage, locks, None) == 2
+        failed = {
+            t.user_attrs.get("worker"): t for t in study.get_trials(states=(TrialState.FAIL,))
+        }
+        lost = failed[dead_stamp]
         assert lost.user_attrs["stale"] == f"worker {dead_stamp} died"
-        assert study.trials[unstamped.number].user_attrs["stale"] == "worker unknown died"
-        assert by_worker[live_stamp].state == TrialState.RUNNING
-        waiting = study.get_trials(states=(TrialState.WAITING,))
-        # The lost point is queued again; the unsampled trial had nothing to redo.
-        assert [(t.params, t.user_attrs) for t in waiting] == [
-            (lost.params, {"retry_of": lost.number, "retries": 1})
-        ]
+        assert failed[None].number == unstamped.number
+        assert failed[None].user_attrs["stale"] == "worker unknown died"
+        (running,) = study.get_trials(states=(TrialState.RUNNING,))
+        assert running.user_attrs["worker"] == live_stamp
+        # Both points are queued again by Optuna's callback, which remembers the lost trial.
+        waiting = {
+            t.system_attrs["failed_trial"]: t
+            for t in study.get_trials(states=(TrialState.WAITING,))
+        }
+        assert set(waiting) == {lost.number, unstamped.number}
+        assert waiting[lost.number].params == lost.params
         # Stale failures do not use up the budget: 1 complete, 1 running.
         assert tally(study) == (1, 1)
-        assert fail_orphaned_trials(study, storage, locks, 0) == 0  # idempotent
+        assert fail_orphaned_trials(study, storage, locks, None) == 0  # idempotent
     finally:
         kill(live)
+
+
+def test_an_unstamped_trial_past_the_heartbeat_grace_is_failed(tmp_path):
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "journal.log")))
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.ask()
+    assert fail_orphaned_trials(study, storage, WorkerLocks(tmp_path), 0) == 1
 
 
 def test_a_point_is_retried_at_most_max_retry_times():
     study = optuna.create_study()
     dist = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
-    lost = optuna.trial.create_trial(
-        params={"x": 0.5}, distributions=dist, value=0.0, user_attrs={"retries": MAX_RETRY - 1}
-    )
-    requeue_lost_trial(study, lost)
-    (again,) = study.get_trials(states=(TrialState.WAITING,))
-    assert again.params == {"x": 0.5} and again.user_attrs["retries"] == MAX_RETRY
-    requeue_lost_trial(study, again)  # the last allowed retry was lost as well: give up
-    assert len(study.get_trials(states=(TrialState.WAITING,))) == 1
+    study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, value=0.0))
+    lost = study.trials[0]
+    for attempt in range(1, MAX_RETRY + 2):
+        retry_callback()(study, lost)
+        waiting = study.get_trials(states=(TrialState.WAITING,))
+        assert len(waiting) == min(attempt, MAX_RETRY)
+        lost = waiting[-1]
+    assert all(t.params == {"x": 0.5} for t in waiting)
+    assert waiting[-1].system_attrs["retry_history"] == [0, 1]

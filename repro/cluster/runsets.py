@@ -3,20 +3,19 @@
 The run set is data: `experiment.runs` in `configs/experiment/<paper>_<scale>.yaml` maps each
 run's label to the overrides that make it. Every run is an ordinary training run in its own
 directory (runs/<paper>_<scale>/<label>-<hash>), so a repeated command skips finished runs,
-resumes interrupted ones, and a changed setting gets a fresh directory.
+resumes interrupted ones, and a changed setting gets a fresh directory. The runs go where the
+`cluster` group says (`repro.cluster.launcher`): one after another here, after which the report
+is built, or as job arrays, after which `repro report PAPER` builds it once they end.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-from tqdm import tqdm
-
+from repro.cluster.launcher import launch_runs
 from repro.config import CONFIG_DIR, Config, compose
 from repro.errors import UserError
-from repro.train.entry import Diverged, finished_summary, run_training
 
 
 def papers() -> list[str]:
@@ -61,30 +60,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
 def main(argv: list[str]) -> int:
     args, scale, extra = parse(argv)
     runs = run_set(args.paper, scale, extra)
-    if runs[0][1].cluster.kind != "local":
-        from repro.cluster.submit import submit_run_set
-
-        return submit_run_set(args.paper, scale, runs)
-    started = time.perf_counter()
-    for label, cfg in tqdm(runs, desc=f"{args.paper} {scale}", unit="run", position=0):
-        if finished_summary(cfg) is not None:
-            tqdm.write(f"skip {label}: finished earlier")
-            continue
-        tqdm.write(f"run {label}")
-        try:
-            summary = run_training(cfg)
-        except Diverged as err:
-            # A diverged run is a result (e.g. a batch size past what a method tolerates):
-            # its logged curve stays for the report, and the rest of the set still runs.
-            tqdm.write(f"diverged {label}: {err}")
-            continue
-        tqdm.write(
-            f"done {label}: train/loss={summary.get('train/loss', float('nan')):.4g} "
-            f"test/acc={summary.get('test/acc', float('nan')):.4f} "
-            f"modeled {summary.get('time/modeled_s', float('nan')):.1f}s"
-        )
-    print(f"{len(runs)} runs ready in {time.perf_counter() - started:.0f} s")
-    if args.no_report:
+    launched = launch_runs(
+        runs, f"{args.paper} {scale}", then=f"`repro report {args.paper}` builds the report"
+    )
+    if launched.jobs or args.no_report:
         return 0
     from repro.report.build import build_report
 

@@ -1,0 +1,174 @@
+"""The one launcher: whether work runs in local processes, submitit's LocalExecutor or SLURM.
+
+The `cluster` config group decides, here and nowhere else (issue 16, item 9):
+
+* `cluster=local`: runs one after another in this process (`run_training` spawns a run's
+  workers), K long-lived workers as K spawned processes (one worker: in this process); the
+  command returns when the work is done.
+* `cluster=submitit_local`, `cluster=slurm`: jobs through submitit (`repro.cluster.submit`):
+  one job for one run, one job array per job shape for several runs (a run set, a
+  `--multirun`), one job array for K workers; the command returns at once, and `repro jobs`
+  follows what `<runs_root>/jobs.jsonl` records.
+
+Callers hand their work over and never ask which kind ran it: `repro train` and its
+`--multirun` (`launch_runs`), `repro reproduce` (`launch_runs` on a run set), `repro sweep`
+(`Workers`). A finished run is skipped before anything starts or is queued, so repeating a
+command only does what is left.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.cluster.config import ClusterConfig
+from repro.cluster.jobs import JOBS_FILE, JobRecord
+from repro.config import Config
+from repro.errors import UserError
+
+SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
+
+
+@dataclass
+class Launched:
+    """What a launch did: the summaries of runs that are finished now (None for a diverged
+    one), and the jobs it queued (none when everything ran here)."""
+
+    summaries: list[dict | None] = field(default_factory=list)
+    jobs: list[JobRecord] = field(default_factory=list)
+
+
+def runs_here(cluster: ClusterConfig) -> bool:
+    """True when `cluster` runs work in this machine's processes rather than as jobs."""
+    return cluster.kind == "local"
+
+
+def describe(summary: dict) -> str:
+    parts = [
+        f"{k}={summary[k]:.4g}" for k in SUMMARY_KEYS if isinstance(summary.get(k), int | float)
+    ]
+    return " ".join(parts) + f" run_dir={summary.get('run_dir')}"
+
+
+def _announce(records: list[JobRecord], what: str, title: str, runs_root: str, then: str) -> None:
+    ids = ", ".join(r.job_id for r in records)
+    follow = f"follow them with `repro jobs --root {runs_root} --watch`"
+    print(
+        f"{title}: {len(records)} {what} submitted as jobs {ids} (recorded in "
+        f"{Path(runs_root) / JOBS_FILE}); {follow}" + (f", then {then}" if then else ""),
+        flush=True,
+    )
+
+
+def launch_runs(runs: Sequence[tuple[str, Config]], title: str, then: str = "") -> Launched:
+    """Run or submit `(label, config)` runs where their `cluster` group says; `then` names
+    the next command once submitted jobs end (e.g. the report)."""
+    from repro.train.entry import finished_summary
+
+    kinds = {cfg.cluster.kind for _, cfg in runs}
+    if len(kinds) > 1:
+        raise UserError(f"{title}: cluster differs between runs ({sorted(kinds)}); use one")
+    launched = Launched()
+    pending = []
+    for label, cfg in runs:
+        done = finished_summary(cfg)
+        if done is None:
+            pending.append((label, cfg))
+        else:
+            print(f"skip {label}: finished earlier", flush=True)
+            launched.summaries.append(done)
+    if not pending:
+        print(f"{title}: every run has finished", flush=True)
+    elif runs_here(pending[0][1].cluster):
+        launched.summaries += _run_here(pending, title)
+    else:
+        from repro.cluster.submit import submit_runs
+
+        launched.jobs = submit_runs(pending, title)
+        for r in launched.jobs:
+            print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
+        _announce(launched.jobs, "runs", title, pending[0][1].runs_root, then)
+    return launched
+
+
+def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
+    """Each run in this process in turn. In a set a diverged run is a result (e.g. a batch
+    size past what a method tolerates): its logged curve stays and the rest still run."""
+    from tqdm import tqdm
+
+    from repro.train.entry import Diverged, run_training
+
+    started = time.perf_counter()
+    summaries: list[dict | None] = []
+    for label, cfg in tqdm(runs, desc=title, unit="run", position=0, disable=len(runs) == 1):
+        if len(runs) > 1:
+            tqdm.write(f"run {label}")
+        try:
+            summary = run_training(cfg)
+        except Diverged as err:
+            if len(runs) == 1:
+                raise
+            tqdm.write(f"diverged {label}: {err}")
+            summaries.append(None)
+            continue
+        tqdm.write(f"done {label}: {describe(summary)}")
+        summaries.append(summary)
+    if len(runs) > 1:
+        print(f"{title}: {len(runs)} runs ready in {time.perf_counter() - started:.0f} s")
+    return summaries
+
+
+class Workers:
+    """K long-lived workers of `kind` (e.g. the `sweep` `name`) where `cluster` says, each
+    with `cpus` CPUs on a cluster. Building it checks the cluster (sbatch, partition, sizes),
+    so a caller builds it before writing anything and `start` is not refused by the cluster."""
+
+    def __init__(
+        self, cluster: ClusterConfig, runs_root: str, kind: str, name: str, cpus: int
+    ) -> None:
+        self.label, self.runs_root, self.kind = f"{kind} {name}", runs_root, kind
+        self.array = None
+        if not runs_here(cluster):
+            from repro.cluster.submit import WorkerArray
+
+            self.array = WorkerArray(cluster, runs_root, kind, name, cpus)
+
+    def start(self, workers: Sequence[Callable[[], object]], then: str = "") -> list[JobRecord]:
+        """Run the workers here to their end (returns no jobs) or queue them as one array."""
+        if self.array is not None:
+            records = self.array.submit(workers)
+            _announce(records, "workers", self.label, self.runs_root, then)
+            return records
+        if len(workers) == 1:
+            workers[0]()
+            return []
+        ctx = multiprocessing.get_context("spawn")
+        procs = [
+            ctx.Process(target=_worker_main, args=(fn, self.label, i))
+            for i, fn in enumerate(workers)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        bad = [i for i, p in enumerate(procs) if p.exitcode != 0]
+        if bad:
+            raise UserError(f"{self.label}: worker(s) {bad} stopped with an error (above)")
+        return []
+
+
+def _worker_main(fn: Callable[[], object], label: str, index: int) -> None:
+    from repro.dist.launch import die_with_parent
+
+    die_with_parent()
+    try:
+        fn()
+    except UserError as err:
+        print(f"error: {label} worker {index}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C reaches every worker; the parent says what to do
+        raise SystemExit(130) from None
