@@ -1,6 +1,6 @@
 """`repro` command line: a thin dispatcher over the parts of the package.
 
-  repro train [overrides] [--multirun]    one training run (Hydra overrides)
+  repro train [overrides] [--multirun] [--cfg job] [--help]   one training run (Hydra)
   repro reproduce PAPER [scale=..] [..]   a paper's run set, then its report
   repro report PAPER | all | compare .. | check DIR   reports from runs read back from disk
   repro runs ls | show RUN                offline wandb runs, read without a server

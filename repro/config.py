@@ -114,9 +114,7 @@ class TrainerConfig:
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
         if not self.collective_timeout_s > 0:
-            raise UserError(
-                f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0"
-            )
+            raise UserError(f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0")
         if self.engine not in ENGINES:
             raise UserError(
                 f"trainer.engine={self.engine!r} is unknown; choose one of {list(ENGINES)} "

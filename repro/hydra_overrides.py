@@ -73,7 +73,7 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
         if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.child_node is None:
             root = cause.parent_node._get_root() if cause.parent_node is not None else None
             return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
-        if isinstance(cause, ValidationError):
+        if isinstance(cause, ValidationError) and cause.child_node is not None:
             return _wrong_value(cause)
         if isinstance(cause, ConfigTypeError) and "deletion" in str(cause):
             key = cause.full_key
@@ -81,7 +81,8 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
                 f"~{key}: a setting of a typed config cannot be deleted; "
                 f"set a value instead, e.g. {_example(key, cause.child_node)}"
             )
-    return one_line(e)
+        return _one_line(cause)  # the reason, which the outer message leaves out
+    return _one_line(e)
 
 
 def several_values(override: str, config_dir: Path) -> str:
@@ -99,7 +100,8 @@ def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Pa
     """`key` is in no schema: suggest the closest of the `known` keys, or the group choice
     that has it."""
     group = key.split(".")[0]
-    chosen = _choices(overrides, config_dir).get(group)
+    is_group = group != "experiment" and (config_dir / group).is_dir()
+    chosen = _choices(overrides, config_dir).get(group) if is_group else None
     elsewhere = choices_with(group, config_dir, skip=chosen) if chosen else {}
     if key in elsewhere:
         owners = list(elsewhere[key])
@@ -135,7 +137,7 @@ def extra_keys(composed: DictConfig, built: dict) -> list[str]:
     return sorted(_extra(tree, built, ""))
 
 
-def one_line(e: Exception) -> str:
+def _one_line(e: Exception) -> str:
     """The first line of an error that needs no translation, with the key it concerns."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     keep = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "reference_type"))]
@@ -144,12 +146,12 @@ def one_line(e: Exception) -> str:
     return f"{key}: {msg}" if key and key not in msg else msg
 
 
-def expects(node) -> str:
+def _expects(node) -> str:
     """What a value node accepts, in words."""
     if isinstance(node, EnumNode):
         return "one of " + ", ".join(m.name for m in node.enum_type)
-    if isinstance(node, DictConfig | ListConfig):
-        return "a section of settings, not a single value"
+    if isinstance(node, ListConfig):
+        return "a list"
     return next((text for cls, text in EXPECTS.items() if isinstance(node, cls)), "a str")
 
 
@@ -161,7 +163,7 @@ def _wrong_value(e: ValidationError) -> str:
             f"{key} is a section of settings, not a value; set one of its keys "
             f"({', '.join(node)}) as {key}.{first}=VALUE"
         )
-    wanted = f"expected {expects(node)}, e.g. {_example(key, node)}"
+    wanted = f"expected {_expects(node)}, e.g. {_example(key, node)}"
     if e.value is None:
         return f"{key}=null: {key} cannot be null; {wanted}"
     if e.value == "":
@@ -177,14 +179,14 @@ def _missing_value(raw: str, others: list[str], config_dir: Path) -> str:
     cfg = _compose_quietly(config_dir, others)
     node = node_at(cfg, key) if cfg is not None else None
     if node is not None and not isinstance(node, DictConfig | ListConfig):
-        return f"{key} has no value: expected {expects(node)}, e.g. {_example(key, node)}"
+        return f"{key} has no value: expected {_expects(node)}, e.g. {_example(key, node)}"
     group = key.split(".")[0]
     owners = choices_with(group, config_dir).get(key, {})
     if owners:
         choice, node = next(iter(owners.items()))
         only = " and ".join(f"{group}={c}" for c in owners)
         return (
-            f"{key} has no value: expected {expects(node)}, e.g. {group}={choice} "
+            f"{key} has no value: expected {_expects(node)}, e.g. {group}={choice} "
             f"{_example(key, node)} ({key} is a setting of {only} only)"
         )
     return f"{key} has no value: write {key}=VALUE"
@@ -196,6 +198,8 @@ def _example(key: str, node) -> str:
         value = str(value).lower() if value is not None else "true"
     elif isinstance(node, EnumNode) and value is not None:
         value = value.name
+    elif isinstance(node, ListConfig) and value is not None:
+        value = f"[{','.join(str(v) for v in value)}]"  # no spaces: one shell word
     return f"{key}={'VALUE' if value is None or value == '' else value}"
 
 

@@ -18,7 +18,9 @@ command only does what is left.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -96,30 +98,82 @@ def launch_runs(runs: Sequence[tuple[str, Config]], title: str, then: str = "") 
 
 
 def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
-    """Each run in this process in turn. In a set a diverged run is a result (e.g. a batch
-    size past what a method tolerates): its logged curve stays and the rest still run."""
+    """Each run in this process in turn, or, for a set of simulated runs (one process and
+    one thread each), as many at once as the machine has cores. In a set a diverged run is
+    a result (e.g. a batch size past what a method tolerates): its logged curve stays and
+    the rest still run."""
     from tqdm import tqdm
 
     from repro.train.entry import Diverged, run_training
 
     started = time.perf_counter()
+    at_once = min(os.cpu_count() or 1, len(runs))
+    simulated = all(cfg.trainer.engine == "simulated" for _, cfg in runs)
     summaries: list[dict | None] = []
-    for label, cfg in tqdm(runs, desc=title, unit="run", position=0, disable=len(runs) == 1):
-        if len(runs) > 1:
-            tqdm.write(f"run {label}")
-        try:
-            summary = run_training(cfg)
-        except Diverged as err:
+    bar = tqdm(total=len(runs), desc=title, unit="run", position=0, disable=len(runs) == 1)
+    if simulated and at_once > 1:
+        outcomes = _run_side_by_side(runs, at_once)
+    else:
+        outcomes = (_outcome(label, cfg, run_training, Diverged, len(runs)) for label, cfg in runs)
+    for label, summary, diverged in outcomes:
+        if diverged is not None:
             if len(runs) == 1:
-                raise
-            tqdm.write(f"diverged {label}: {err}")
-            summaries.append(None)
-            continue
-        tqdm.write(f"done {label}: {describe(summary)}")
+                raise diverged
+            tqdm.write(f"diverged {label}: {diverged}")
+        else:
+            tqdm.write(f"done {label}: {describe(summary)}")
         summaries.append(summary)
+        bar.update(1)
+    bar.close()
     if len(runs) > 1:
         print(f"{title}: {len(runs)} runs ready in {time.perf_counter() - started:.0f} s")
     return summaries
+
+
+def _outcome(label, cfg, run_training, diverged_type, n_runs):
+    """(label, summary or None, the Diverged error or None) of one run here."""
+    if n_runs > 1:
+        from tqdm import tqdm
+
+        tqdm.write(f"run {label}")
+    try:
+        return label, run_training(cfg), None
+    except diverged_type as err:
+        return label, None, err
+
+
+def _side_run(cfg: Config):
+    from repro.train.entry import Diverged, run_training
+
+    try:
+        return run_training(cfg), None
+    except Diverged as err:
+        return None, err
+
+
+def _run_side_by_side(runs: list[tuple[str, Config]], at_once: int):
+    """Simulated runs in `at_once` spawned processes; outcomes in the set's order. Their
+    own progress bars would overwrite each other, so the set's bar counts runs instead."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    quiet = []
+    for label, cfg in runs:
+        cfg = copy.deepcopy(cfg)
+        cfg.trainer.progress = False  # not part of a run's identity
+        quiet.append((label, cfg))
+    tqdm.write(f"running {len(runs)} simulated runs, {at_once} at a time")
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=at_once, mp_context=ctx)
+    try:
+        futures = [(label, pool.submit(_side_run, cfg)) for label, cfg in quiet]
+        for label, future in futures:
+            summary, diverged = future.result()
+            yield label, summary, diverged
+    finally:
+        # an error (or Ctrl-C) ends the set: queued runs never start
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Workers:

@@ -234,7 +234,8 @@ def _merge(segments: list[_Segment]) -> RunData:
     history = [rows[s] for s in sorted(rows)]
     summary: dict = {}
     for row in history:  # fallback: the last logged value of every metric
-        summary.update(row)
+        # as wandb's own summary: a None is left out, the metric keeps its last value
+        summary.update({k: v for k, v in row.items() if v is not None})
     for seg in segments:
         summary.update(_public(seg.summary))
     last = segments[-1]

@@ -31,7 +31,11 @@ __all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
 
 
 def finished_summary(cfg: Config) -> dict | None:
-    path = run_dir_of(cfg) / "summary.json"
+    """The summary of this config's finished run, or None; a run directory holding another
+    config is refused (one line) rather than taken for this run's."""
+    run_dir = run_dir_of(cfg)
+    checkpoint.check_run_dir(run_dir, identity(cfg))
+    path = run_dir / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -63,7 +67,6 @@ def run_simulated(cfg: Config, device: str) -> dict:
 def run_training(cfg: Config) -> dict:
     """Run (or resume, or skip if finished) one training run; return its summary."""
     run_dir = run_dir_of(cfg)
-    checkpoint.check_run_dir(run_dir, identity(cfg))
     done = finished_summary(cfg)
     if done is not None:
         return done

@@ -1,8 +1,9 @@
 """Bad input ends with one clear line naming the setting, a non-zero exit, and nothing written."""
 
 import pytest
+import yaml
 
-from tests.helpers import repro_cli
+from tests.helpers import REPO, repro_cli
 
 CASES = [
     (["workload=imagenet_vit"], "workload"),
@@ -19,12 +20,44 @@ CASES = [
 ]
 
 
-def _assert_one_line_error(proc, needle):
-    assert proc.returncode != 0
+# Hydra's own errors, each with its reason and fix: (overrides, words the line must hold).
+HYDRA_CASES = [
+    # a key with no value: what it expects, and the method that has it
+    (["method.tau"], ("method.tau", "no value", "int", "method=local_sgd")),
+    (["method=local_sgd", "method.tau"], ("method.tau", "no value", "int", "method.tau=4")),
+    (["method"], ("method", "no value", "local_sgd")),
+    # a value of the wrong type: the type expected and an example
+    (["trainer.steps=abc"], ("trainer.steps=abc", "int", "trainer.steps=1000")),
+    (["optim.lr=fast"], ("optim.lr=fast", "float")),
+    (["trainer.progress=maybe"], ("trainer.progress", "bool", "true or false")),
+    (["trainer.steps="], ("trainer.steps", "no value", "int")),
+    (["trainer.device=null"], ("trainer.device", "null", "str")),
+    (["trainer=3"], ("trainer", "section", "steps", "trainer.world_size=VALUE")),
+    # an unknown key: the closest known key
+    (["trainer.step=100"], ("trainer.step ", "did you mean trainer.steps?")),
+    (["steps=100"], ("did you mean trainer.steps?",)),
+    (["+trainer.step=100"], ("trainer.step ", "trainer.steps", "ignored")),
+    (["method.tau=4"], ("method.tau", "method=sync", "method=local_sgd")),
+    (["method=local_sgd", "method.tua=4"], ("method.tua", "did you mean method.tau?")),
+    (["~trainer.steps"], ("~trainer.steps", "cannot be deleted")),
+    # a comma list without --multirun: every fix on the one line
+    (["method=local_sgd", "method.tau=1,4"], ("method.tau=1,4", "--multirun", "[1,4]")),
+    (["method=local_sgd,adacomm"], ("several choices", "--multirun")),
+    # syntax and flags
+    (["trainer.steps=[1,"], ("trainer.steps=[1,", "key=value")),
+    (["--cfg", "jobs"], ("--cfg jobs", "--cfg job")),
+    (["--bogus"], ("--bogus", "--multirun", "--help")),
+]
+
+
+def _assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip()
     assert "Traceback" not in proc.stderr
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("error:") and needle in err, err
+    assert err.startswith("error:"), err
+    for needle in needles:
+        assert needle in err, (needle, err)
 
 
 @pytest.mark.slow
@@ -35,6 +68,64 @@ def test_bad_input_is_one_line(tmp_path, overrides, needle):
     )
     _assert_one_line_error(proc, needle)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides,needles", HYDRA_CASES, ids=[" ".join(c[0]) for c in HYDRA_CASES]
+)
+def test_hydra_error_has_reason_and_fix(tmp_path, overrides, needles):
+    proc = repro_cli(
+        "train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path
+    )
+    _assert_one_line_error(proc, *needles)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_groups_choices_and_options(tmp_path, flag):
+    proc = repro_cli("train", "method=local_sgd", flag, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("usage: repro train")
+    for group in ("workload", "method", "network", "tracking", "cluster", "experiment"):
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(group + " "))
+        choices = sorted(p.stem for p in (REPO / "configs" / group).glob("*.yaml"))
+        assert all(c in line for c in choices), line
+    assert "sync*" in out and "mnist1d_cnn*" in out  # the defaults are marked
+    for option in ("trainer.world_size=1", "trainer.steps=1000", "optim.lr=", "method.tau=4"):
+        assert option in out, option
+    assert "--multirun" in out and "--cfg job" in out
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path):
+    proc = repro_cli(
+        "train", "method=local_sgd", "method.tau=8", "--cfg", "job", "seed=3", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["method"] == {**cfg["method"], "name": "local_sgd", "tau": 8}
+    assert cfg["seed"] == 3 and cfg["trainer"]["steps"] == 1000
+    assert "hydra" not in cfg
+    assert list(tmp_path.iterdir()) == []
+    # the same validation as a run: a config --cfg job prints is one that runs
+    _assert_one_line_error(
+        repro_cli("train", "method=local_sgd", "method.tau=0", "--cfg", "job", cwd=tmp_path),
+        "method.tau",
+    )
+
+
+@pytest.mark.slow
+def test_cfg_job_with_multirun_prints_every_combination(tmp_path):
+    proc = repro_cli(
+        "train", "method=local_sgd", "method.tau=1,4", "--multirun", "--cfg=job", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["method"]["tau"] for d in docs] == [1, 4]
 
 
 @pytest.mark.slow
