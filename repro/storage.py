@@ -12,7 +12,9 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from repro.errors import UserError
 
@@ -54,3 +56,31 @@ def probe_write(directory: Path | str) -> None:
         f.write(b"\0")
         f.flush()
         os.fsync(f.fileno())
+
+
+def atomic_write(
+    path: Path,
+    write: Callable[[IO[bytes]], object],
+    setting: str,
+    prefix: str = "",
+    suffix: str = ".tmp",
+) -> None:
+    """`write(file)` into a synced temporary file beside `path`, then rename it to `path`:
+    readers never see a torn file. Any failure removes the temporary file; an OSError (a
+    full or read-only disk) becomes one line naming `path` and `setting`."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise storage_error(path, e, setting) from None
+        raise

@@ -18,36 +18,19 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 import yaml
 
 from repro.errors import UserError
-from repro.storage import probe_write, storage_error
+from repro.storage import atomic_write, probe_write, storage_error
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a synced temporary file and a rename."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise storage_error(path, e, "run_dir") from None
-        raise
+    atomic_write(path, lambda f: f.write(data), "run_dir", prefix=f".{path.name}.")
 
 
 def write_json(path: Path, obj: dict) -> None:

@@ -7,8 +7,6 @@ of integers, which makes checkpoints exact and resumption bit-identical.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import numpy as np
 import torch
 
 from repro.errors import UserError
-from repro.storage import storage_error
+from repro.storage import atomic_write
 
 # CIFAR per-channel statistics of the training set (standard values used by the papers' code).
 _CIFAR_STATS = {
@@ -56,22 +54,7 @@ def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Cache `arrays` at `path` via a temporary file and a rename, so concurrent readers
     never see a torn file; a full or read-only `data.root` ends with one line and leaves
     no temporary file."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise storage_error(path, e, "data.root") from None
-        raise
+    atomic_write(path, lambda f: np.savez(f, **arrays), "data.root", suffix=".npz.tmp")
 
 
 def mnist1d(root: str, num_samples: int, seed: int) -> Arrays:
