@@ -115,16 +115,18 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
         outcomes = _run_side_by_side(runs, at_once)
     else:
         outcomes = (_outcome(label, cfg, run_training, Diverged, len(runs)) for label, cfg in runs)
-    for label, summary, diverged in outcomes:
-        if diverged is not None:
-            if len(runs) == 1:
-                raise diverged
-            tqdm.write(f"diverged {label}: {diverged}")
-        else:
-            tqdm.write(f"done {label}: {describe(summary)}")
-        summaries.append(summary)
-        bar.update(1)
-    bar.close()
+    try:
+        for label, summary, diverged in outcomes:
+            if diverged is not None:
+                if len(runs) == 1:
+                    raise diverged
+                tqdm.write(f"diverged {label}: {diverged}")
+            else:
+                tqdm.write(f"done {label}: {describe(summary)}")
+            summaries.append(summary)
+            bar.update(1)
+    finally:
+        bar.close()  # before any error line, which then stands on a line of its own
     if len(runs) > 1:
         print(f"{title}: {len(runs)} runs ready in {time.perf_counter() - started:.0f} s")
     return summaries
