@@ -23,7 +23,14 @@ from repro.train import checkpoint
 from tests.helpers import TINY, repro_cli, train
 
 pytestmark = pytest.mark.slow
-TWO_WORKERS = [*TINY, "trainer.world_size=2", "compute.mode=sampled", "network=eth1g"]
+# A submitit launch runs processes; the spawned twin is pinned to the same engine.
+TWO_WORKERS = [
+    *TINY,
+    "trainer.world_size=2",
+    "trainer.engine=processes",
+    "compute.mode=sampled",
+    "network=eth1g",
+]
 
 
 @pytest.mark.timeout(300)
