@@ -69,10 +69,17 @@ class AxisCollectives(Collectives):
 
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
         """(world_size, group_size, *row shape): each worker gets its group's rows in rank
-        order. Rows of one group share storage (an expanded view): read, do not write."""
+        order. With one group every worker's copy is the same storage (an expanded view of
+        one gathered copy, not world_size copies): read it, do not write it."""
         self._check(t)
-        out = torch.empty((self.world_size, self.group_size, *t.shape[1:]), dtype=t.dtype)
-        out = out.to(t.device)
+        if len(self.parts) == 1:
+            copy: list[torch.Tensor] = []
+            secs = self._timed(lambda: copy.append(t.clone()), t)
+            gathered = copy[0].unsqueeze(0).expand(self.world_size, *t.shape)
+            return gathered, self._record("allgather", t, secs)
+        out = torch.empty(
+            (self.world_size, self.group_size, *t.shape[1:]), dtype=t.dtype, device=t.device
+        )
 
         def gather():
             for part in self.parts:
