@@ -104,17 +104,13 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
     the rest still run."""
     from tqdm import tqdm
 
-    from repro.train.entry import Diverged, run_training
-
     started = time.perf_counter()
     at_once = min(os.cpu_count() or 1, len(runs))
     simulated = all(cfg.trainer.engine == "simulated" for _, cfg in runs)
     summaries: list[dict | None] = []
     bar = tqdm(total=len(runs), desc=title, unit="run", position=0, disable=len(runs) == 1)
-    if simulated and at_once > 1:
-        outcomes = _run_side_by_side(runs, at_once)
-    else:
-        outcomes = (_outcome(label, cfg, run_training, Diverged, len(runs)) for label, cfg in runs)
+    side_by_side = simulated and at_once > 1
+    outcomes = _run_side_by_side(runs, at_once) if side_by_side else _in_turn(runs)
     try:
         for label, summary, diverged in outcomes:
             if diverged is not None:
@@ -132,19 +128,18 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
     return summaries
 
 
-def _outcome(label, cfg, run_training, diverged_type, n_runs):
-    """(label, summary or None, the Diverged error or None) of one run here."""
-    if n_runs > 1:
-        from tqdm import tqdm
+def _in_turn(runs: list[tuple[str, Config]]):
+    """(label, summary or None, the Diverged error or None) of each run, one after another."""
+    from tqdm import tqdm
 
-        tqdm.write(f"run {label}")
-    try:
-        return label, run_training(cfg), None
-    except diverged_type as err:
-        return label, None, err
+    for label, cfg in runs:
+        if len(runs) > 1:
+            tqdm.write(f"run {label}")
+        yield (label, *_side_run(cfg))
 
 
 def _side_run(cfg: Config):
+    """(summary, None) of a finished run, or (None, the Diverged error)."""
     from repro.train.entry import Diverged, run_training
 
     try:

@@ -47,10 +47,9 @@ class Trainer:
         self.replicas = Replicas(template, len(comm.ranks), vectorize)
         self.optimizer = build_optimizer(cfg.optim, self.replicas.parameters())
         self.data = WorkerData(self.workload, comm.ranks, comm.world_size, tc.batch_size, cfg.seed)
-        rehearsal = Rehearsal(self.replicas, self.optimizer, self.data, self.workload.loss)
-        self.rehearsal = rehearsal
+        self.rehearsal = Rehearsal(self.replicas, self.optimizer, self.data, self.workload.loss)
         self.strategy = build_strategy(cfg.method, comm.world_size)
-        self.strategy.setup(self.replicas, self.optimizer, comm, rehearsal)
+        self.strategy.setup(self.replicas, self.optimizer, comm, self.rehearsal)
         self.schedule = NetworkSchedule.from_config(cfg.network)
         net = cfg.network
         self.time = TimeKeeper(cfg.compute, comm, cfg.seed, net.bytes_scale, net.inject)
