@@ -5,19 +5,40 @@ VENV    := .venv/.installed
 SCALE   ?= small
 SPEC    ?= sweeps/topk_cr_pareto.yaml
 PORT    ?= 8080
+# Where pip finds torch. Empty: PyPI, whose torch 2.14.1 is built for CUDA 13.0 and needs a
+# recent NVIDIA driver. For a GPU node with an older driver, name the PyTorch index of a
+# CUDA version the driver supports (nvidia-smi shows it), e.g.
+#   make install TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+# On an existing .venv that replaces torch and torchvision in it, once per index; back to
+# PyPI's build: rm -rf .venv && make install.
+TORCH_INDEX_URL ?=
+TORCH   := torch==2.14.1 torchvision==0.29.1
+TORCH_STAMP := .venv/.torch-$(notdir $(TORCH_INDEX_URL))
 export WANDB_SILENT := true
 
 .PHONY: install test test-fast lint bench reproduce-adacomm reproduce-topk reproduce-adasum \
-        reproduce-all report report-check sweep dashboard slurm-up slurm-down pg-up pg-down clean
+        reproduce-all report report-check sweep dashboard slurm-up slurm-down pg-up pg-down clean \
+        gpu-check tune
 
 install: $(VENV)
+ifneq ($(TORCH_INDEX_URL),)
+install: $(TORCH_STAMP)
+endif
 
 $(VENV): pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1
+	.venv/bin/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) $(TORCH)
 	.venv/bin/pip install -q -e '.[dev]'
+	$(if $(TORCH_INDEX_URL),touch $(TORCH_STAMP))
 	touch $(VENV)
+
+# torch and torchvision replaced by TORCH_INDEX_URL's build in an existing .venv
+.venv/.torch-%: | $(VENV)
+	.venv/bin/pip uninstall -q -y torch torchvision
+	.venv/bin/pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH)
+	rm -f .venv/.torch-*
+	touch $@
 
 test: $(VENV)
 	$(PY) -m pytest -q tests
@@ -31,6 +52,11 @@ lint: $(VENV)
 
 bench: $(VENV)
 	$(PY) -m repro.bench
+
+# Every method on CUDA under both engines, checked against each other, with step times and
+# peak memory; on a machine without a GPU it says so and exits 0.
+gpu-check: $(VENV)
+	$(PY) -m repro.bench.gpu_check
 
 reproduce-adacomm: $(VENV)
 	.venv/bin/repro reproduce adacomm scale=$(SCALE)
@@ -49,6 +75,12 @@ report: $(VENV)
 
 report-check: $(VENV)
 	.venv/bin/repro report check reports
+
+# Equal-budget tuning of a run set's arms (sweeps/tune/PAPER_SCALE.yaml) into
+# configs/tuned/PAPER_SCALE.yaml, which the repository commits: make tune PAPER=adacomm
+tune: $(VENV)
+	$(if $(PAPER),,$(error set PAPER, e.g. make tune PAPER=adacomm))
+	.venv/bin/repro tune $(PAPER) scale=$(SCALE)
 
 sweep: $(VENV)
 	.venv/bin/repro sweep $(SPEC)

@@ -7,6 +7,7 @@
   repro cost ...                          the network cost model by hand
   repro calibrate ...                     fit latency/bandwidth to this machine's gloo
   repro sweep SPEC | show SPEC | dashboard SPEC
+  repro tune PAPER [scale=..]             equal-budget tuning of a run set's arms
   repro jobs [--watch]                    SLURM jobs of reproductions and sweeps
 
 Any `UserError` ends the command with one line on stderr and exit code 2.
@@ -29,6 +30,7 @@ COMMANDS = {
     "cost": "repro.netmodel.cost_cli",
     "calibrate": "repro.netmodel.calibrate",
     "sweep": "repro.sweep.sweep_cli",
+    "tune": "repro.sweep.tune_cli",
     "jobs": "repro.cluster.jobs_cli",
 }
 

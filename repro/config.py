@@ -31,11 +31,9 @@ from repro.netmodel.schedule import NetworkConfig
 from repro.strategies.base import MethodConfig, registered
 from repro.track.wandb_run import TrackingConfig
 from repro.train.divergence import DivergenceConfig
-from repro.train.engine_checks import ENGINES, check_simulated, simulated_by_default
+from repro.train.engine_checks import ENGINES, VECTORIZE, check_simulated, simulated_by_default
 from repro.train.optim import OptimConfig
-from repro.train.replicas import VECTORIZE
-from repro.workload.data import DataConfig
-from repro.workload.workload import WorkloadConfig
+from repro.workload.config import DataConfig, WorkloadConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
@@ -50,6 +48,9 @@ NON_IDENTITY_KEYS = (
     "trainer.collective_timeout_s",
     "trainer.divergence",
     "experiment.runs",
+    "experiment.seeds",
+    "experiment.expected_minutes",
+    "experiment.tuned",
 )
 
 
@@ -58,7 +59,13 @@ class ExperimentConfig:
     """Which reproduction a run belongs to. `label` names the run inside its run set.
 
     `runs` is the reproduction's run set: label -> the overrides that make that run (e.g.
-    "local_sgd_tau20": ["method=local_sgd", "method.tau=20"]); `repro reproduce` runs them.
+    "local_sgd_tau20": ["method=local_sgd", "method.tau=20"]); `repro reproduce` runs them,
+    each for `seeds` seeds (seed, seed + 1, ...; `repro reproduce ... seeds=N` overrides it).
+    `expected_minutes` is what one seed of the whole set took, its runs one after another,
+    measured on a 2-core machine (0: not measured); `repro reproduce` prints the expected
+    time of a set from it before starting. `tuned` says the set's runs take the values
+    `repro tune PAPER` chose (configs/tuned/<paper>_<scale>.yaml, `repro.sweep.tuned`).
+    None of these changes what a run computes (tuned values arrive as the run's overrides).
     """
 
     name: str = "default"
@@ -67,10 +74,23 @@ class ExperimentConfig:
     label: str = ""
     group: str = ""
     runs: dict[str, list[str]] = field(default_factory=dict)
+    seeds: int = 1
+    expected_minutes: float = 0.0
+    tuned: bool = False
 
     def __post_init__(self):
         if self.scale not in ("tiny", "small", "paper"):
             raise UserError(f"experiment.scale={self.scale!r} must be tiny, small or paper")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise UserError(
+                f"experiment.seeds={self.seeds!r} must be an integer >= 1 "
+                "(how many seeds each run of the set runs)"
+            )
+        if not self.expected_minutes >= 0:
+            raise UserError(
+                f"experiment.expected_minutes={self.expected_minutes} must be >= 0 "
+                "(0: not measured)"
+            )
 
 
 @dataclass

@@ -9,4 +9,5 @@ BENCHMARKS = (
     "repro.bench.topk_exchange",
     "repro.bench.adasum_allreduce",
     "repro.bench.engines",
+    "repro.bench.startup",
 )

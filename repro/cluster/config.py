@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from repro.errors import UserError
 
 CLUSTERS = ("local", "submitit_local", "slurm")
+BACKENDS = ("auto", "nccl")
 
 
 @dataclass
@@ -29,7 +30,10 @@ class ClusterConfig:
     of `export KEY='value'` lines applied before any SLURM command (the local test cluster
     keeps its SLURM_CONF there). `array_parallelism` caps how many array tasks of one run
     set or sweep run at once. `max_requeues` bounds how often a job that hit its time limit
-    resubmits itself."""
+    resubmits itself. `backend` is how workers on GPUs talk: `auto` uses NCCL for CUDA
+    tensors and gloo for CPU ones, gloo alone on the CPU; `nccl` insists on GPUs and NCCL,
+    so a job that lands on a node without usable CUDA stops instead of running on the CPU.
+    """
 
     name: str = "local"
     kind: str = "local"
@@ -48,6 +52,7 @@ class ClusterConfig:
     env_file: str | None = None
     array_parallelism: int = 64
     max_requeues: int = 3
+    backend: str = "auto"
 
     def __post_init__(self):
         if self.kind not in CLUSTERS:
@@ -66,6 +71,10 @@ class ClusterConfig:
             raise UserError(f"cluster.array_parallelism={self.array_parallelism} must be >= 1")
         if self.max_requeues < 0:
             raise UserError(f"cluster.max_requeues={self.max_requeues} must be >= 0")
+        if self.backend not in BACKENDS:
+            raise UserError(
+                f"cluster.backend={self.backend!r} is unknown; choose one of {list(BACKENDS)}"
+            )
         if self.kind == "submitit_local" and self.nodes != 1:
             raise UserError(f"cluster.nodes={self.nodes}: submitit_local runs on one node only")
 

@@ -2,8 +2,9 @@
 
 The `cluster` config group decides, here and nowhere else (issue 16, item 9):
 
-* `cluster=local`: runs one after another in this process (`run_training` spawns a run's
-  workers), K long-lived workers as K spawned processes (one worker: in this process); the
+* `cluster=local`: the simulated runs of a set side by side, one spawned process per core,
+  then the others one after another in this process (`run_training` spawns a run's worker
+  processes); K long-lived workers as K spawned processes (one worker: in this process); the
   command returns when the work is done.
 * `cluster=submitit_local`, `cluster=slurm`: jobs through submitit (`repro.cluster.submit`):
   one job for one run, one job array per job shape for several runs (a run set, a
@@ -19,6 +20,7 @@ command only does what is left.
 from __future__ import annotations
 
 import copy
+import itertools
 import multiprocessing
 import os
 import sys
@@ -66,9 +68,52 @@ def _announce(records: list[JobRecord], what: str, title: str, runs_root: str, t
     )
 
 
-def launch_runs(runs: Sequence[tuple[str, Config]], title: str, then: str = "") -> Launched:
+def simulated_first(
+    runs: Sequence[tuple[str, Config]],
+) -> tuple[list[tuple[str, Config]], list[tuple[str, Config]]]:
+    """(the simulated runs, the rest): the first can run side by side, one process and one
+    thread each; a run on worker processes takes the machine's cores for itself."""
+    simulated = [(label, cfg) for label, cfg in runs if cfg.trainer.engine == "simulated"]
+    rest = [(label, cfg) for label, cfg in runs if cfg.trainer.engine != "simulated"]
+    return simulated, rest
+
+
+def at_once(runs: Sequence[tuple[str, Config]]) -> int:
+    """How many of the simulated runs among `runs` run here side by side: as many as the
+    machine has cores (one alone runs in this process)."""
+    return max(1, min(os.cpu_count() or 1, len(simulated_first(runs)[0])))
+
+
+def expected_time(runs: Sequence[tuple[str, Config]], minutes_per_run: float) -> str:
+    """The line saying how long `runs` take here, from the measured minutes of one run one at
+    a time (0: not measured): the simulated ones `at_once` at a time, then the rest in turn."""
+    simulated, rest = simulated_first(runs)
+    slots = at_once(runs)
+    how = f"{len(runs)} run{'s' if len(runs) != 1 else ''} to do"
+    if rest:
+        how += f": {len(simulated)} simulated, {slots} at a time, then {len(rest)} on worker "
+        how += "processes, one at a time"
+    else:
+        how += f", {slots} at a time"
+    if minutes_per_run <= 0:
+        return f"expected time: not measured for this set (experiment.expected_minutes); {how}"
+    minutes = minutes_per_run * (len(simulated) / slots + len(rest))
+    return (
+        f"expected time: about {minutes:.1f} min ({how}; from experiment.expected_minutes, "
+        "measured on a 2-core machine)"
+    )
+
+
+def launch_runs(
+    runs: Sequence[tuple[str, Config]],
+    title: str,
+    then: str = "",
+    minutes_per_run: float | None = None,
+) -> Launched:
     """Run or submit `(label, config)` runs where their `cluster` group says; `then` names
-    the next command once submitted jobs end (e.g. the report)."""
+    the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
+    run set's measured minutes per run, 0 when not measured) the expected time of the runs
+    left to do here is printed before any starts."""
     from repro.train.entry import finished_summary
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
@@ -86,6 +131,9 @@ def launch_runs(runs: Sequence[tuple[str, Config]], title: str, then: str = "") 
     if not pending:
         print(f"{title}: every run has finished", flush=True)
     elif runs_here(pending[0][1].cluster):
+        if minutes_per_run is not None:
+            line = expected_time(pending, minutes_per_run)
+            print(f"{title}: {line}", flush=True)
         launched.summaries += _run_here(pending, title)
     else:
         from repro.cluster.submit import submit_runs
@@ -98,19 +146,29 @@ def launch_runs(runs: Sequence[tuple[str, Config]], title: str, then: str = "") 
 
 
 def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
-    """Each run in this process in turn, or, for a set of simulated runs (one process and
-    one thread each), as many at once as the machine has cores. In a set a diverged run is
+    """The simulated runs of a set (one process and one thread each) as many at once as the
+    machine has cores, then the others in this process in turn. In a set a diverged run is
     a result (e.g. a batch size past what a method tolerates): its logged curve stays and
     the rest still run."""
     from tqdm import tqdm
 
     started = time.perf_counter()
-    at_once = min(os.cpu_count() or 1, len(runs))
-    simulated = all(cfg.trainer.engine == "simulated" for _, cfg in runs)
+    simulated, rest = simulated_first(runs)
+    slots = at_once(runs)
     summaries: list[dict | None] = []
-    bar = tqdm(total=len(runs), desc=title, unit="run", position=0, disable=len(runs) == 1)
-    side_by_side = simulated and at_once > 1
-    outcomes = _run_side_by_side(runs, at_once) if side_by_side else _in_turn(runs)
+    # a bar only on a terminal: in a SLURM log its carriage-return frames are noise, and the
+    # "done" lines below already say how far the set is
+    bar = tqdm(
+        total=len(runs),
+        desc=title,
+        unit="run",
+        position=0,
+        disable=len(runs) == 1 or not sys.stderr.isatty(),
+    )
+    if slots > 1:
+        outcomes = itertools.chain(_run_side_by_side(simulated, slots), _in_turn(rest, runs))
+    else:
+        outcomes = _in_turn(runs, runs)
     try:
         for label, summary, diverged in outcomes:
             if diverged is not None:
@@ -128,12 +186,13 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
     return summaries
 
 
-def _in_turn(runs: list[tuple[str, Config]]):
-    """(label, summary or None, the Diverged error or None) of each run, one after another."""
+def _in_turn(runs: list[tuple[str, Config]], whole: list[tuple[str, Config]]):
+    """(label, summary or None, the Diverged error or None) of each run, one after another;
+    each named as it starts when it is one of several (`whole`, the set)."""
     from tqdm import tqdm
 
     for label, cfg in runs:
-        if len(runs) > 1:
+        if len(whole) > 1:
             tqdm.write(f"run {label}")
         yield (label, *_side_run(cfg))
 
@@ -148,8 +207,8 @@ def _side_run(cfg: Config):
         return None, err
 
 
-def _run_side_by_side(runs: list[tuple[str, Config]], at_once: int):
-    """Simulated runs in `at_once` spawned processes; outcomes in the set's order. Their
+def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
+    """Simulated runs in `slots` spawned processes; outcomes in the set's order. Their
     own progress bars would overwrite each other, so the set's bar counts runs instead."""
     from concurrent.futures import ProcessPoolExecutor
 
@@ -160,9 +219,9 @@ def _run_side_by_side(runs: list[tuple[str, Config]], at_once: int):
         cfg = copy.deepcopy(cfg)
         cfg.trainer.progress = False  # not part of a run's identity
         quiet.append((label, cfg))
-    tqdm.write(f"running {len(runs)} simulated runs, {at_once} at a time")
+    tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time")
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=at_once, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=slots, mp_context=ctx)
     try:
         futures = [(label, pool.submit(_side_run, cfg)) for label, cfg in quiet]
         for label, future in futures:

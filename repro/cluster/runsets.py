@@ -1,29 +1,41 @@
-"""`repro reproduce PAPER [scale=small|paper|tiny] [overrides]`: a paper's run set, then its report.
+"""`repro reproduce PAPER [scale=small|paper|tiny] [seeds=N] [overrides]`: a paper's run set,
+then its report.
 
 The run set is data: `experiment.runs` in `configs/experiment/<paper>_<scale>.yaml` maps each
-run's label to the overrides that make it. Every run is an ordinary training run in its own
-directory (runs/<paper>_<scale>/<label>-<hash>), so a repeated command skips finished runs,
-resumes interrupted ones, and a changed setting gets a fresh directory. The runs go where the
-`cluster` group says (`repro.cluster.launcher`): one after another here, after which the report
-is built, or as job arrays, after which `repro report PAPER` builds it once they end.
+run's label to the overrides that make it, and `experiment.seeds` says for how many seeds each
+run is made (seed, seed + 1, ..., seed + N - 1; `seed` is 0 unless overridden), so that a
+report can judge every claim per seed and on their mean (`repro.report.seeds`). Every
+(label, seed) is an ordinary training run in its own directory
+(runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
+skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.
+Before starting, the command prints the set's expected time from `experiment.expected_minutes`
+(one seed's runs one after another, measured on a 2-core machine). The runs go where the
+`cluster` group says (`repro.cluster.launcher`): here, after which the report is built, or as
+job arrays, after which `repro report PAPER` builds it once they end.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 
 from repro.cluster.launcher import launch_runs
 from repro.config import CONFIG_DIR, Config, compose
 from repro.errors import UserError
+from repro.sweep.tuned import run_overrides
 
 
 def papers() -> list[str]:
     return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
 
 
-def run_set(paper: str, scale: str, extra: list[str]) -> list[tuple[str, Config]]:
-    """(label, config) of every run of `paper` at `scale`, composed and validated up front."""
+def run_set(
+    paper: str, scale: str, extra: list[str], seeds: int | None = None
+) -> list[tuple[str, Config]]:
+    """(name, config) of every run of `paper` at `scale`, each label for `seeds` seeds
+    (default `experiment.seeds`), composed and validated up front. With one seed a run's
+    name is its label; with several, its label and seed."""
     if paper not in papers():
         raise UserError(f"unknown paper {paper!r}; choose one of {papers()}")
     experiment = f"{paper}_{scale}"
@@ -35,33 +47,69 @@ def run_set(paper: str, scale: str, extra: list[str]) -> list[tuple[str, Config]
     base = compose([f"experiment={experiment}", *extra])
     if not base.experiment.runs:
         raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
-    return [
-        (label, compose([f"experiment={experiment}", f"experiment.label={label}", *ovs, *extra]))
-        for label, ovs in base.experiment.runs.items()
-    ]
+    n = base.experiment.seeds if seeds is None else seeds
+    composed = []
+    for label, ovs in base.experiment.runs.items():
+        tuned = run_overrides(base.experiment, label)  # [] unless experiment.tuned
+        cfg = compose(
+            [f"experiment={experiment}", f"experiment.label={label}", *ovs, *tuned, *extra]
+        )
+        cfg.experiment.seeds = n  # what this set ran, recorded beside each run
+        composed.append((label, cfg))
+    # seed by seed, so that a set stopped early has whole seeds to report
+    runs = []
+    for i in range(n):
+        for label, cfg in composed:
+            seeded = copy.deepcopy(cfg)
+            seeded.seed = cfg.seed + i
+            runs.append((label if n == 1 else f"{label} seed={seeded.seed}", seeded))
+    return runs
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
+def parse_seeds(text: str) -> int:
+    """The `seeds=N` of the command line; UserError unless N is an integer >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UserError(
+            f"seeds={text} must be an integer >= 1 (how many seeds each run of the set runs; "
+            "e.g. seeds=3)"
+        )
+    return int(text)
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[str]]:
     p = argparse.ArgumentParser(prog="repro reproduce", description=__doc__)
     p.add_argument("paper", help=f"one of {papers()}")
     p.add_argument("--no-report", action="store_true", help="run the set, skip the report")
     p.add_argument("--reports", default="reports", help="where reports are written")
-    p.add_argument("overrides", nargs="*", help="scale=small|paper|tiny and Hydra overrides")
+    p.add_argument(
+        "overrides", nargs="*", help="scale=small|paper|tiny, seeds=N and Hydra overrides"
+    )
     args = p.parse_intermixed_args(argv)
-    scale, extra = "small", []
+    scale, seeds, extra = "small", None, []
     for ov in args.overrides:
         if ov.startswith("scale="):
             scale = ov.split("=", 1)[1]
+        elif ov.startswith("seeds="):
+            seeds = parse_seeds(ov.split("=", 1)[1])
         else:
             extra.append(ov)
-    return args, scale, extra
+    return args, scale, seeds, extra
 
 
 def main(argv: list[str]) -> int:
-    args, scale, extra = parse(argv)
-    runs = run_set(args.paper, scale, extra)
+    args, scale, seeds, extra = parse(argv)
+    runs = run_set(args.paper, scale, extra, seeds)
+    if not args.no_report:
+        from repro.report.build import default_claims_dir
+        from repro.report.claims import load_claims
+
+        load_claims(args.paper, default_claims_dir())  # a bad claims file stops us before any run
+    experiment = runs[0][1].experiment
     launched = launch_runs(
-        runs, f"{args.paper} {scale}", then=f"`repro report {args.paper}` builds the report"
+        runs,
+        f"{args.paper} {scale}",
+        then=f"`repro report {args.paper}` builds the report",
+        minutes_per_run=experiment.expected_minutes / len(experiment.runs),
     )
     if launched.jobs or args.no_report:
         return 0

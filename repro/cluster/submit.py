@@ -48,13 +48,15 @@ def rendezvous_port(job_id: str, restart: int) -> int:
 
 
 def set_rendezvous(env: submitit.JobEnvironment) -> tuple[int, int]:
-    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT from the job environment."""
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the job
+    environment (every node runs the same number of tasks, `_tasks_per_node`)."""
     master = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
     os.environ.update(
         RANK=str(env.global_rank),
         WORLD_SIZE=str(env.num_tasks),
         LOCAL_RANK=str(env.local_rank),
+        LOCAL_WORLD_SIZE=str(env.num_tasks // env.num_nodes),
         MASTER_ADDR=master,
         MASTER_PORT=str(rendezvous_port(env.job_id, int(restart))),
     )

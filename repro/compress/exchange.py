@@ -8,7 +8,8 @@ this process holds, on the leading worker axis):
 - AR-Topk (Algorithm 1): a leader's Top-k indices are broadcast; every worker takes its own
   values of G at those indices; the values are allreduced, divided by N and scattered into
   a dense vector. STAR-Topk picks the leader round robin (`star_leader`), VAR-Topk the
-  worker with the largest squared gradient norm (`var_leader`).
+  worker with the largest squared gradient norm (`var_leader`; the paper's ||g||^2, or
+  optionally ||G||^2).
 - Dense: an allreduce-average of the whole G, what AR-Topk becomes at CR = 1.
 
 Wire format: indices travel at the same width as the values (int32 beside float32, int64
@@ -133,10 +134,11 @@ def star_leader(step: int, world_size: int) -> int:
 
 
 def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, CommRecord]:
-    """VAR-Topk: allgather each worker's ||G||^2 (N floats); the largest leads.
+    """VAR-Topk: allgather each worker's squared norm (N floats); the largest leads.
 
-    `grad_sq_norms` holds the held workers' values. Every worker sees the same gathered
-    vector, and argmax breaks ties toward the lowest rank, so all workers agree.
+    `grad_sq_norms` holds the held workers' values: the paper's ||g||^2 of the gradient, or
+    ||G||^2 of the error-compensated one (`method.var_norm`). Every worker sees the same
+    gathered vector, and argmax breaks ties toward the lowest rank, so all workers agree.
     """
     gathered, record = comm.allgather(grad_sq_norms.to(torch.float32).view(-1, 1))
     return int(torch.argmax(gathered[0].view(-1)).item()), record

@@ -26,6 +26,11 @@ efficiency (synchronization time t_sync(c), to minimise) against statistical eff
 The controller re-probes when the gain moves by 10% or more from the reference gain (the
 first gain observed after a solve), and re-solves on the probed gains with recomputed sync
 times when the network changes. Pure: no communication, no model.
+
+The candidates, weights, ratio bounds and re-probe threshold default to the paper's values
+(`DEFAULT_*` below) and are settable as `method.candidates`, `method.weights`,
+`method.ratio_bounds` and `method.reprobe_change` (`TopKConfig`); the `check_*` functions
+validate them wherever they enter.
 """
 
 from __future__ import annotations
@@ -33,14 +38,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
 DEFAULT_WEIGHTS = (0.6, 0.4)
 DEFAULT_BOUNDS = (0.001, 0.1)
+DEFAULT_REPROBE_CHANGE = 0.1  # re-probe when the gain moves by >= 10%
 _GAIN_FLOOR = 1e-12  # a measured gain of exactly 0 (an all-zero Top-k) has no logarithm
 
 
@@ -58,6 +66,24 @@ def check_weights(weights: Sequence[float]) -> None:
         raise UserError(
             f"method.weights={list(weights)} must be two non-negative numbers "
             "(time, gain) that sum to 1"
+        )
+
+
+def check_bounds(bounds: Sequence[float]) -> None:
+    """(low, high) of the ratio the solver searches: 0 < low < high <= 1."""
+    if len(bounds) != 2 or not 0 < bounds[0] < bounds[1] <= 1:
+        raise UserError(
+            f"method.ratio_bounds={list(bounds)} must be two ratios (low, high) with "
+            "0 < low < high <= 1"
+        )
+
+
+def check_reprobe_change(change: float) -> None:
+    """The relative gain change that triggers a re-probe: a positive fraction."""
+    if not 0 < change < math.inf:
+        raise UserError(
+            f"method.reprobe_change={change} must be a positive fraction of the gain "
+            "(0.1: re-probe when it moves by 10%)"
         )
 
 
@@ -105,6 +131,8 @@ class Curves:
 
 def fit_curves(probes: Mapping[float, tuple[float, float]]) -> Curves:
     """Least-squares fits through {c: (gain, sync_seconds)}: ln gain on ln c, time on c."""
+    import numpy as np  # here: `TopKConfig` validation imports this module, numpy-free
+
     cs = np.array(sorted(probes), dtype=float)
     gains = np.array([max(probes[c][0], _GAIN_FLOOR) for c in cs])
     times = np.array([probes[c][1] for c in cs])
@@ -120,17 +148,17 @@ class MOORatioController:
         self,
         candidates: Sequence[float] = DEFAULT_CANDIDATES,
         weights: Sequence[float] = DEFAULT_WEIGHTS,
-        bounds: tuple[float, float] = DEFAULT_BOUNDS,
+        bounds: Sequence[float] = DEFAULT_BOUNDS,
         trials: int = 200,
         population: int = 20,
         seed: int = 0,
-        reprobe_change: float = 0.1,
+        reprobe_change: float = DEFAULT_REPROBE_CHANGE,
     ):
         check_candidates(candidates)
         check_weights(weights)
+        check_bounds(bounds)
+        check_reprobe_change(reprobe_change)
         low, high = bounds
-        if not 0 < low < high <= 1:
-            raise UserError(f"ratio bounds {bounds} must satisfy 0 < low < high <= 1")
         if population < 2 or trials < population:
             raise UserError(
                 f"NSGA-II needs population >= 2 and trials >= population, got "
@@ -147,7 +175,8 @@ class MOORatioController:
         self.reference_gain: float | None = None
 
     def needs_probe(self, current_gain: float) -> bool:
-        """True before the first probe, and when the gain has moved by >= 10% since the solve.
+        """True before the first probe, and when the gain has moved by >= `reprobe_change`
+        (10%) since the solve.
 
         The reference is the first gain reported after a solve rather than the fitted
         gain at the chosen c, so a fitting error alone never triggers a re-probe.
@@ -173,6 +202,7 @@ class MOORatioController:
         return self.cr
 
     def _pareto_pick(self, curves: Curves) -> float:
+        import numpy as np
         import optuna  # imported here: every spawned worker imports this module, few solve
 
         verbosity = optuna.logging.get_verbosity()
@@ -209,5 +239,7 @@ class MOORatioController:
 
 def _scaled(x: np.ndarray) -> np.ndarray:
     """Each value over the largest (all zeros when the largest is 0: nothing to trade)."""
+    import numpy as np
+
     top = np.abs(x).max()
     return np.zeros_like(x) if top == 0 else x / top

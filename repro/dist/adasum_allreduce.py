@@ -23,29 +23,28 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from dataclasses import replace
 
 import torch
 
+from repro.dist.adasum_rules import ZERO_NORM_SQ, check_world_size
 from repro.dist.collectives import Collectives, CommRecord
-from repro.errors import UserError
-
-# sqrt of the smallest normal float64: a squared norm below it is a zero vector for every
-# practical purpose, and dividing by it would overflow or lose all precision.
-ZERO_NORM_SQ = torch.finfo(torch.float64).tiny ** 0.5
+from repro.netmodel.cost import ADASUM_STATS_ALGO
 
 
 def adasum_coefficients(
-    dot: torch.Tensor, a_sq: torch.Tensor, b_sq: torch.Tensor
+    dot: torch.Tensor, a_sq: torch.Tensor, b_sq: torch.Tensor, zero_norm_sq: float = ZERO_NORM_SQ
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The Adasum weights, elementwise over tensors (float64 in, float64 out).
 
     Adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b; a weight stays 1 where
-    its vector's squared norm is (numerically) zero, so a zero input leaves the other as is.
-    Shared by the reference operator and the distributed allreduce so both weigh alike.
+    its vector's squared norm is below `zero_norm_sq` (`ZERO_NORM_GUARDS`), so a zero input
+    leaves the other as is, and two inputs both below it are summed. Shared by the reference
+    operator, the gathering path and the distributed allreduce so all weigh alike.
     """
     one = torch.ones_like(dot)
-    ca = torch.where(a_sq >= ZERO_NORM_SQ, 1 - dot / (2 * a_sq), one)
-    cb = torch.where(b_sq >= ZERO_NORM_SQ, 1 - dot / (2 * b_sq), one)
+    ca = torch.where(a_sq >= zero_norm_sq, 1 - dot / (2 * a_sq), one)
+    cb = torch.where(b_sq >= zero_norm_sq, 1 - dot / (2 * b_sq), one)
     return ca, cb
 
 
@@ -83,13 +82,15 @@ def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: f
     return own.copy_(own.double() * c_own + other.double() * c_other)
 
 
-def adasum_pair_(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def adasum_pair_(
+    a: torch.Tensor, b: torch.Tensor, zero_norm_sq: float = ZERO_NORM_SQ
+) -> torch.Tensor:
     """a <- Adasum(a, b) in place, for two flat vectors of one dtype; returns a.
 
     The single-process form of the operator, shared by the reference and the gather path
     so that both weigh alike.
     """
-    ca, cb = adasum_coefficients(*dot_stats(a, b))
+    ca, cb = adasum_coefficients(*dot_stats(a, b), zero_norm_sq)
     return scaled_add_(a, b, ca.item(), cb.item())
 
 
@@ -99,15 +100,6 @@ def _kernels_serve(*tensors: torch.Tensor) -> bool:
         t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
         for t in tensors
     )
-
-
-def check_world_size(world_size: int) -> None:
-    """Refuse worker counts the halving tree cannot serve."""
-    if world_size < 1 or world_size & (world_size - 1):
-        raise UserError(
-            f"Adasum needs a power-of-two number of workers (1, 2, 4, 8, ...), got "
-            f"{world_size}; change the worker count or use method.combiner=sum|mean"
-        )
 
 
 class FlatLayout:
@@ -205,12 +197,14 @@ def _combine_slices(
     starts: list[int],
     layout: FlatLayout,
     group: Collectives,
+    zero_norm_sq: float,
 ) -> CommRecord:
     """Adasum of each row's kept slice (at starts[i]) and the received one, in place, per
     tensor.
 
     The coefficients come from the whole group's statistics: each worker adds its slice's
-    partial (a.b, |a|^2, |b|^2) per tensor, zeros for tensors outside its slice.
+    partial (a.b, |a|^2, |b|^2) per tensor, zeros for tensors outside its slice. The record
+    carries `ADASUM_STATS_ALGO`, the algorithm `repro.netmodel.cost.adasum_vhdd` charges.
     """
     size = recv.shape[1]
     rows = buf.shape[0]
@@ -221,10 +215,11 @@ def _combine_slices(
         a, b = (own, other) if lower else (other, own)
         for t, s, e in pieces[i]:
             stats[i, :, t] = dot_stats(a[s - lo : e - lo], b[s - lo : e - lo])
-    rec = group.allreduce(stats)
+    rec = replace(group.allreduce(stats), algo=ADASUM_STATS_ALGO)
     for i, (lo, lower) in enumerate(zip(starts, lowers, strict=True)):
         own, other = buf[i, lo : lo + size], recv[i]
-        ca, cb = (c.tolist() for c in adasum_coefficients(stats[i, 0], stats[i, 1], stats[i, 2]))
+        coefficients = adasum_coefficients(stats[i, 0], stats[i, 1], stats[i, 2], zero_norm_sq)
+        ca, cb = (c.tolist() for c in coefficients)
         for t, s, e in pieces[i]:
             c_own, c_other = (ca[t], cb[t]) if lower else (cb[t], ca[t])
             scaled_add_(own[s - lo : e - lo], other[s - lo : e - lo], c_own, c_other)
@@ -240,10 +235,10 @@ def _level_group(comm: Collectives, level: int) -> Collectives:
 
 
 def adasum_allreduce(
-    tensors: list[torch.Tensor], comm: Collectives
+    tensors: list[torch.Tensor], comm: Collectives, zero_norm_sq: float = ZERO_NORM_SQ
 ) -> tuple[list[torch.Tensor], list[CommRecord]]:
     """Per-tensor Adasum of every worker's `tensors` (axis tensors, one row per held worker)
-    over `comm`; every worker gets the same result.
+    over `comm`; every worker gets the same result. `zero_norm_sq`: see `adasum_coefficients`.
 
     The tensors must share one dtype and device. Returns new tensors (views into one fresh
     buffer; the inputs are left untouched) and the records of every collective used.
@@ -257,10 +252,12 @@ def adasum_allreduce(
         return [t.detach().clone() for t in tensors], []
     layout = FlatLayout([t[0] for t in tensors], comm.world_size)
     buf = layout.flatten(tensors)
-    return layout.unflatten(buf), adasum_allreduce_(buf, layout, comm)
+    return layout.unflatten(buf), adasum_allreduce_(buf, layout, comm, zero_norm_sq)
 
 
-def adasum_allreduce_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
+def adasum_allreduce_(
+    buf: torch.Tensor, layout: FlatLayout, comm: Collectives, zero_norm_sq: float = ZERO_NORM_SQ
+) -> list[CommRecord]:
     """The allreduce in place on (rows, padded) buffers laid out by `layout` (padding zero).
 
     Returns the records of every collective used. On return every row of every worker's
@@ -289,7 +286,7 @@ def adasum_allreduce_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) 
         recv, rec = comm.sendrecv(send, peers, out=scratch[: rows * size].view(rows, size))
         records.append(rec)
         group = _level_group(comm, level)
-        records.append(_combine_slices(buf, recv, lowers, kept, layout, group))
+        records.append(_combine_slices(buf, recv, lowers, kept, layout, group, zero_norm_sq))
         halvings.append((kept, given, size))
         starts, level = kept, level * 2
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import FlatLayout, adasum_pair_, check_world_size
+from repro.dist.adasum_allreduce import ZERO_NORM_SQ, FlatLayout, adasum_pair_, check_world_size
 from repro.dist.collectives import Collectives, CommRecord
 
 
-def tree_reduce_rows_(rows: torch.Tensor, layout: FlatLayout) -> torch.Tensor:
+def tree_reduce_rows_(
+    rows: torch.Tensor, layout: FlatLayout, zero_norm_sq: float = ZERO_NORM_SQ
+) -> torch.Tensor:
     """Per-tensor Adasum of the rows of `rows` (one per rank) into row 0, in place.
 
     Level by level, row i takes Adasum(row i, row i + d) for d = 1, 2, 4, ...: the pairs
@@ -33,12 +35,14 @@ def tree_reduce_rows_(rows: torch.Tensor, layout: FlatLayout) -> torch.Tensor:
     while d < n:
         for i in range(0, n - d, 2 * d):
             for s, e in zip(layout.offsets[:-1], layout.offsets[1:], strict=True):
-                adasum_pair_(rows[i, s:e], rows[i + d, s:e])
+                adasum_pair_(rows[i, s:e], rows[i + d, s:e], zero_norm_sq)
         d *= 2
     return rows[0]
 
 
-def adasum_gather_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
+def adasum_gather_(
+    buf: torch.Tensor, layout: FlatLayout, comm: Collectives, zero_norm_sq: float = ZERO_NORM_SQ
+) -> list[CommRecord]:
     """The per-tensor Adasum of every worker's row of `buf` into `buf`, through one allgather.
 
     Same contract as `adasum_allreduce_`: `buf` holds one row per held worker, laid out by
@@ -52,6 +56,6 @@ def adasum_gather_(buf: torch.Tensor, layout: FlatLayout, comm: Collectives) -> 
             f"{layout.padded} values"
         )
     gathered, rec = comm.allgather(buf[:, : layout.total])
-    combined = tree_reduce_rows_(gathered[0].clone(), layout)
+    combined = tree_reduce_rows_(gathered[0].clone(), layout, zero_norm_sq)
     buf[:, : layout.total] = combined
     return [rec]

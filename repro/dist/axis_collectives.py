@@ -134,11 +134,14 @@ class AxisCollectives(Collectives):
         return self._split[key]
 
     def allreduce_untracked(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place sum over each worker's group for instrumentation (metrics, clocks)."""
+        """In-place sum over each worker's group of a CPU tensor for instrumentation
+        (metrics, clocks), which lives on the CPU here as in the process engine."""
+        self._instrumentation(t, "allreduce_untracked")
         self._reduce_(t)
         return t
 
     def allgather_untracked(self, t: torch.Tensor) -> torch.Tensor:
+        self._instrumentation(t, "allgather_untracked")
         return self.allgather(t)[0]
 
     def barrier(self) -> None:

@@ -1,9 +1,10 @@
-"""Starting workers: local spawn of N gloo processes, or joining an `env://` rendezvous.
+"""Starting workers: local spawn of N processes, or joining an `env://` rendezvous.
 
 The same worker function runs under every launcher. `spawn` starts N local processes
 (MASTER_ADDR=127.0.0.1, a free port) and collects each worker's return value; torchrun and
 SLURM/submitit jobs set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT themselves, and
-`init_process_group` simply reads them. NCCL is used when CUDA is present, gloo otherwise.
+`init_process_group` simply reads them. On a GPU the group is NCCL for CUDA tensors and gloo
+for CPU ones (`repro.dist.devices`), on the CPU gloo.
 
 Worker faults under `spawn`. A worker that dies (exit code or signal) or stops answering
 (SIGSTOP, a frozen node: its heartbeat stops) ends every worker of the run within the
@@ -34,6 +35,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from repro.dist.devices import backend_for, cuda_problem
 from repro.errors import UserError
 
 _PR_SET_PDEATHSIG = 1
@@ -58,29 +60,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def backend_for(device: str) -> str:
-    return "nccl" if device.startswith("cuda") else "gloo"
-
-
-def pick_device(requested: str = "auto") -> str:
-    """`auto` means one CUDA device per local rank when CUDA exists, else the CPU."""
-    if requested != "auto":
-        return requested
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        return f"cuda:{local % torch.cuda.device_count()}"
-    return "cpu"
-
-
 def init_process_group(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Join the group described by the env:// variables (RANK, WORLD_SIZE, MASTER_*).
 
+    On a CUDA `device` the group carries CUDA tensors over NCCL and CPU tensors over gloo
+    (`cpu:gloo,cuda:nccl`), bound to this worker's GPU (`device_id`, which also creates the
+    NCCL communicator at once rather than at the first collective); on the CPU it is gloo.
     `timeout_s` bounds the rendezvous and every collective: a peer that died or hangs ends
     this worker with an error after that long instead of blocking it forever."""
     if dist.is_initialized():
         return
+    backend = backend_for(device)
+    device_id = None
+    if device.startswith("cuda"):
+        problem = cuda_problem()
+        if problem is not None:
+            raise UserError(
+                f"NCCL (process group backend {backend}) needs CUDA for {device} but "
+                f"{problem}; use trainer.device=cpu cluster.gpus_per_node=0 "
+                f"cluster.backend=auto, or run where CUDA works"
+            )
+        device_id = torch.device(device)
+        torch.cuda.set_device(device_id)
     dist.init_process_group(
-        backend=backend_for(device), init_method="env://", timeout=timedelta(seconds=timeout_s)
+        backend=backend,
+        init_method="env://",
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device_id,
     )
 
 
@@ -122,6 +128,7 @@ def _worker(rank, world, port, fn, args, results, beats, beat_s):
         RANK=str(rank),
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )

@@ -52,6 +52,7 @@ class ModeledClock:
         self.link_fn = link_fn
         self.bytes_scale = bytes_scale
         self._times = np.zeros(world_size)
+        self._now = 0.0  # the slowest worker's time, kept as the times change (read every step)
         self.comm_seconds = 0.0
 
     def advance_compute(self, times: Sequence[float] | np.ndarray) -> None:
@@ -62,6 +63,7 @@ class ModeledClock:
         if np.any(step < 0):
             raise ValueError("compute times must be >= 0")
         self._times += step
+        self._now = float(self._times.max())
 
     def charge(self, records: Sequence[CommRecord], link: Link | None = None) -> float:
         """Charge each record as a barrier; returns the modeled seconds charged in total.
@@ -77,13 +79,14 @@ class ModeledClock:
         for record in records:
             cost = record_cost(record, link, self.bytes_scale)
             self._times[:] = self._times.max() + cost
+            self._now = float(self._times[0])
             charged += cost
         self.comm_seconds += charged
         return charged
 
     def now(self) -> float:
         """Modeled time of the slowest worker."""
-        return float(self._times.max())
+        return self._now
 
     def worker(self, i: int) -> float:
         return float(self._times[i])
@@ -98,4 +101,5 @@ class ModeledClock:
                 f"clock state holds {times.shape[0]} workers, this run has {self.world_size}"
             )
         self._times = times
+        self._now = float(times.max())
         self.comm_seconds = float(state["comm_seconds"])

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
-from scipy import integrate
+from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MODES = ("measured", "sampled")
 DISTS = ("exponential", "shifted_exponential", "constant")
@@ -80,6 +81,10 @@ class ComputeModel:
 
     def times(self, step: int) -> np.ndarray:
         """Compute seconds of every worker at `step` (sampled mode only)."""
+        # numpy and scipy load where they are used: `ComputeConfig` is read while a config
+        # is validated, which must not pay for them.
+        import numpy as np
+
         cfg = self.cfg
         if cfg.mode != "sampled":
             raise ValueError("compute.mode=measured: the trainer supplies measured step times")
@@ -92,6 +97,8 @@ class ComputeModel:
             base = rng.exponential(mean_s, self.world_size)
         else:
             base = shift_s + rng.exponential(mean_s - shift_s, self.world_size)
+        if cfg.straggler_prob == 0:
+            return base  # no worker-step is slowed: the draw below would change nothing
         slow = rng.random(self.world_size) < cfg.straggler_prob
         return np.where(slow, base * cfg.straggler_factor, base)
 
@@ -128,6 +135,8 @@ class ComputeModel:
         def tail(y: float) -> float:
             g = (1 - p) * base_cdf(y) + p * base_cdf(y / f)
             return 1 - g**world
+
+        from scipy import integrate
 
         # Below the shift no worker has finished (tail = 1); the kink at f * shift splits the rest.
         knee = f * shift_s

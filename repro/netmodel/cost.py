@@ -139,20 +139,27 @@ def art_tree(link: Link, nbytes: float, cr: float, n: int) -> float:
     return 3 * link.latency_s * levels + 3 * cr * nbytes * link.beta * levels
 
 
-def adasum_vhdd(link: Link, nbytes: float, n: int, n_tensors: int) -> float:
-    """Adasum's vector-halving distance-doubling allreduce (Maleki et al. 2021, as in Horovod).
+# The allreduce of Adasum's per-level scalars (3 float64 per tensor) is tiny, so it is
+# charged as the latency-optimal tree (MPI serves messages this small by recursive doubling
+# or a tree; a ring would pay 2(g-1) latencies for 24 bytes). The allreduce stamps this on
+# its records and `adasum_vhdd` charges it, so the modeled clock and `repro cost` agree.
+ADASUM_STATS_ALGO = "tree"
 
-    With L = log2 n levels, at level k = 1..L every worker swaps half of its current slice,
-    M / 2^k bytes, with the rank at distance 2^(k-1) (cost a + M b / 2^k), then the 2^k-rank
-    group allreduces 3 float64 scalars per tensor (partial dot product and two squared norms,
-    S = 24 T bytes for T tensors), charged as a tree allreduce: 2 k a + 2 k S b. An allgather
-    phase then walks the levels back, returning slices of M/n, 2M/n, ..., M/2 bytes. Summed:
+Step = tuple[str, float, int, str | None]
 
-        2 L a + 2 (n-1)/n M b + L (L+1) (a + S b)
 
-    The data volume equals a ring reduce-scatter plus allgather; the scalar allreduces add
-    the latency that grows as L^2. Horovod runs Adasum on power-of-two worker counts only,
-    so any other `n` is refused.
+def adasum_stats_bytes(n_tensors: int) -> int:
+    """Bytes of one level's statistics: (a.b, |a|^2, |b|^2) per tensor, in float64."""
+    return 3 * _SCALAR_BYTES * n_tensors
+
+
+def adasum_vhdd_steps(nbytes: float, n: int, n_tensors: int) -> list[Step]:
+    """The collectives of one Adasum allreduce, in the order it runs them.
+
+    Each is (op, bytes per worker, group size, allreduce algo), what the allreduce records
+    (`repro.dist.adasum_allreduce`) when `nbytes` splits evenly over `n` workers: at level
+    k = 1..log2 n a swap of M / 2^k bytes with the rank at distance 2^(k-1), then the 2^k-rank
+    group's statistics allreduce; then the gather phase's swaps of M/n, 2M/n, ..., M/2.
     """
     _check(nbytes, n)
     if n_tensors < 1:
@@ -160,12 +167,28 @@ def adasum_vhdd(link: Link, nbytes: float, n: int, n_tensors: int) -> float:
     if n & (n - 1):
         raise UserError(f"Adasum needs a power-of-two worker count, got n={n}")
     levels = n.bit_length() - 1
-    scalars = 3 * _SCALAR_BYTES * n_tensors
-    return (
-        2 * levels * link.latency_s
-        + 2 * (n - 1) / n * nbytes * link.beta
-        + levels * (levels + 1) * (link.latency_s + scalars * link.beta)
-    )
+    halving: list[Step] = []
+    for k in range(1, levels + 1):
+        halving.append(("sendrecv", nbytes / 2**k, 2, None))
+        halving.append(("allreduce", adasum_stats_bytes(n_tensors), 2**k, ADASUM_STATS_ALGO))
+    gathering: list[Step] = [("sendrecv", nbytes / 2**k, 2, None) for k in range(levels, 0, -1)]
+    return halving + gathering
+
+
+def adasum_vhdd(link: Link, nbytes: float, n: int, n_tensors: int) -> float:
+    """Adasum's vector-halving distance-doubling allreduce (Maleki et al. 2021, as in Horovod).
+
+    The sum of `charge` over `adasum_vhdd_steps`, the same charge the modeled clock puts on
+    the allreduce's records. With L = log2 n levels, S = 24 T bytes of statistics for T
+    tensors, and the statistics allreduced by tree (2 k a + 2 k S b in the 2^k-rank group):
+
+        2 L a + 2 (n-1)/n M b + L (L+1) (a + S b)
+
+    The data volume equals a ring reduce-scatter plus allgather; the scalar allreduces add
+    the latency that grows as L^2. Horovod runs Adasum on power-of-two worker counts only,
+    so any other `n` is refused.
+    """
+    return sum(charge(link, *step) for step in adasum_vhdd_steps(nbytes, n, n_tensors))
 
 
 Exchange = Callable[[Link, float, float, int], float]
@@ -203,23 +226,28 @@ _ALLREDUCE: dict[str, Callable[[Link, float, int], float]] = {
 }
 
 
+def charge(link: Link, op: str, nbytes: float, group_size: int, algo: str | None = None) -> float:
+    """Modeled seconds of one collective: `op` moving `nbytes` per worker in a group of
+    `group_size`. An allreduce is charged by its `algo` ("ring" when unset, the usual
+    large-message choice)."""
+    if op == "sendrecv":
+        return sendrecv(link, nbytes)
+    if op == "allreduce":
+        algo = algo or "ring"
+        if algo not in _ALLREDUCE:
+            raise ValueError(f"allreduce algo {algo!r} has no cost model (ring or tree)")
+        return _ALLREDUCE[algo](link, nbytes, group_size)
+    if op not in _BY_OP:
+        raise ValueError(f"collective {op!r} has no cost model")
+    return _BY_OP[op](link, nbytes, group_size)
+
+
 def record_cost(record: CommRecord, link: Link, bytes_scale: float = 1.0) -> float:
-    """Modeled seconds of one recorded collective on `link`.
+    """Modeled seconds of one recorded collective on `link` (`charge`).
 
     The record's bytes are multiplied by `bytes_scale` (a small model standing for a large
-    one); `n` is the record's group size. An allreduce is charged by its `algo` ("ring" when
-    unset, the usual large-message choice).
+    one); `n` is the record's group size.
     """
     if not (bytes_scale > 0):
         raise UserError(f"network.bytes_scale={bytes_scale} must be > 0")
-    nbytes = record.nbytes * bytes_scale
-    if record.op == "sendrecv":
-        return sendrecv(link, nbytes)
-    if record.op == "allreduce":
-        algo = record.algo or "ring"
-        if algo not in _ALLREDUCE:
-            raise ValueError(f"allreduce algo {algo!r} has no cost model (ring or tree)")
-        return _ALLREDUCE[algo](link, nbytes, record.group_size)
-    if record.op not in _BY_OP:
-        raise ValueError(f"collective {record.op!r} has no cost model")
-    return _BY_OP[record.op](link, nbytes, record.group_size)
+    return charge(link, record.op, record.nbytes * bytes_scale, record.group_size, record.algo)

@@ -2,9 +2,10 @@
 
 Given a model (or a parameter count), a link and a worker count, prints the alpha-beta cost of
 dense ring and tree allreduce, the Flexible Top-k paper's three compressed exchanges at the
-given compression ratio, and Adasum's exchange, and names the compressed exchange that the
-paper's switch would pick. The defaults are that paper's Table IV setting (8 workers, 4 ms,
-20 Gbit/s, 4-byte floats).
+given compression ratio, and Adasum's halving allreduce (`cost.adasum_vhdd`, the very
+charge the modeled clock puts on that allreduce's records), and names the compressed
+exchange that the paper's switch would pick. The defaults are that paper's Table IV setting
+(8 workers, 4 ms, 20 Gbit/s, 4-byte floats).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ advances the `ModeledClock`:
   to every process without communicating, so all engines see the same clock;
 - `compute.mode=measured`: each worker's own measured seconds, accumulated locally and
   exchanged only at barriers (the first record of a communicating step, or a log point),
-  so workers between synchronisations never wait for the clock.
+  so workers between synchronisations never wait for the clock. The seconds travel as a
+  CPU tensor, over the process group's CPU backend: on a GPU cluster NCCL would refuse it.
+  They are the device's own (`repro.dist.stopwatch`: CUDA events on a GPU), not the time
+  the host took to queue the kernels.
 Then each record is charged as a barrier on the link (`ModeledClock.charge`).
 
 With `network.inject`, each process sleeps until the wall clock has caught up with its

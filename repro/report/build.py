@@ -3,20 +3,23 @@
 The runs come from `repro.track.runs.find_runs` (the files the runs wrote, never the memory
 of a training process). A reproduction is the run group `<paper>_<scale>`; one report covers
 exactly one scale, and a group whose runs disagree on the scale is refused rather than mixed.
+Its runs are held as label -> seed -> run: claims are judged per seed and on the mean of the
+seeds (`repro.report.seeds`), and figures draw every seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.report.claims import SCALES, ClaimResult, ClaimsFile, evaluate, load_claims
+from repro.report.claims import SCALES, ClaimsFile, load_claims
 from repro.report.page import assemble
-from repro.report.plots import draw_figure
+from repro.report.plots import draw_figure, seeds_sentence
 from repro.report.published import with_published_tables
 from repro.report.render import FigureOut, to_html, to_markdown
-from repro.report.series import NotMeasurable, Run, cfg, label_of, natural_key
+from repro.report.seeds import ClaimResult, evaluate
+from repro.report.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 from repro.report.sweep_front import draw_sweep_front
 from repro.track.runs import find_runs
 
@@ -28,13 +31,14 @@ def default_claims_dir() -> Path:
 
 def select_runs(
     runs: Sequence[Run], paper: str, scale: str | None, where: str
-) -> tuple[str, dict[str, Run], list[str]]:
-    """The scale, the runs of group `<paper>_<scale>` keyed by label, and notes on choices.
+) -> tuple[str, dict[str, dict[int, Run]], list[str]]:
+    """The scale, the runs of group `<paper>_<scale>` as label -> seed -> run, and notes on
+    choices.
 
     Refuses (UserError) when there is no such run, when several scales' groups exist and no
     scale was chosen, and when runs of the group name different scales. Of several runs with
-    one label a finished one is kept over an unfinished one (a crashed run beside its
-    re-run), then the newest: a changed config or method default gets a run directory of
+    one label and seed a finished one is kept over an unfinished one (a crashed run beside
+    its re-run), then the newest: a changed config or method default gets a run directory of
     its own, and the report must show what the current code computes.
     """
     scales = [scale] if scale else list(SCALES)
@@ -57,21 +61,29 @@ def select_runs(
             f"run group {group} under {where} mixes scales {', '.join(sorted(declared))}: "
             "a report never mixes scales; move the odd runs to their own group"
         )
-    chosen: dict[str, Run] = {}
+    chosen: dict[str, dict[int, Run]] = {}
     notes: list[str] = []
     for run in members:
-        label = label_of(run)
-        if label in chosen:
-            keep = max(chosen[label], run, key=lambda r: (r.exit_code == 0, r.started))
-            notes.append(f"several runs labelled '{label}': kept run {keep.run_id}")
-            chosen[label] = keep
+        label, seed = label_of(run), seed_of(run)
+        by_seed = chosen.setdefault(label, {})
+        if seed in by_seed:
+            keep = max(by_seed[seed], run, key=lambda r: (r.exit_code == 0, r.started))
+            notes.append(
+                f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}"
+            )
+            by_seed[seed] = keep
         else:
-            chosen[label] = run
-    return groups[group], dict(sorted(chosen.items(), key=lambda kv: natural_key(kv[0]))), notes
+            by_seed[seed] = run
+    ordered_runs = {label: dict(sorted(by_seed.items())) for label, by_seed in chosen.items()}
+    return (
+        groups[group],
+        dict(sorted(ordered_runs.items(), key=lambda kv: natural_key(kv[0]))),
+        notes,
+    )
 
 
 def draw_parts(
-    claims: ClaimsFile, runs: dict[str, Run], scale: str, out_dir: Path
+    claims: ClaimsFile, runs: Seeded, scale: str, out_dir: Path
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
     """Evaluate the claims and draw the figures into `out_dir` (the index page reuses both).
 
@@ -82,7 +94,8 @@ def draw_parts(
     results = evaluate(claims.claims, runs, scale)
     figures = []
     for spec in claims.figures:
-        caption = f"{spec.caption} {spec.clock_sentence()}".strip()
+        seeds = seeds_sentence(spec.kind, runs)
+        caption = f"{spec.caption} {spec.clock_sentence()} {seeds}".strip()
         try:
             path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
         except NotMeasurable as err:
@@ -95,7 +108,7 @@ def draw_parts(
 
 def write_page(
     claims: ClaimsFile,
-    runs: dict[str, Run],
+    runs: Seeded,
     scale: str,
     out_dir: Path,
     parts: tuple[list[ClaimResult], list[FigureOut]],
@@ -113,14 +126,14 @@ def write_page(
     return html_path
 
 
-def ordered(claims: ClaimsFile, runs: dict[str, Run]) -> dict[str, Run]:
+def ordered(claims: ClaimsFile, runs: Seeded) -> dict[str, Mapping[int, Run]]:
     """Runs in the order the claims file's `methods` names them (baseline first)."""
     return dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
 
 
 def render_report(
     claims: ClaimsFile,
-    runs: dict[str, Run],
+    runs: Seeded,
     scale: str,
     out_dir: Path,
     *,

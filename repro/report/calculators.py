@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,8 @@ def check_params(name: str, params: Mapping[str, Any]) -> None:
     for key, allowed in CHOICES.items():
         if key in params and params[key] not in allowed:
             raise UserError(f"{key}={params[key]!r} must be one of {', '.join(allowed)}")
+    if not isinstance(params.get("interpolate", False), bool):
+        raise UserError(f"interpolate={params['interpolate']!r} must be true or false")
     smooth = params.get("smooth", 1)
     if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
         raise UserError(f"smooth={smooth!r} must be an integer >= 1")
@@ -139,23 +141,28 @@ def time_to_target_ratio(
     target: float | None = None,
     mode: str = "min",
     smooth: int = 1,
+    interpolate: bool = False,
 ) -> Measurement:
     """Time for `run` to reach a target of `metric`, as a fraction of `reference`'s time.
 
     The target defaults to the reference's final smoothed value (AdaComm's headline: time to
     reach fully synchronous SGD's final training loss). Both times are the first logged
-    point at which the smoothed curve reaches the target, on `clock` (modeled, wall or step).
+    point at which the smoothed curve reaches the target, on `clock` (modeled, wall or step);
+    with `interpolate`, the point between the two logged points that bracket that crossing
+    (`reach_interpolated`), so that the evaluation interval does not quantize the ratio.
     `inf` when `run` never reaches it.
     """
+    reach = reach_interpolated if interpolate else first_reach
     rx, ry = curve(run_labelled(runs, run), metric, clock, smooth)
     fx, fy = curve(run_labelled(runs, reference), metric, clock, smooth)
     goal = fy[-1] if target is None else float(target)
-    t_ref = first_reach(fx, fy, goal, mode)
-    t_run = first_reach(rx, ry, goal, mode)
+    t_ref = reach(fx, fy, goal, mode)
+    t_run = reach(rx, ry, goal, mode)
     if t_ref == 0 or math.isinf(t_ref):
         raise NotMeasurable(f"'{reference}' reaches {metric} {goal:.4g} at {t_ref} on {clock}")
     note = f"{metric} {goal:.4g} reached by {run} at {_g(t_run)}, by {reference} at {t_ref:.4g}"
-    return Measurement(t_run / t_ref, f"{note} ({clock} clock)")
+    how = ", interpolated between evaluations" if interpolate else ""
+    return Measurement(t_run / t_ref, f"{note} ({clock} clock{how})")
 
 
 @calculator("steps_to_target")
@@ -166,12 +173,37 @@ def steps_to_target(
     target: float,
     mode: str = "max",
     smooth: int = 1,
+    interpolate: bool = False,
 ) -> Measurement:
-    """The first logged step at which the smoothed `metric` reaches `target` (`inf`: never)."""
+    """The first logged step at which the smoothed `metric` reaches `target` (`inf`: never);
+    with `interpolate`, the step between the two evaluations that bracket the crossing
+    (`reach_interpolated`)."""
     xs, ys = curve(run_labelled(runs, run), metric, "step", smooth)
-    step = first_reach(xs, ys, float(target), mode)
+    step = (reach_interpolated if interpolate else first_reach)(xs, ys, float(target), mode)
     sign = ">=" if mode == "max" else "<="
-    return Measurement(step, f"{metric} {sign} {target}: step {_g(step)}")
+    how = " (interpolated)" if interpolate else ""
+    return Measurement(step, f"{metric} {sign} {target}: step {_g(step)}{how}")
+
+
+def reach_interpolated(xs: Sequence[float], ys: Sequence[float], target: float, mode: str) -> float:
+    """Where the curve through the logged points first reaches `target`: linear between the
+    last point short of it (x0, y0) and the first that reaches it (x1, y1),
+    x0 + (target - y0) / (y1 - y0) * (x1 - x0).
+
+    A run evaluated every k steps stops at the first evaluation that reaches the target, so
+    `first_reach` alone is up to k - 1 steps late; interpolating reads the crossing to the
+    step (Adasum's steps-to-target claims, issue 14). When the first logged point already
+    reaches the target there is no earlier point to interpolate from, and that point's x is
+    returned, as `first_reach` does; `inf` when never reached.
+    """
+    at = first_reach(range(len(ys)), ys, target, mode)  # the index of the first point
+    if math.isinf(at):
+        return at
+    i = int(at)
+    if i == 0:
+        return xs[0]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return x0 + (target - y0) / (y1 - y0) * (x1 - x0)
 
 
 @calculator("monotone_decrease")

@@ -1,12 +1,18 @@
-"""Published claims as data (`reports/claims/<paper>.yaml`) and their evaluation on our runs.
+"""Published claims as data (`reports/claims/<paper>.yaml`) and how one value is judged.
 
 A claims file names the paper, its citation, how its methods are called (label -> name),
 each claim (where the paper makes it, what it says, the calculator that computes our number,
-the published value, the scales it applies to, and the tolerance rules that turn our number
-into a verdict) and the figures of the report. Verdicts: "reproduced" when the `reproduced`
-rule holds, else "partly" when the `partly` rule holds, else "not reproduced"; "not run"
-when a run the claim needs is absent, "not measured" when the runs lack a metric or setting,
-"not assessed" when the claim does not apply to the report's scale.
+the published value, the scales it applies to, and the rules that turn our number into a
+verdict) and the figures of the report.
+
+A claim whose published value is a number is judged on a `band` around it (issue 14: on the
+magnitude, not only the direction): `at_least` and/or `at_most` with the `reason` for them,
+fixed from the paper's numbers and what the claim depends on before any result is seen. A
+claim the paper states only qualitatively ("decreases") keeps a direction rule in
+`verdict.reproduced`. Either may have a wider `verdict.partly`. A value is "reproduced" inside
+the band (or rule), else "partly" inside the partly rule, else "not reproduced"; the file is
+refused when loaded if a band is missing, has no reason or no bound, or is inverted. How the
+values of several seeds combine into one verdict is `repro.report.seeds`.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ import yaml
 from repro.errors import UserError
 from repro.report import comparisons  # noqa: F401  (registers its calculators)
 from repro.report.calculators import CALCULATORS, check_params
+from repro.report.choices import Choice
 from repro.report.plots import FigureSpec
 from repro.report.published import PublishedTable
-from repro.report.series import MissingRun, NotMeasurable, Run, natural_key
+from repro.report.series import Run, natural_key
 from repro.report.sweep_front import SweepFrontSpec
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
@@ -57,47 +64,55 @@ def build(cls: type, data: Any, where: str) -> Any:
         raise UserError(f"{where}: {err}") from None
 
 
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class Rule:
-    """Conditions on our value that must all hold (bounds, closeness to published, equality)."""
+    """Bounds our value must lie within: `at_least` and/or `at_most`."""
 
     at_least: float | None = None
     at_most: float | None = None
-    within_rel: float | None = None
-    within_abs: float | None = None
-    equals: Any = None
 
     def __post_init__(self) -> None:
-        if all(getattr(self, f.name) is None for f in dataclasses.fields(self)):
-            raise UserError(
-                "a verdict rule needs at least one of at_least, at_most, "
-                "within_rel, within_abs, equals"
-            )
-        for name in ("at_least", "at_most", "within_rel", "within_abs"):
+        for name in ("at_least", "at_most"):
             value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
+            if value is not None and not is_number(value):
                 raise UserError(f"{name}={value!r} must be a number")
-        for name in ("within_rel", "within_abs"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise UserError(f"{name}={value} must be >= 0")
+        if self.at_least is None and self.at_most is None:
+            raise UserError("a verdict rule needs at_least and/or at_most")
+        if self.at_least is not None and self.at_most is not None and self.at_least > self.at_most:
+            raise UserError(
+                f"at_least {self.at_least} > at_most {self.at_most} (inverted); swap them"
+            )
 
-    def holds(self, ours: float | bool, published: Any) -> bool:
-        """Whether `ours` meets every condition (NaN meets none)."""
-        if self.equals is not None and ours != self.equals:
-            return False
+    def holds(self, ours: float | bool) -> bool:
+        """Whether `ours` lies within the bounds (NaN never does)."""
         x = float(ours)
         if math.isnan(x):
             return False
-        checks = [
-            self.at_least is None or x >= self.at_least,
-            self.at_most is None or x <= self.at_most,
-            self.within_abs is None or abs(x - published) <= self.within_abs,
-            self.within_rel is None or abs(x - published) <= self.within_rel * abs(published),
-        ]
-        return all(checks)
+        return (self.at_least is None or x >= self.at_least) and (
+            self.at_most is None or x <= self.at_most
+        )
+
+    def contains(self, other: Rule) -> bool:
+        """Whether every value `other` accepts is accepted here (a wider or equal rule)."""
+        low = self.at_least is None or (
+            other.at_least is not None and other.at_least >= self.at_least
+        )
+        high = self.at_most is None or (other.at_most is not None and other.at_most <= self.at_most)
+        return low and high
+
+    def text(self) -> str:
+        if self.at_least is not None and self.at_most is not None:
+            return f"{self.at_least:g} to {self.at_most:g}"
+        if self.at_least is not None:
+            return f"at least {self.at_least:g}"
+        return f"at most {self.at_most:g}"
+
+
+BAND_KEYS = ("at_least", "at_most", "reason")
 
 
 @dataclass(frozen=True)
@@ -111,7 +126,8 @@ class Claim:
     published: Any
     unit: str
     scales: list
-    verdict: dict
+    verdict: dict = field(default_factory=dict)
+    band: dict | None = None
     reproduced: Rule = field(init=False)
     partly: Rule | None = field(init=False)
 
@@ -125,18 +141,64 @@ class Claim:
         if not isinstance(self.scales, list) or not self.scales or bad:
             raise UserError(f"scales {self.scales} must be a non-empty subset of {list(SCALES)}")
         self._check_metric()
+        band = self._band()
         rules = dict(self.verdict)
-        if "reproduced" not in rules or set(rules) - {"reproduced", "partly"}:
+        if band is not None:
+            if "reproduced" in rules:
+                raise UserError(
+                    f"claim '{self.id}': verdict.reproduced is not allowed beside a band (the "
+                    "band is the reproduced rule); remove it"
+                )
+            if set(rules) - {"partly"}:
+                raise UserError(f"verdict keys {sorted(rules)} must be 'partly' beside a band")
+        elif "reproduced" not in rules or set(rules) - {"reproduced", "partly"}:
             raise UserError(f"verdict keys {sorted(rules)} must be 'reproduced' [+ 'partly']")
         built = {k: build(Rule, v, f"verdict.{k}") for k, v in rules.items()}
-        for key, rule in built.items():
-            numeric = isinstance(self.published, int | float) and not isinstance(
-                self.published, bool
+        reproduced = band if band is not None else built["reproduced"]
+        partly = built.get("partly")
+        if band is not None and partly is not None and not partly.contains(band):
+            raise UserError(
+                f"claim '{self.id}': verdict.partly ({partly.text()}) must be wider than the "
+                f"band ({band.text()})"
             )
-            if (rule.within_rel is not None or rule.within_abs is not None) and not numeric:
-                raise UserError(f"verdict.{key}: within_* needs a numeric published value")
-        object.__setattr__(self, "reproduced", built["reproduced"])
-        object.__setattr__(self, "partly", built.get("partly"))
+        object.__setattr__(self, "reproduced", reproduced)
+        object.__setattr__(self, "partly", partly)
+
+    def _band(self) -> Rule | None:
+        """The band as a rule; None for a claim stated only qualitatively. A numeric published
+        value needs one, with a reason and at least one bound, not inverted."""
+        where = f"claim '{self.id}'"
+        if self.band is None:
+            if is_number(self.published):
+                raise UserError(
+                    f"{where}: published {self.published} is a number but has no band; add "
+                    "band: {at_least and/or at_most, reason} around it"
+                )
+            return None
+        if not is_number(self.published):
+            raise UserError(
+                f"{where}: a band needs a numeric published value, not {self.published!r}; "
+                "judge a qualitative claim with verdict.reproduced"
+            )
+        if not isinstance(self.band, dict) or set(self.band) - set(BAND_KEYS):
+            raise UserError(f"{where}: band must be a mapping of {', '.join(BAND_KEYS)}")
+        reason = self.band.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise UserError(
+                f"{where}: band has no reason; add band.reason saying why these bounds, from "
+                "the paper's numbers and what the claim depends on"
+            )
+        low, high = self.band.get("at_least"), self.band.get("at_most")
+        if low is None and high is None:
+            raise UserError(f"{where}: band has no bound; give band.at_least and/or band.at_most")
+        for name, value in (("at_least", low), ("at_most", high)):
+            if value is not None and not is_number(value):
+                raise UserError(f"{where}: band.{name}={value!r} must be a number")
+        if low is not None and high is not None and low > high:
+            raise UserError(
+                f"{where}: band is inverted (at_least {low} > at_most {high}); swap the bounds"
+            )
+        return Rule(low, high)
 
     def _check_metric(self) -> None:
         extra = set(self.metric) - {"calculator", "params"}
@@ -148,45 +210,25 @@ class Claim:
             raise UserError(f"metric: {err}") from None
 
     def measure(self, runs: Mapping[str, Run]) -> Any:
-        """Run the claim's calculator on runs keyed by label."""
+        """Run the claim's calculator on one seed's runs keyed by label."""
         return CALCULATORS[self.metric["calculator"]](runs, **(self.metric.get("params") or {}))
 
     def judge(self, ours: float | bool) -> str:
-        if self.reproduced.holds(ours, self.published):
+        """The verdict of one value: inside the band (or reproduced rule), the partly rule, or
+        neither."""
+        if self.reproduced.holds(ours):
             return "reproduced"
-        if self.partly is not None and self.partly.holds(ours, self.published):
+        if self.partly is not None and self.partly.holds(ours):
             return "partly"
         return "not reproduced"
 
-
-@dataclass(frozen=True)
-class ClaimResult:
-    """A claim with our value (None when not computed), its verdict and how we got there."""
-
-    claim: Claim
-    ours: float | bool | None
-    verdict: str
-    note: str
-
-
-def evaluate(claims: list[Claim], runs: Mapping[str, Run], scale: str) -> list[ClaimResult]:
-    """Evaluate every claim on the runs of one reproduction at `scale` (never raises)."""
-    results = []
-    for claim in claims:
-        try:
-            m = claim.measure(runs)
-        except MissingRun as err:
-            results.append(ClaimResult(claim, None, "not run", str(err)))
-            continue
-        except NotMeasurable as err:
-            results.append(ClaimResult(claim, None, "not measured", str(err)))
-            continue
-        if scale in claim.scales:
-            results.append(ClaimResult(claim, m.value, claim.judge(m.value), m.note))
+    def criterion(self) -> str:
+        """What "reproduced" (and "partly") mean for this claim, with the band's reason."""
+        if self.band is not None:
+            text = f"band {self.reproduced.text()}: {self.band['reason'].strip()}"
         else:
-            note = f"applies to scale {', '.join(claim.scales)}, not {scale}; {m.note}"
-            results.append(ClaimResult(claim, m.value, "not assessed", note))
-    return results
+            text = f"direction: {self.reproduced.text()}"
+        return text + (f"; partly: {self.partly.text()}" if self.partly is not None else "")
 
 
 @dataclass(frozen=True)
@@ -201,6 +243,7 @@ class ClaimsFile:
     methods: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)
     sweep_fronts: list = field(default_factory=list)
+    choices: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         claims = [build(Claim, c, f"claims[{i}]") for i, c in enumerate(self.claims)]
@@ -223,6 +266,8 @@ class ClaimsFile:
         object.__setattr__(self, "figures", figures)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "sweep_fronts", fronts)
+        stated = [build(Choice, c, f"choices[{i}]") for i, c in enumerate(self.choices)]
+        object.__setattr__(self, "choices", stated)
 
     def order_key(self, label: str) -> tuple[int, list]:
         """Runs in the order the `methods` list names them (baseline first), then by label."""

@@ -12,9 +12,6 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from matplotlib import colormaps
-from matplotlib.colors import to_hex
-
 # One colour per method in every report. Methods without a parameter have a fixed colour;
 # a family of parameterised runs (fixed tau, one Top-k variant at several ratios, one
 # combiner at several batches) shares a colour map and is shaded by the parameter on a
@@ -51,13 +48,14 @@ FAMILIES = (
     Family(r"ag_topk.*", "Oranges", 3.0, 10.0, True),  # c 0.1 .. 0.001
     Family(r"star_topk.*", "Greens", 3.0, 10.0, True),
     Family(r"var_topk.*", "Purples", 3.0, 10.0, True),
+    Family(r"flex_topk.*", "Blues", 3.0, 10.0, False),  # the switch under C1, solid
     Family(r"(toy_|cost_)?adasum.*", "Reds", 5.0, 14.0, False),  # batch 32 .. 16384
     Family(r"(toy_|cost_)?sum.*", "Blues", 5.0, 14.0, False),
     Family(r"(toy_|cost_)?mean.*", "Greens", 5.0, 14.0, False),
 )
 # Optimizers of the Adasum runs, told apart by line style since colour names the combiner.
 OPTIMIZER_STYLES = {"adam": ":", "lamb": "-."}
-FALLBACK = colormaps["tab10"]
+FALLBACK = "tab10"  # colour map of labels in no family, indexed by a hash of the label
 
 
 def _family(label: str) -> Family | None:
@@ -66,11 +64,15 @@ def _family(label: str) -> Family | None:
 
 def colour_for(label: str) -> str:
     """The colour of a run label in every report (fixed map, family shade, or stable hash)."""
+    from matplotlib import colormaps  # loads only when a report draws or colours runs
+    from matplotlib.colors import to_hex
+
     if label in FIXED_COLOURS:
         return FIXED_COLOURS[label]
     family = _family(label)
     if family is None:
-        return to_hex(FALLBACK(zlib.crc32(label.encode()) % FALLBACK.N))
+        fallback = colormaps[FALLBACK]
+        return to_hex(fallback(zlib.crc32(label.encode()) % fallback.N))
     number = re.search(r"\d+(?:\.\d+)?", label)
     value = float(number.group()) if number else 0.0
     # No number (toy_adasum) sits mid-range.

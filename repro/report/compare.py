@@ -19,15 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from repro.errors import UserError
 from repro.report.build import default_claims_dir
 from repro.report.claims import load_claims
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
 from repro.report.render import CSS, fmt
-from repro.report.series import Run, cfg, label_of, points, x_metric
+from repro.report.series import Run, cfg, label_of, points, seed_of, x_metric
 from repro.track.runs import find_runs, read_run
 
 GROUP_STYLES = ("-", "--", ":", "-.")
@@ -84,10 +82,15 @@ def _namer(paper: str) -> Callable[[str], str]:
 
 def _names(runs: Sequence[Run]) -> list[str]:
     """Legend names: the method as its paper names it, with the run's group when runs come
-    from several groups, and its run id when two would otherwise read the same."""
+    from several groups, its seed when two would otherwise read the same (one label run for
+    several seeds), and its run id when they still would."""
     several = len({r.group for r in runs}) > 1
     methods = [_namer(str(cfg(r, "experiment.paper")))(label_of(r)) for r in runs]
     names = [f"{r.group}: {m}" if several else m for m, r in zip(methods, runs, strict=True)]
+    names = [
+        f"{n}, seed {seed_of(r)}" if names.count(n) > 1 else n
+        for n, r in zip(names, runs, strict=True)
+    ]
     return [
         f"{n} ({r.run_id})" if names.count(n) > 1 else n for n, r in zip(names, runs, strict=True)
     ]
@@ -108,6 +111,8 @@ def curves(runs: Sequence[Run], metric: str, x: str) -> tuple[list[Curve], list[
 
 
 def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Path:
+    from matplotlib.figure import Figure  # loads only when a figure is drawn
+
     groups = list(dict.fromkeys(c.run.group for c in drawn))
     fig = Figure(figsize=(7.5, 4.5), dpi=110, layout="constrained")
     ax = fig.add_subplot()

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from repro.errors import UserError
 from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
-from repro.report.claims import SCALES, ClaimResult, ClaimsFile, known_papers, load_claims
-from repro.report.render import FigureOut, fmt
-from repro.report.series import Run, cfg
+from repro.report.claims import SCALES, ClaimsFile, known_papers, load_claims
+from repro.report.render import FigureOut
+from repro.report.seeds import ClaimResult
+from repro.report.series import Run, Seeded, every_run, seeds_of
 from repro.track.runs import find_runs
 
 
@@ -71,8 +72,8 @@ def _report_command(paper: str, scale: str, runs_root: str, out: Path, sub: Path
     return shlex.join([*args, "--dir", str(out / sub)])
 
 
-def _seeds(runs: dict[str, Run]) -> str:
-    return ", ".join(dict.fromkeys(fmt(cfg(run, "seed")) for run in runs.values()))
+def _seeds(runs: Seeded) -> str:
+    return ", ".join(map(str, seeds_of(runs)))
 
 
 def _section(
@@ -90,7 +91,8 @@ def _section(
     parts = draw_parts(claims, runs, scale, out / sub)
     write_page(claims, runs, scale, out / sub, parts, command=command, notes=notes)
     results, figures = parts
-    return replace(base, results=results, figures=figures, seeds=_seeds(runs), runs=len(runs))
+    count = len(every_run(runs))
+    return replace(base, results=results, figures=figures, seeds=_seeds(runs), runs=count)
 
 
 def collect_runs(

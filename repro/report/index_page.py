@@ -16,6 +16,7 @@ from repro.report.claims import SCALES
 from repro.report.index import Index, Section
 from repro.report.page import with_unit
 from repro.report.render import CSS
+from repro.report.seeds import VERDICTS_TEXT, summary
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,18 @@ class Link:
 
 
 Cell = str | Link
-VERDICT_COL = 5
-CLAIM_HEADERS = ["paper", "claim", "statement", "published", "ours", "verdict", "scale", "report"]
+VERDICT_COL = 6
+CLAIM_HEADERS = [
+    "paper",
+    "claim",
+    "statement",
+    "published",
+    "ours (mean over seeds)",
+    "per seed",
+    "verdict",
+    "scale",
+    "report",
+]
 
 
 def _claim_rows(sections: Sequence[Section]) -> list[list[Cell]]:
@@ -34,7 +45,9 @@ def _claim_rows(sections: Sequence[Section]) -> list[list[Cell]]:
     for s in sections:
         link = Link(s.paper, s.where)
         if s.refused:
-            rows.append([link, "—", f"refused: {s.refused}", "—", "—", "refused", s.scale, "—"])
+            rows.append(
+                [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
+            )
             continue
         for r in s.results:
             rows.append(
@@ -44,6 +57,7 @@ def _claim_rows(sections: Sequence[Section]) -> list[list[Cell]]:
                     r.claim.statement,
                     with_unit(r.claim.published, r.claim.unit),
                     with_unit(r.ours, r.claim.unit),
+                    r.per_seed_text(),
                     r.verdict,
                     s.scale,
                     link,
@@ -55,9 +69,7 @@ def _claim_rows(sections: Sequence[Section]) -> list[list[Cell]]:
 def _summary(section: Section) -> str:
     if section.refused:
         return f"Not reported: {section.refused}"
-    verdicts = [r.verdict for r in section.results]
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none"
-    return f"{section.runs} runs, seeds {section.seeds or '—'}. Claims: {counts}."
+    return f"{section.runs} runs, seeds {section.seeds or '—'}. Claims: {summary(section.results)}."
 
 
 def _tables(index: Index) -> list[tuple[str, list[str], list[list[Cell]], int | None]]:
@@ -91,7 +103,7 @@ def _figure_dir(section: Section) -> str:
 
 def to_markdown(index: Index, environment: list[list[str]]) -> str:
     out = ["# Reproduction index", "", f"Runs read from `{index.runs_root}`.  "]
-    out += [f"Regenerate this page: `{index.command}`", ""]
+    out += [f"Regenerate this page: `{index.command}`  ", f"Verdicts: {VERDICTS_TEXT}.", ""]
     for title, headers, rows, _ in _tables(index):
         out += _md_table(title, headers, rows)
     for s in index.sections:
@@ -159,6 +171,7 @@ def to_html(index: Index, environment: list[list[str]]) -> str:
         "<h1>Reproduction index</h1>",
         f"<p>Runs read from <code>{e(index.runs_root)}</code>. Regenerate this page: "
         f"<code>{e(index.command)}</code></p>",
+        f"<p>Verdicts: {e(VERDICTS_TEXT)}.</p>",
     ]
     for title, headers, rows, verdict_col in _tables(index):
         out += _html_table(title, headers, rows, verdict_col)

@@ -1,17 +1,23 @@
 """The content of one paper's report page: setup, claims and final-metrics tables.
 
-Every report states the scale, data set, model, worker count, network model and the clocks,
-so that a number in the claims table can be read against the setup that produced it.
+Every report states the scale, data set, model, worker count, network model, seeds and the
+clocks, so that a number in the claims table can be read against the setup that produced it.
+The claims table gives each claim's criterion (its band and the band's reason, or its
+direction rule), our mean over seeds, each seed's value, and the verdict over seeds
+(`repro.report.seeds`); the final-metrics table has one row per run and seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from repro.report.claims import ClaimResult, ClaimsFile
+from repro.report.choices import choices_table
+from repro.report.claims import ClaimsFile
 from repro.report.render import FigureOut, Page, Table, fmt
-from repro.report.series import Run, cfg, points
+from repro.report.seeds import VERDICTS_TEXT, ClaimResult, summary
+from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
+from repro.sweep.tuned import tuning_table
 
 CLOCKS_TEXT = (
     "modeled: each worker's compute time (measured or sampled, compute.mode) plus every "
@@ -20,9 +26,9 @@ CLOCKS_TEXT = (
 )
 
 
-def _distinct(runs: Mapping[str, Run], get: Callable[[Run], Any]) -> str:
+def _distinct(runs: Seeded, get: Callable[[Run], Any]) -> str:
     values: list[str] = []
-    for run in runs.values():
+    for _, _, run in every_run(runs):
         text = fmt(get(run))
         if text not in values:
             values.append(text)
@@ -61,7 +67,7 @@ def _optimizer(run: Run) -> str:
     return f"{cfg(run, 'optim.name')}, lr {fmt(cfg(run, 'optim.lr'))}"
 
 
-def setup_table(runs: Mapping[str, Run], scale: str) -> Table:
+def setup_table(runs: Seeded, scale: str) -> Table:
     rows = [
         ["scale", scale],
         ["run group", _distinct(runs, lambda r: r.group)],
@@ -72,7 +78,7 @@ def setup_table(runs: Mapping[str, Run], scale: str) -> Table:
         ["network model", _distinct(runs, _network)],
         ["compute model", _distinct(runs, _compute)],
         ["optimizer", _distinct(runs, _optimizer)],
-        ["seeds", _distinct(runs, lambda r: cfg(r, "seed"))],
+        ["seeds", f"{len(seeds_of(runs))} ({', '.join(map(str, seeds_of(runs)))})"],
         ["clocks", CLOCKS_TEXT],
     ]
     return Table("Setup", ["", "value"], rows)
@@ -91,15 +97,28 @@ def claims_table(results: list[ClaimResult], scale: str) -> Table:
             r.claim.statement,
             r.claim.source,
             with_unit(r.claim.published, r.claim.unit),
+            r.claim.criterion(),
             with_unit(r.ours, r.claim.unit),
+            r.per_seed_text(),
             r.verdict,
             scale,
             r.note,
         ]
         for r in results
     ]
-    headers = ["claim", "statement", "source", "published", "ours", "verdict", "scale", "how"]
-    return Table("Claims", headers, rows, verdict_col=5)
+    headers = [
+        "claim",
+        "statement",
+        "source",
+        "published",
+        "criterion",
+        "ours (mean over seeds)",
+        "per seed",
+        "verdict",
+        "scale",
+        "how",
+    ]
+    return Table("Claims", headers, rows, verdict_col=7)
 
 
 def _last(run: Run, metric: str) -> Any:
@@ -113,14 +132,15 @@ def _status(exit_code: int | None) -> str:
     return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
 
 
-def metrics_table(runs: Mapping[str, Run], name: Callable[[str], str]) -> Table:
+def metrics_table(runs: Seeded, name: Callable[[str], str]) -> Table:
     rows = []
-    for label, run in runs.items():
+    for label, seed, run in every_run(runs):
         sent = _last(run, "comm/bytes")
         rows.append(
             [
                 name(label),
                 label,
+                str(seed),
                 fmt(_last(run, "step")),
                 fmt(_last(run, "train/loss")),
                 fmt(_last(run, "test/acc")),
@@ -134,6 +154,7 @@ def metrics_table(runs: Mapping[str, Run], name: Callable[[str], str]) -> Table:
     headers = [
         "method",
         "label",
+        "seed",
         "steps",
         "final train loss",
         "test acc",
@@ -143,24 +164,37 @@ def metrics_table(runs: Mapping[str, Run], name: Callable[[str], str]) -> Table:
         "status",
         "run id",
     ]
-    return Table("Final metrics per run (last logged point)", headers, rows)
+    return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
 
 def assemble(
     claims: ClaimsFile,
-    runs: Mapping[str, Run],
+    runs: Seeded,
     scale: str,
     results: list[ClaimResult],
     figures: list[FigureOut],
     notes: list[str],
 ) -> Page:
-    verdicts = [r.verdict for r in results]
-    summary = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
-    lines = [claims.citation, f"Scale: {scale}. Claims: {summary or 'none'}."]
+    seeds = len(seeds_of(runs))
+    tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
+    tuning = tuning_table(claims.paper, scale) if tuned else None
+    lines = [
+        claims.citation,
+        f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}.",
+        f"Verdicts: {VERDICTS_TEXT}.",
+        tuning.summary
+        if tuning
+        else "Learning rates: set by hand per run (experiment.tuned is false).",
+    ]
     return Page(
         title=f"Reproduction report: {claims.title}",
         lines=lines,
-        tables_before=[setup_table(runs, scale), claims_table(results, scale)],
+        tables_before=[
+            setup_table(runs, scale),
+            *([choices_table(claims.choices)] if claims.choices else []),
+            *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
+            claims_table(results, scale),
+        ],
         figures=figures,
         tables_after=[metrics_table(runs, claims.display_name)],
         notes=notes,

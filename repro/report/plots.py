@@ -1,29 +1,41 @@
 """Report figures (PNG, matplotlib's Agg canvas; no pyplot, so no global state or display).
 
 A `FigureSpec` (from a claims file's `figures:`) says what to draw; `draw_figure` reads the
-runs and writes the PNG. Kinds: `curves` (a metric against step or a clock, one line per
-run), `steps` (a piecewise-constant metric such as tau, or a categorical one such as the
+runs (label -> seed -> run) and writes the PNG. Kinds: `curves` (a metric against step or a
+clock), `steps` (a piecewise-constant metric such as tau, or a categorical one such as the
 chosen collective, drawn as a step plot), `points` (one number per run, computed by a
 calculator, against a config value such as the effective batch; one series per setting).
-Colours and line styles come from `colours` (keyed by run label), so a method looks the
-same in every report.
+Every seed is drawn (issue 14): curves as one thin line per seed in the method's colour,
+points as a small dot per seed with the mean over seeds joined by a line; `seeds_sentence`
+says so in the caption. Colours and line styles come from `colours` (keyed by run label), so
+a method looks the same in every report.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from repro.errors import UserError
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.colours import colour_for, line_style
-from repro.report.series import NotMeasurable, Run, cfg, points, trailing_mean, x_metric
+from repro.report.series import (
+    NotMeasurable,
+    Run,
+    Seeded,
+    cfg,
+    points,
+    seeds_of,
+    trailing_mean,
+    x_metric,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 KINDS = ("curves", "steps", "points")
 
@@ -129,6 +141,8 @@ Namer = Callable[[str], str]
 
 
 def _axes(spec: FigureSpec, xname: str):
+    from matplotlib.figure import Figure  # loads only when a figure is drawn
+
     fig = Figure(figsize=(7.0, 4.2), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     ax.set_title(spec.title)
@@ -138,24 +152,42 @@ def _axes(spec: FigureSpec, xname: str):
     return fig, ax
 
 
-def resolve_reference(ref: dict, spec: FigureSpec, runs: Mapping[str, Run]) -> dict | None:
-    """`ref` with x_times / y_times turned into numbers from its run's last logged point;
-    None when that run is absent or logged nothing on this figure's axes."""
+def resolve_reference(ref: dict, spec: FigureSpec, runs: Seeded) -> dict | None:
+    """`ref` with x_times / y_times turned into numbers from its run's last logged point (the
+    mean over its seeds); None when that run is absent or logged nothing on this figure's
+    axes."""
     if "run" not in ref:
         return ref
-    run = runs.get(ref["run"])
-    xs, ys = points(run, spec.y, spec.x) if run is not None else ([], [])
-    if not ys or isinstance(ys[-1], str):
+    lasts = []
+    for run in runs.get(ref["run"], {}).values():
+        xs, ys = points(run, spec.y, spec.x)
+        if ys and not isinstance(ys[-1], str):
+            lasts.append((xs[-1], float(ys[-1])))
+    if not lasts:
         return None
     out = {k: v for k, v in ref.items() if k in ("x", "y", "label")}
     if "x_times" in ref:
-        out["x"] = ref["x_times"] * xs[-1]
+        out["x"] = ref["x_times"] * sum(x for x, _ in lasts) / len(lasts)
     if "y_times" in ref:
-        out["y"] = ref["y_times"] * float(ys[-1])
+        out["y"] = ref["y_times"] * sum(y for _, y in lasts) / len(lasts)
     return out
 
 
-def _finish(fig: Figure, ax, spec: FigureSpec, runs: Mapping[str, Run], path: Path) -> Path:
+def seeds_sentence(kind: str, runs: Seeded) -> str:
+    """How the figure shows the seeds, for the caption."""
+    seeds = seeds_of(runs)
+    listed = ", ".join(map(str, seeds))
+    if len(seeds) <= 1:
+        return f"One seed ({listed or 'none'})."
+    if kind == "points":
+        return (
+            f"{len(seeds)} seeds ({listed}): a small dot per seed, the mean over the seeds "
+            "joined by a line (no mean where a seed never got there)."
+        )
+    return f"{len(seeds)} seeds ({listed}): one thin line per seed in the method's colour."
+
+
+def _finish(fig: Figure, ax, spec: FigureSpec, runs: Seeded, path: Path) -> Path:
     for given in spec.reference:
         ref = resolve_reference(given, spec, runs)
         if ref is None:
@@ -177,32 +209,37 @@ def _finish(fig: Figure, ax, spec: FigureSpec, runs: Mapping[str, Run], path: Pa
     return path
 
 
-def _draw_lines(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Path) -> Path:
+def _draw_lines(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path:
     fig, ax = _axes(spec, x_metric(spec.x))
+    several = len(seeds_of(runs)) > 1
     categories: list[str] = []
     drawn = 0
     for label in spec.selected(list(runs)):
-        xs, ys = points(runs[label], spec.y, spec.x)
-        if not ys:
-            continue
-        if any(isinstance(y, str) for y in ys):
-            # Categorical values (the chosen collective) share one y axis across runs.
-            # dict.fromkeys: each new value once (a comprehension tests against the old list)
-            categories += [y for y in dict.fromkeys(map(str, ys)) if y not in categories]
-            values = [float(categories.index(str(y))) for y in ys]
-        else:
-            values = trailing_mean([float(y) for y in ys], spec.smooth)
-        style = {"drawstyle": "steps-post"} if spec.kind == "steps" else {}
-        ax.plot(
-            xs,
-            values,
-            color=colour_for(label),
-            linestyle=line_style(label),
-            label=name(label),
-            linewidth=1.5,
-            **style,
-        )
-        drawn += 1
+        named = False
+        for run in runs[label].values():
+            xs, ys = points(run, spec.y, spec.x)
+            if not ys:
+                continue
+            if any(isinstance(y, str) for y in ys):
+                # Categorical values (the chosen collective) share one y axis across runs.
+                # dict.fromkeys: each new value once (a comprehension tests against the old list)
+                categories += [y for y in dict.fromkeys(map(str, ys)) if y not in categories]
+                values = [float(categories.index(str(y))) for y in ys]
+            else:
+                values = trailing_mean([float(y) for y in ys], spec.smooth)
+            style = {"drawstyle": "steps-post"} if spec.kind == "steps" else {}
+            ax.plot(
+                xs,
+                values,
+                color=colour_for(label),
+                linestyle=line_style(label),
+                label="_nolegend_" if named else name(label),
+                linewidth=0.9 if several else 1.5,
+                alpha=0.8 if several else 1.0,
+                **style,
+            )
+            named = True
+            drawn += 1
     if not drawn:
         raise NotMeasurable(f"no selected run logged '{spec.y}' against '{x_metric(spec.x)}'")
     if categories:
@@ -218,31 +255,43 @@ def _setting(run: Run, x: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _draw_points(spec: FigureSpec, runs: Mapping[str, Run], path: Path) -> Path:
+def _draw_points(spec: FigureSpec, runs: Seeded, path: Path) -> Path:
     fig, ax = _axes(spec, spec.x)
     calc = CALCULATORS[spec.measure["calculator"]]
     params = {"metric": spec.y, **(spec.measure.get("params") or {})}
-    groups: dict[str, list[tuple[float, float]]] = {}
+    # series -> x -> each seed's value (inf: that seed never got there)
+    groups: dict[str, dict[float, list[float]]] = {}
     for label in spec.selected(list(runs)):
-        x = _setting(runs[label], spec.x)
-        try:
-            y = float(calc({label: runs[label]}, run=label, **params).value)
-        except NotMeasurable:
-            continue
-        if x is None or math.isinf(y):
-            continue
-        key = " / ".join(str(cfg(runs[label], s)) for s in spec.series) or spec.y
-        groups.setdefault(key, []).append((x, y))
-    if not groups:
+        for run in runs[label].values():
+            x = _setting(run, spec.x)
+            try:
+                y = float(calc({label: run}, run=label, **params).value)
+            except NotMeasurable:
+                continue
+            if x is None:
+                continue
+            key = " / ".join(str(cfg(run, s)) for s in spec.series) or spec.y
+            groups.setdefault(key, {}).setdefault(x, []).append(y)
+    finite = {
+        key: [(x, y) for x, ys in by_x.items() for y in ys if not math.isinf(y)]
+        for key, by_x in groups.items()
+    }
+    if not any(finite.values()):
         raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
-    for key, pts in sorted(groups.items()):
-        pts.sort()
-        ax.plot(*zip(*pts, strict=True), "o-", color=colour_for(key), label=key)
+    for key, by_x in sorted(groups.items()):
+        colour = colour_for(key)
+        if finite[key]:
+            ax.plot(*zip(*finite[key], strict=True), ".", color=colour, alpha=0.5, markersize=5)
+        means = sorted((x, sum(ys) / len(ys)) for x, ys in by_x.items())
+        means = [(x, y) for x, y in means if not math.isinf(y)]
+        if means:
+            ax.plot(*zip(*means, strict=True), "o-", color=colour, label=key)
     return _finish(fig, ax, spec, runs, path)
 
 
-def draw_figure(spec: FigureSpec, runs: Mapping[str, Run], name: Namer, path: Path) -> Path:
-    """Draw `spec` over runs keyed by label into `path`; NotMeasurable when nothing to draw."""
+def draw_figure(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path:
+    """Draw `spec` over runs (label -> seed -> run) into `path`; NotMeasurable when nothing
+    to draw."""
     if spec.kind == "points":
         return _draw_points(spec, runs, path)
     return _draw_lines(spec, runs, name, path)

@@ -2,13 +2,13 @@
 Table IV: step time and final accuracy per method and compression ratio).
 
 A claims file lists them under `tables:`; each row names one of our runs by label and the
-published values it stands beside. Our columns: the mean modeled step time (last logged
-modeled time over the last step, probing included), its ratio to the reference run's, the
-final test accuracy (mean of the last `smooth` logged points, in %), and which collectives
-the run logged. Published columns: step time, its ratio to the reference row's published
-step time, top-1 accuracy, and where the numbers come from. Ratios make the two comparable
-when the networks differ (ours follows the experiment's network schedule, the paper's
-table one fixed link).
+published values it stands beside. Our columns, each the mean over the run's seeds: the mean
+modeled step time (last logged modeled time over the last step, probing included), its ratio
+to the reference run's, the final test accuracy (mean of the last `smooth` logged points, in
+%); and which ratios and collectives the run logged in any seed. Published columns: step
+time, its ratio to the reference row's published step time, top-1 accuracy, and where the
+numbers come from. Ratios make the two comparable when the networks differ (ours follows the
+experiment's network schedule, the paper's table one fixed link).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from repro.errors import UserError
 from repro.report.render import Page, Table, fmt
-from repro.report.series import NotMeasurable, Run, cfg, final, final_step, points
+from repro.report.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ HEADERS = [
     "label",
     "CR (logged)",
     "collectives logged",
-    "ours: step (ms, modeled)",
+    "ours: step (ms, modeled, mean over seeds)",
     "ours: step / reference",
-    "ours: test acc (%)",
+    "ours: test acc (%, mean over seeds)",
     "published: step (ms)",
     "published: step / reference",
     "published: top-1 (%)",
@@ -86,16 +86,23 @@ HEADERS = [
 ]
 
 
-def _step_ms(run: Run) -> float | None:
+def _mean(values: list[float | None]) -> float | None:
+    """The mean over seeds, None when any seed lacks the value."""
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def _step_ms(runs: Mapping[int, Run]) -> float | None:
     try:
-        return 1e3 * final(run, "time/modeled_s") / final_step(run)
+        return _mean([1e3 * final(r, "time/modeled_s") / final_step(r) for r in runs.values()])
     except NotMeasurable:
         return None
 
 
-def _acc_pct(run: Run, smooth: int) -> float | None:
+def _acc_pct(runs: Mapping[int, Run], smooth: int) -> float | None:
     try:
-        return 100 * final(run, "test/acc", smooth)
+        return _mean([100 * final(r, "test/acc", smooth) for r in runs.values()])
     except NotMeasurable:
         return None
 
@@ -104,39 +111,39 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return None if value is None or not reference else value / reference
 
 
-def _ratios(run: Run) -> str:
-    """The compression ratio the run logged: one value, or the range a controller moved in."""
-    logged = [float(c) for c in points(run, "method/cr")[1]]
+def _ratios(runs: Mapping[int, Run]) -> str:
+    """The compression ratio the run logged: one value, or the range a controller moved in
+    (over all seeds)."""
+    logged = [float(c) for r in runs.values() for c in points(r, "method/cr")[1]]
     if not logged:
-        return fmt(cfg(run, "method.cr"))
+        return fmt(cfg(next(iter(runs.values())), "method.cr"))
     low, high = min(logged), max(logged)
     return fmt(low) if low == high else f"{fmt(low)} to {fmt(high)}"
 
 
-def _collectives(run: Run) -> str:
-    return ", ".join(dict.fromkeys(str(v) for v in points(run, "method/collective")[1])) or "—"
+def _collectives(runs: Mapping[int, Run]) -> str:
+    logged = [str(v) for r in runs.values() for v in points(r, "method/collective")[1]]
+    return ", ".join(dict.fromkeys(logged)) or "—"
 
 
-def render_table(
-    spec: PublishedTable, runs: Mapping[str, Run], name: Callable[[str], str]
-) -> Table:
+def render_table(spec: PublishedTable, runs: Seeded, name: Callable[[str], str]) -> Table:
     """The spec as a page table; rows whose run is absent say "not run"."""
-    ref_run = runs.get(spec.reference)
-    ref_ours = None if ref_run is None else _step_ms(ref_run)
+    ref_runs = runs.get(spec.reference)
+    ref_ours = None if not ref_runs else _step_ms(ref_runs)
     ref_pub = next(row.step_ms for row in spec.parsed if row.run == spec.reference)
     rows = []
     for row in spec.parsed:
-        run = runs.get(row.run)
-        if run is None:
+        seeded = runs.get(row.run)
+        if not seeded:
             ours = ["—", "not run", "—", "—", "—"]
         else:
-            step = _step_ms(run)
+            step = _step_ms(seeded)
             ours = [
-                _ratios(run),
-                _collectives(run),
+                _ratios(seeded),
+                _collectives(seeded),
                 fmt(step),
                 fmt(_ratio(step, ref_ours)),
-                fmt(_acc_pct(run, spec.smooth)),
+                fmt(_acc_pct(seeded, spec.smooth)),
             ]
         published = [fmt(row.step_ms), fmt(_ratio(row.step_ms, ref_pub)), fmt(row.acc), row.source]
         rows.append([name(row.run), row.run, *ours, *published])
@@ -144,7 +151,7 @@ def render_table(
 
 
 def with_published_tables(
-    page: Page, specs: list[PublishedTable], runs: Mapping[str, Run], name: Callable[[str], str]
+    page: Page, specs: list[PublishedTable], runs: Seeded, name: Callable[[str], str]
 ) -> Page:
     """`page` with the published-beside-ours tables after its other leading tables, and
     each table's caption among the notes."""

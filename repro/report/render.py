@@ -96,6 +96,7 @@ th { background: #f2f2f2; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #444; }
 .v-reproduced { background: #d8f0d8; } .v-partly { background: #fff1c4; }
+.v-unstable { background: #fbd9b0; }
 .v-not-reproduced { background: #f7d4d4; } .v-not-run, .v-not-measured,
 .v-not-assessed { background: #e8e8e8; }
 .missing { color: #a00; }

@@ -2,7 +2,8 @@
 
 Everything here works on any object with the attributes of `repro.track.runs.RunData`
 (`name`, `group`, `config`, `history`, `summary`), so the report engine depends only on what
-the run reader returns, never on a live training process.
+the run reader returns, never on a live training process. A reproduction's runs are held as
+label -> seed -> run (`Seeded`); a calculator sees one seed's runs, label -> run.
 
 A logged training loss is a mean over workers of the mini-batch losses since the previous
 point, so it still carries mini-batch noise; curves and final values used in claims can be
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 CLOCKS = {"step": "step", "modeled": "time/modeled_s", "wall": "time/wall_s"}
@@ -54,6 +55,32 @@ def cfg(run: Run, path: str, default: Any = None) -> Any:
 def label_of(run: Run) -> str:
     """The run's label within its reproduction (`experiment.label`), else its name."""
     return str(cfg(run, "experiment.label") or run.name)
+
+
+# A reproduction's runs: label -> seed -> run (every label is run for several seeds).
+Seeded = Mapping[str, Mapping[int, Run]]
+
+
+def seed_of(run: Run) -> int:
+    """The run's seed (its config's top-level `seed`; 0 for a run that logged none)."""
+    return int(cfg(run, "seed", 0) or 0)
+
+
+def seeds_of(runs: Seeded) -> list[int]:
+    """Every seed any run of the set was made with, in order."""
+    return sorted({seed for by_seed in runs.values() for seed in by_seed})
+
+
+def at_seed(runs: Seeded, seed: int) -> dict[str, Run]:
+    """One seed's runs keyed by label (labels without a run at that seed are absent)."""
+    return {label: by_seed[seed] for label, by_seed in runs.items() if seed in by_seed}
+
+
+def every_run(runs: Seeded) -> list[tuple[str, int, Run]]:
+    """(label, seed, run) of every run, by label in the set's order, then by seed."""
+    return [
+        (label, seed, by_seed[seed]) for label, by_seed in runs.items() for seed in sorted(by_seed)
+    ]
 
 
 def natural_key(label: str) -> list:

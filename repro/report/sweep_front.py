@@ -13,9 +13,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from repro.errors import UserError
 from repro.report.plots import axis_label
 from repro.report.render import FigureOut
@@ -43,6 +40,9 @@ class SweepFrontSpec:
 def draw_sweep_front(front: SweepFrontSpec, out_dir: Path) -> FigureOut:
     """Two panels: the front in objective space, and accuracy against the searched parameter
     with the paper's chosen band shaded."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     from repro.sweep.results import pareto_front
     from repro.sweep.spec import load_spec
 

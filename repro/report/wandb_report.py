@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
 import wandb_workspaces.reports.v2 as wr
 
-from repro.report.claims import ClaimResult, ClaimsFile, evaluate, load_claims
+from repro.report.claims import ClaimsFile, load_claims
 from repro.report.colours import colour_for
 from repro.report.page import CLOCKS_TEXT, claims_table, setup_table
 from repro.report.plots import FigureSpec, axis_label
 from repro.report.render import markdown_table
-from repro.report.series import Run, cfg, x_metric
+from repro.report.seeds import ClaimResult, evaluate
+from repro.report.series import Seeded, cfg, every_run, x_metric
 
 TITLE_MAX = 128  # wandb refuses longer report titles
 BOTH_CLOCKS = ("time/modeled_s", "step")
@@ -65,14 +66,14 @@ def panels(figures: Sequence[FigureSpec]) -> list[wr.LinePlot]:
     return out
 
 
-def runset(entity: str, project: str, group: str, runs: Mapping[str, Run]) -> wr.Runset:
-    """The reproduction's run group, coloured as in the local reports."""
+def runset(entity: str, project: str, group: str, runs: Seeded) -> wr.Runset:
+    """The reproduction's run group (every seed), coloured as in the local reports."""
     return wr.Runset(
         entity=entity,
         project=project,
         name=group,
         filters=f"Group = '{group}'",
-        custom_run_colors={run.run_id: colour_for(label) for label, run in runs.items()},
+        custom_run_colors={run.run_id: colour_for(label) for label, _, run in every_run(runs)},
     )
 
 
@@ -83,7 +84,7 @@ def title_of(claims: ClaimsFile) -> str:
 
 def build_wandb_report(
     claims: ClaimsFile,
-    runs: Mapping[str, Run],
+    runs: Seeded,
     results: list[ClaimResult],
     scale: str,
     *,
@@ -166,7 +167,7 @@ def publish(
     claims = load_claims(paper, claims_dir)
     chosen, runs, _ = select_runs(find_runs(runs_root), paper, scale, str(runs_root))
     runs = ordered(claims, runs)
-    first = next(iter(runs.values()))
+    first = every_run(runs)[0][2]
     entity = cfg(first, "tracking.entity") or api.default_entity
     project = cfg(first, "tracking.project") or "repro"
     results = evaluate(claims.claims, runs, chosen)

@@ -22,12 +22,15 @@ RULES = ("loss", "loss_lr")
 
 @dataclass
 class AdaCommConfig(LocalSGDConfig):
+    """`tau_max`: an upper bound on tau, or null (the default) for none, as published:
+    with `rule=loss_lr` a learning-rate decay raises tau above tau0 by sqrt(lr_0 / lr_l)."""
+
     name: str = "adacomm"
     tau0: int = 16
     interval_s: float = 1.0
     interval_steps: int = 0
     rule: str = "loss"
-    tau_max: int = 0
+    tau_max: int | None = None
     tau0_search: bool = False
     tau0_candidates: list[int] = field(default_factory=lambda: [64, 16, 4])
     search_window_s: float = 0.25
@@ -45,8 +48,6 @@ class AdaCommConfig(LocalSGDConfig):
             )
         if self.rule not in RULES:
             raise UserError(f"method.rule={self.rule!r} must be one of {list(RULES)}")
-        if self.tau_max < 0:
-            raise UserError(f"method.tau_max={self.tau_max} must be >= 0 (0 = tau0)")
         if self.tau0_search and not self.tau0_candidates:
             raise UserError(
                 "method.tau0_candidates is empty; list periods to try or set tau0_search=false"
@@ -55,6 +56,14 @@ class AdaCommConfig(LocalSGDConfig):
             raise UserError(f"method.tau0_candidates={self.tau0_candidates} must all be >= 1")
         if self.tau0_search and not self.search_window_s > 0:
             raise UserError(f"method.search_window_s={self.search_window_s} must be positive")
+        if self.tau_max is not None:
+            start = max(self.tau0_candidates) if self.tau0_search else self.tau0
+            if self.tau_max < start:
+                what = "the largest tau0_candidates" if self.tau0_search else "method.tau0"
+                raise UserError(
+                    f"method.tau_max={self.tau_max} must be >= {what} ({start}), or null "
+                    "for no cap (the published rule)"
+                )
 
 
 @register(AdaCommConfig)
@@ -67,7 +76,7 @@ class AdaCommStrategy(LocalSGDStrategy):
             tau0=cfg.tau0,
             interval=cfg.interval_steps if by_steps else cfg.interval_s,
             rule=cfg.rule,
-            tau_max=cfg.tau_max or None,
+            tau_max=cfg.tau_max,
             candidates=list(cfg.tau0_candidates) if cfg.tau0_search else [],
             search_window=cfg.search_window_s,
         )

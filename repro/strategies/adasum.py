@@ -16,15 +16,18 @@ The pure reference operator lives in `adasum_op` and is re-exported here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_, check_world_size
-from repro.dist.adasum_gather import adasum_gather_
-from repro.dist.collectives import Collectives, CommRecord
+from repro.dist.adasum_rules import ZERO_NORM_GUARDS, check_world_size
 from repro.errors import UserError
 from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
-from repro.strategies.base import MethodConfig, StepInfo, register
+from repro.strategies.base import MethodConfig, StepInfo, no_grad, register
+
+if TYPE_CHECKING:
+    import torch
+
+    from repro.dist.adasum_allreduce import FlatLayout
+    from repro.dist.collectives import Collectives, CommRecord
 
 __all__ = [
     "AdasumConfig",
@@ -47,11 +50,18 @@ class AdasumConfig(MethodConfig):
     bytes). Both give the reference result (the gather bit for bit, the halving up to float64
     summation order); 0 always halves. The default is the crossover
     measured on gloo over loopback, where the two paths meet between 256 KiB and 1 MiB.
+
+    `zero_norm_guard`: below which squared norm a tensor's Adasum coefficient stays 1 (the
+    operator is undefined at a zero vector). "tiny": sqrt of float64's smallest normal
+    (about 1.5e-154), so only a numerically zero delta is left out of the weighting;
+    "horovod": Horovod's 1e-8, under which a small real delta is also summed plainly (and
+    two such deltas give their sum). Both paths and both engines apply it alike.
     """
 
     name: str = "adasum"
     combiner: str = "adasum"
     gather_below_kb: int = 256
+    zero_norm_guard: str = "tiny"
 
     def __post_init__(self) -> None:
         if self.combiner not in COMBINERS:
@@ -62,6 +72,11 @@ class AdasumConfig(MethodConfig):
             raise UserError(
                 f"method.gather_below_kb={self.gather_below_kb} must be >= 0 "
                 "(0: always the vector-halving allreduce)"
+            )
+        if self.zero_norm_guard not in ZERO_NORM_GUARDS:
+            raise UserError(
+                f"method.zero_norm_guard={self.zero_norm_guard!r} must be one of "
+                f"{', '.join(ZERO_NORM_GUARDS)}"
             )
 
     def validate_world_size(self, world_size: int) -> None:
@@ -84,6 +99,12 @@ class AdasumStrategy:
     """
 
     def __init__(self, cfg: AdasumConfig, world_size: int):
+        # torch and the Adasum paths are imported in the methods that run: discovery
+        # imports this module to compose a config (`repro.strategies.base`).
+        import torch
+
+        from repro.dist.adasum_allreduce import adasum_allreduce_
+
         cfg.validate_world_size(world_size)
         self.cfg = cfg
         self.world_size = world_size
@@ -98,6 +119,11 @@ class AdasumStrategy:
         self._last_bytes = 0
 
     def setup(self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal) -> None:
+        import torch
+
+        from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
+        from repro.dist.adasum_gather import adasum_gather_
+
         if comm.world_size != self.world_size:
             raise ValueError(
                 f"strategy built for {self.world_size} workers, group has {comm.world_size}"
@@ -116,7 +142,7 @@ class AdasumStrategy:
             small = nbytes <= self.cfg.gather_below_kb * 1024
             self._adasum = adasum_gather_ if small else adasum_allreduce_
 
-    @torch.no_grad()
+    @no_grad
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         """Remember where this step starts; gradients stay local."""
         for s, p in zip(self._start, self._params, strict=True):
@@ -124,9 +150,11 @@ class AdasumStrategy:
         self._pending = True
         return []
 
-    @torch.no_grad()
+    @no_grad
     def after_step(self, info: StepInfo) -> list[CommRecord]:
         """Combine the local deltas and move every worker to start + combined."""
+        import torch
+
         if not self._pending or self._comm is None:
             raise RuntimeError("after_step needs setup() and after_backward() first")
         self._pending = False
@@ -144,7 +172,8 @@ class AdasumStrategy:
 
     def _combine(self, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
         if self.cfg.combiner == "adasum":
-            return self._adasum(self._flat, layout, comm)
+            guard = ZERO_NORM_GUARDS[self.cfg.zero_norm_guard]
+            return self._adasum(self._flat, layout, comm, guard)
         deltas = self._flat[:, : layout.total]
         return [comm.allreduce(deltas, average=self.cfg.combiner == "mean")]
 

@@ -8,22 +8,31 @@ needs to know about time, loss, learning rate and the network arrives in `StepIn
 
 Adding a method means one strategy module whose strategy class is decorated with
 `register(ItsConfig)`, one `configs/method/<name>.yaml`, and tests: methods are discovered.
+
+Discovery imports every module of `repro.strategies` to compose a config, so those modules
+import torch, `repro.dist` and `repro.compress` only in the methods that run (or under
+TYPE_CHECKING for annotations): an unknown method or a bad value is reported without
+loading torch (`tests/integration/test_startup.py` holds every strategy module to it).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
 from hydra.core.config_store import ConfigStore
 
-from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
 from repro.netmodel.cost import Link
+
+if TYPE_CHECKING:
+    import torch
+
+    from repro.dist.collectives import Collectives, CommRecord
 
 
 @dataclass
@@ -85,6 +94,20 @@ class Strategy(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+def no_grad(fn: Callable) -> Callable:
+    """`@torch.no_grad()` for a strategy module's methods, importing torch when the method
+    first runs rather than when the module is imported (discovery must not load torch)."""
+
+    @functools.wraps(fn)
+    def run_without_grad(*args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return run_without_grad
 
 
 _REGISTRY: dict[str, tuple[type[MethodConfig], type]] = {}

@@ -8,13 +8,20 @@ i's tensors end to end.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+from repro.strategies.base import no_grad
+
+if TYPE_CHECKING:
+    import torch
 
 
 def flatten(tensors: Sequence[torch.Tensor], extra: torch.Tensor | None = None) -> torch.Tensor:
     """Each worker's values of `tensors` end to end (a detached copy), then the columns of
-    `extra` (workers, e) if given, in the tensors' dtype and device."""
+    `extra` (workers, e) if given, in the tensors' dtype and device: a CPU scalar such as
+    local SGD's loss rides with CUDA parameters on the GPU, where NCCL can carry it."""
+    import torch  # here, not at the top: method discovery imports this module (`base`)
+
     n = tensors[0].shape[0]
     parts = [t.detach().reshape(n, -1) for t in tensors]
     if extra is not None:
@@ -22,7 +29,7 @@ def flatten(tensors: Sequence[torch.Tensor], extra: torch.Tensor | None = None) 
     return torch.cat(parts, dim=1)
 
 
-@torch.no_grad()
+@no_grad
 def copy_into(tensors: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     """Write consecutive column slices of `flat` back into `tensors`, in place."""
     offset = 0

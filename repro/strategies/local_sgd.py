@@ -13,13 +13,16 @@ x_g the last global model, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
 from repro.strategies.base import MethodConfig, StepInfo, register
 from repro.strategies.flat import copy_into, flatten
+
+if TYPE_CHECKING:
+    import torch
+
+    from repro.dist.collectives import Collectives, CommRecord
 
 MOMENTUM_MODES = ("local", "average")
 
@@ -80,6 +83,8 @@ class ModelAverager:
         return record, float(flat[0, model_numel])
 
     def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:
+        import torch  # in the methods that run: discovery imports this module (`base`)
+
         if self.global_model is None:
             self.global_model = averaged.clone()
             self.velocity = torch.zeros_like(averaged)
@@ -101,12 +106,16 @@ class LocalSGDStrategy:
 
     def __init__(self, cfg: LocalSGDConfig, world_size: int):
         self.cfg, self.world_size = cfg, world_size
+        import torch
+
         self.tau = cfg.tau
         self.local_steps = 0
         self.loss_sum = torch.zeros(0, dtype=torch.float64)
         self.last_avg_loss = float("nan")
 
     def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
+        import torch
+
         self.averager = ModelAverager(model, optimizer, comm, self.cfg)
         self.loss_sum = torch.zeros(len(comm.ranks), dtype=torch.float64)
 

@@ -8,10 +8,13 @@ so that a step costs exactly one allreduce, whatever the number of parameter ten
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from repro.dist.collectives import Collectives, CommRecord
 from repro.strategies.base import MethodConfig, StepInfo, register
 from repro.strategies.flat import copy_into, flatten
+
+if TYPE_CHECKING:
+    from repro.dist.collectives import Collectives, CommRecord
 
 
 @dataclass

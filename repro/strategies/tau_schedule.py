@@ -9,8 +9,10 @@ interval l the period becomes
 F is the training loss averaged over workers. A single mini-batch loss is too noisy to
 steer by, so F(x_l) is the mean of the worker-averaged losses reported during interval l-1,
 and F(x_0) the mean loss of the first averaging period (the closest estimate of the loss at
-the start). tau is kept in [1, tau_max] (tau_max defaults to tau_0: the rule is meant to
-shrink tau as the loss falls, and a noisy early ratio above 1 should not raise it).
+the start). tau is kept >= 1 and, only when `tau_max` is given, <= tau_max. The published
+rule has no upper bound, and the loss-lr rule is meant to rise above tau_0: a decay of the
+learning rate by 10 multiplies tau by sqrt(10) at the same loss ratio (the smaller steps
+drift apart more slowly, so the workers can average less often).
 
 Optional tau_0 search: before the schedule starts, each candidate period runs for one
 search window; the candidate whose loss fell fastest per unit of time becomes tau_0.
@@ -60,8 +62,8 @@ class TauSchedule:
         ratio = f_l / self.f0 if self.f0 and self.f0 > 0 else 1.0
         if self.rule == "loss_lr":
             ratio *= self.lr0 / lr
-        tau = math.ceil(math.sqrt(max(ratio, 0.0)) * self.tau0)
-        return max(1, min(tau, self.tau_max or self.tau0))
+        tau = max(1, math.ceil(math.sqrt(max(ratio, 0.0)) * self.tau0))
+        return tau if self.tau_max is None else min(tau, self.tau_max)
 
     def _search(self, now: float, loss: float) -> int:
         if self.search_start is None:

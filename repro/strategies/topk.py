@@ -27,53 +27,65 @@ lets the caller choose).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from repro.compress.exchange import (
-    ExchangeResult,
-    ag_topk_exchange,
-    ar_topk_exchange,
-    dense_exchange,
-    star_leader,
-    var_leader,
-)
-from repro.compress.memory import ErrorFeedback
 from repro.compress.policy import COLLECTIVES, CollectivePolicy
 from repro.compress.ratio import (
+    DEFAULT_BOUNDS,
     DEFAULT_CANDIDATES,
+    DEFAULT_REPROBE_CHANGE,
     DEFAULT_WEIGHTS,
     FixedRatio,
     MOORatioController,
+    check_bounds,
     check_candidates,
     check_cr,
+    check_reprobe_change,
     check_weights,
 )
-from repro.compress.topk import k_for, residual_after
-from repro.dist.collectives import Collectives, CommRecord
 from repro.errors import UserError
 from repro.netmodel import cost
 from repro.netmodel.cost import Link
 from repro.strategies.base import MethodConfig, StepInfo, register
 
+if TYPE_CHECKING:
+    import torch
+
+    from repro.compress.exchange import ExchangeResult
+    from repro.dist.collectives import Collectives, CommRecord
+
 CONTROLLERS = ("fixed", "moo")
 LEADERS = ("star", "var")
+VAR_NORMS = ("grad", "grad_plus_residual")
 _NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker
 
 
 @dataclass
 class TopKConfig(MethodConfig):
     """`method=topk`. `bytes_scale` mirrors network.bytes_scale (interpolated in the yaml) so
-    the policy compares costs for the same message sizes the modeled clock charges."""
+    the policy compares costs for the same message sizes the modeled clock charges.
+
+    `var_norm`: what VAR-Topk ranks workers by, the squared norm of the gradient g ("grad",
+    the paper's ||g||^2) or of the error-compensated G = g + residual whose Top-k the leader
+    sends ("grad_plus_residual").
+
+    The MOO controller's settings (Eq. 6), each defaulting to the paper's value:
+    `candidates` (ratios probed), `weights` (time, gain) of the Pareto pick,
+    `ratio_bounds` (low, high) of the ratio searched, `reprobe_change` (the relative gain
+    change that triggers a new probe).
+    """
 
     name: str = "topk"
     cr: float = 0.01
     cr_controller: str = "fixed"
     collective: str = "auto"
     leader: str = "star"
+    var_norm: str = "grad"
     layerwise: bool = False
     candidates: list[float] = field(default_factory=lambda: list(DEFAULT_CANDIDATES))
     weights: list[float] = field(default_factory=lambda: list(DEFAULT_WEIGHTS))
+    ratio_bounds: list[float] = field(default_factory=lambda: list(DEFAULT_BOUNDS))
+    reprobe_change: float = DEFAULT_REPROBE_CHANGE
     probe_steps: int = 5
     gain_window: int = 50
     seed: int = 0
@@ -95,6 +107,10 @@ class TopKConfig(MethodConfig):
             raise UserError(
                 f"method.leader={self.leader!r} is unknown; choose one of {list(LEADERS)}"
             )
+        if self.var_norm not in VAR_NORMS:
+            raise UserError(
+                f"method.var_norm={self.var_norm!r} is unknown; choose one of {list(VAR_NORMS)}"
+            )
         if self.cr == 1 and self.cr_controller == "fixed" and self.collective == "allgather":
             raise UserError(
                 "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
@@ -107,6 +123,8 @@ class TopKConfig(MethodConfig):
                 "allreduce)"
             )
         check_weights(self.weights)
+        check_bounds(self.ratio_bounds)
+        check_reprobe_change(self.reprobe_change)
         if self.probe_steps < 1:
             raise UserError(f"method.probe_steps={self.probe_steps} must be at least 1")
         if self.gain_window < 1:
@@ -133,6 +151,10 @@ class TopKStrategy:
     """Error-feedback Top-k with a collective policy and a ratio controller (module doc)."""
 
     def __init__(self, cfg: TopKConfig, world_size: int):
+        # torch and the tensor code are imported in the methods that run: discovery
+        # imports this module to compose a config (`repro.strategies.base`).
+        from repro.compress.memory import ErrorFeedback
+
         self.cfg = cfg
         self.world_size = world_size
         self.memory = ErrorFeedback()
@@ -140,7 +162,13 @@ class TopKStrategy:
         self.controller: FixedRatio | MOORatioController = (
             FixedRatio(cfg.cr)
             if cfg.cr_controller == "fixed"
-            else MOORatioController(cfg.candidates, cfg.weights, seed=cfg.seed)
+            else MOORatioController(
+                cfg.candidates,
+                cfg.weights,
+                cfg.ratio_bounds,
+                seed=cfg.seed,
+                reprobe_change=cfg.reprobe_change,
+            )
         )
         self._link: Link | None = None
         self._window: list[float] = []
@@ -158,6 +186,8 @@ class TopKStrategy:
         self.nbytes = self.numel * element * self.cfg.bytes_scale
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
+        from repro.compress.topk import k_for
+
         records: list[CommRecord] = []
         link_changed = self._link is not None and info.link != self._link
         self._link = info.link
@@ -192,6 +222,17 @@ class TopKStrategy:
         self, step: int, cr: float, link: Link
     ) -> tuple[ExchangeResult, list[CommRecord]]:
         """One exchange of the compensated gradients in `p.grad`; averages written back."""
+        import torch
+
+        from repro.compress.exchange import (
+            ag_topk_exchange,
+            ar_topk_exchange,
+            dense_exchange,
+            star_leader,
+            var_leader,
+        )
+        from repro.compress.topk import k_for, residual_after
+
         grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
         compensated = self.memory.compensate(grads)
         flat = torch.cat([compensated[name] for name, _ in self.params], dim=1)
@@ -206,7 +247,7 @@ class TopKStrategy:
             result = ag_topk_exchange(self.comm, flat, k_for(self.numel, cr), layers)
         else:
             if self.cfg.leader == "var":
-                leader, record = var_leader(self.comm, flat.pow(2).sum(1))
+                leader, record = var_leader(self.comm, self._var_sq_norms(grads, flat))
                 records.append(record)
             else:
                 leader = star_leader(step, self.comm.world_size)
@@ -221,6 +262,12 @@ class TopKStrategy:
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
             p.grad.copy_(avg.reshape(p.shape))
         return result, records
+
+    def _var_sq_norms(self, grads: dict[str, torch.Tensor], compensated: torch.Tensor):
+        """Each held worker's squared norm that VAR-Topk ranks by (`method.var_norm`)."""
+        if self.cfg.var_norm == "grad_plus_residual":
+            return compensated.pow(2).sum(1)
+        return sum(g.pow(2).sum(1) for g in grads.values())
 
     def _sync_seconds(self, cr: float, link: Link) -> float:
         """Modeled seconds of one exchange at ratio `cr` on `link` (the time objective)."""

@@ -5,6 +5,9 @@ a cluster; it times no worker's step on its own, so it cannot feed measured comp
 modeled clock or sleep a worker to the modeled network (`network.inject`); and it must hold
 every worker's model, gradients, optimizer state and activations at once, which is
 estimated from the model before anything is allocated.
+
+The engine checks run while a config is validated, so this module imports torch only in
+the memory estimate, which runs once a model exists: a config error never loads torch.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-import torch
-
 from repro.errors import UserError
 
 if TYPE_CHECKING:
+    import torch
+
     from repro.config import Config
 
 ENGINES = ("auto", "processes", "simulated")
+# How the simulated engine runs the workers' forward/backward (`repro.train.replicas`).
+VECTORIZE = ("vmap", "loop")
 _FIX = "or use trainer.engine=processes"
 # Per parameter and worker: the value, its gradient, the optimizer's slots, and the
 # method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual).
@@ -62,6 +67,8 @@ def check_simulated(cfg: Config) -> None:
 def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
     """Elements of every module output for one worker's batch, found on the meta device
     (shapes only, nothing computed or allocated)."""
+    import torch
+
     total = 0
 
     def count(_module, _inputs, output):
@@ -95,6 +102,8 @@ def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) ->
 def available_bytes(device: str) -> int:
     """Free memory where the workers will live: the GPU's, or the machine's."""
     if device.startswith("cuda"):
+        import torch
+
         return torch.cuda.mem_get_info(torch.device(device))[0]
     with open("/proc/meminfo") as f:
         for line in f:

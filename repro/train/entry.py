@@ -20,6 +20,7 @@ from repro.config import Config, identity, run_dir_of
 from repro.dist import launch
 from repro.dist.axis_collectives import AxisCollectives
 from repro.dist.collectives import ProcessCollectives
+from repro.dist.devices import pick_device
 from repro.errors import UserError
 from repro.train import checkpoint
 from repro.train.divergence import Diverged
@@ -28,6 +29,14 @@ from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
 __all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
+_RENDEZVOUS_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def finished_summary(cfg: Config) -> dict | None:
@@ -43,11 +52,15 @@ def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     """Body of one worker process; the env:// variables are already set."""
     torch.set_num_threads(1)
     os.environ.update(cfg.method.process_env())
-    device = launch.pick_device(cfg.trainer.device)
+    device = worker_device(cfg)
     launch.init_process_group(device, timeout_s=cfg.trainer.collective_timeout_s)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    return Trainer(cfg, ProcessCollectives(), device).run()
+    return Trainer(cfg, ProcessCollectives(device=device), device).run()
+
+
+def worker_device(cfg: Config) -> str:
+    """This process's device; asking for GPUs where CUDA is unusable is refused here."""
+    cluster = cfg.cluster
+    return pick_device(cfg.trainer.device, cluster.gpus_per_node, cluster.backend)
 
 
 def check_simulated_memory(cfg: Config, device: str) -> None:
@@ -70,10 +83,10 @@ def run_training(cfg: Config) -> dict:
     done = finished_summary(cfg)
     if done is not None:
         return done
+    device = worker_device(cfg)  # a GPU request without CUDA fails before anything is written
     prepare(cfg.workload, cfg.data, cfg.seed)
     simulated = cfg.trainer.engine == "simulated"
     if simulated:
-        device = launch.pick_device(cfg.trainer.device)
         check_simulated_memory(cfg, device)
     checkpoint.record_run_dir(run_dir, identity(cfg))
     if simulated:
@@ -91,11 +104,11 @@ def run_training(cfg: Config) -> dict:
         return out if out is not None else {}
     if world == 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         try:
             out = train_worker(0, 1, cfg)
         finally:
-            for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            for k in _RENDEZVOUS_VARS:
                 os.environ.pop(k, None)
             launch.shutdown()
         return out

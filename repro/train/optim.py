@@ -9,10 +9,12 @@ paper's ResNet-18 schedule (x0.1 at 15/30/45) and AdaComm's decayed runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 OPTIMIZERS = ("sgd", "adam", "lamb")
 
@@ -51,7 +53,10 @@ class OptimConfig:
 
 def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
     """The optimizer of stacked worker parameters (leading worker axis): SGD and Adam are
-    elementwise, so torch's own serve; LAMB takes its trust ratio per worker."""
+    elementwise, so torch's own serve; LAMB takes its trust ratio per worker. (torch is
+    imported here, not with `OptimConfig`, so that validating a config does not load it.)"""
+    import torch
+
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params,

@@ -14,11 +14,11 @@ Every strategy receives one in `setup`; strategies that need none ignore it.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 
 import torch
 
+from repro.dist.stopwatch import Stopwatch
 from repro.train.replicas import Replicas
 from repro.train.worker_data import WorkerData
 
@@ -43,15 +43,12 @@ class Rehearsal:
             copy.deepcopy(self.optimizer.state_dict()),
             self.data.state_dict(),
         )
+        watch, loss = Stopwatch(self.replicas.params[0].device), self.loss_fn
         for i in range(n_steps):
             x, y = self.data.next_batch()
-            started = time.perf_counter()
-            self.replicas.forward_backward(x, y, self.loss_fn)
-            self._seconds += time.perf_counter() - started
+            self._seconds += watch.time(self.replicas.forward_backward, x, y, loss)[1]
             per_step(i)
-            started = time.perf_counter()
-            self.optimizer.step()
-            self._seconds += time.perf_counter() - started
+            self._seconds += watch.time(self.optimizer.step)[1]
             self._steps += 1
         self.replicas.load_state_dict(snapshot[0])
         self.optimizer.load_state_dict(snapshot[1])

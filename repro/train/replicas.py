@@ -26,8 +26,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from repro.errors import UserError
-
-VECTORIZE = ("vmap", "loop")
+from repro.train.engine_checks import VECTORIZE
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -84,7 +83,8 @@ class Replicas:
 
     # ------------------------------------------------------------ forward/backward
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
-        """Each worker's loss on its batch (x[i], y[i]); gradients into `p.grad` rows."""
+        """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under both
+        vectorizations (a metric, beside CPU sums); gradients into `p.grad` rows."""
         if self.vectorize == "vmap":
             return self._vmap(x, y, loss_fn)
         losses = torch.empty(self.n, dtype=torch.float32)
@@ -119,7 +119,7 @@ class Replicas:
             ) from None
         for name, stacked in zip(self.names, self.params, strict=True):
             stacked.grad.copy_(grads[name])
-        return losses.detach().float()
+        return losses.detach().float().cpu()
 
     # ------------------------------------------------------------ evaluation
     def module_with(self, flat: torch.Tensor) -> nn.Module:

@@ -15,7 +15,6 @@ from omegaconf import OmegaConf
 
 from repro import hydra_overrides
 from repro.cli import expand_sweep
-from repro.cluster.launcher import launch_runs
 from repro.config import (
     CONFIG_DIR,
     GROUPS,
@@ -61,6 +60,8 @@ def main(argv: list[str]) -> int:
         print("---\n".join(_show(combo, show) for combo in combos), end="")
         return 0
     configs = [compose(c) for c in combos]
+    from repro.cluster.launcher import launch_runs  # submitit loads once the configs are valid
+
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
     launch_runs([(cfg.label, cfg) for cfg in configs], "train")
     return 0
@@ -105,7 +106,7 @@ def help_text() -> str:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    compose_dict([])  # registers every group's schema
+    parse_overrides([])  # registers every group's schema
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = hydra_compose("config", overrides=[], return_hydra_config=True)
     chosen = cfg.hydra.runtime.choices
@@ -126,7 +127,9 @@ def help_text() -> str:
         node = hydra_overrides.node_at(cfg, key)
         if node is None:  # a setting of some choices of its group only, e.g. method.tau
             group = key.split(".")[0]
-            owners = hydra_overrides.choices_with(group, CONFIG_DIR).get(key, {})
+            # the chosen config lacks the key, so only the other choices are composed
+            owners = hydra_overrides.choices_with(group, CONFIG_DIR, skip=chosen.get(group))
+            owners = owners.get(key, {})
             node = next(iter(owners.values()), None)
             what += f" ({', '.join(f'{group}={c}' for c in owners)})"
         value = "" if node is None or node._value() is None else node._value()

@@ -14,18 +14,17 @@ and the run's log. A checkpoint is those parts, saved and restored by iterating 
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from repro.config import Config, config_hash, run_dir_of
 from repro.dist.collectives import Collectives
+from repro.dist.stopwatch import Stopwatch
 from repro.netmodel.schedule import NetworkSchedule
 from repro.netmodel.timekeeper import TimeKeeper
 from repro.strategies.base import StepInfo, build_strategy
 from repro.train import checkpoint
 from repro.train.divergence import DivergenceGuard
-from repro.train.evaluate import averaged_model, test_sums
+from repro.train.evaluate import averaged_model, test_sums, train_loss
 from repro.train.metrics import RunningStats, point
 from repro.train.optim import build_optimizer, lr_at, set_lr
 from repro.train.progress import Progress
@@ -54,6 +53,7 @@ class Trainer:
         net = cfg.network
         self.time = TimeKeeper(cfg.compute, comm, cfg.seed, net.bytes_scale, net.inject)
         self.stats = RunningStats()
+        self.stopwatch = Stopwatch(device)
         self.log = RunLog(cfg, self.run_dir, comm.ranks[0] == 0)
         self.guard = DivergenceGuard(tc.divergence)
         self.parts = {
@@ -91,8 +91,9 @@ class Trainer:
         )
         for step in range(start + 1, tc.steps + 1):
             self.train_step(step)
-            bar.advance(self.time.now())
-            out_of_time = tc.time_budget_s > 0 and self.time.now() >= tc.time_budget_s
+            now = self.time.now()
+            bar.advance(now)
+            out_of_time = tc.time_budget_s > 0 and now >= tc.time_budget_s
             if step % tc.eval_every == 0 or step == tc.steps or out_of_time:
                 self.log_point(step)
                 bar.show_point(self.log.last_point)
@@ -110,22 +111,20 @@ class Trainer:
         set_lr(self.optimizer, lr)
         link = self.schedule.link_at(epoch)
 
-        started = time.perf_counter()
-        losses = self.replicas.forward_backward(x, y, self.workload.loss)
-        compute_s = time.perf_counter() - started
-        self.guard.check_loss(step, losses.tolist())
+        watch = self.stopwatch  # the device's seconds: CUDA events on a GPU
+        losses, compute_s = watch.time(self.replicas.forward_backward, x, y, self.workload.loss)
+        per_worker = losses.tolist()  # once: the guard and the running metrics read it
+        self.guard.check_loss(step, per_worker)
 
         # time.now() is identical for every worker, so strategies that decide from it agree
         info = StepInfo(step, epoch, losses, lr, self.time.now(), link)
         records = self.strategy.after_backward(info)
-        started = time.perf_counter()
-        self.optimizer.step()
-        compute_s += time.perf_counter() - started
+        compute_s += watch.time(self.optimizer.step)[1]
         records += self.strategy.after_step(info)
 
         rehearsed_s, rehearsed_steps = self.rehearsal.take()
         self.time.advance(step, compute_s + rehearsed_s, records, link, rehearsed_steps)
-        self.stats.add_step(losses.tolist(), records)
+        self.stats.add_step(per_worker, records)
 
     def reached_target(self) -> bool:
         target = self.cfg.trainer.target_acc
@@ -134,9 +133,7 @@ class Trainer:
     # ------------------------------------------------------------- log points
     def log_point(self, step: int) -> None:
         self.time.flush()
-        count = self.stats.loss_count
-        loss = torch.tensor([[s, count] for s in self.stats.loss_sum], dtype=torch.float64)
-        self.comm.allreduce_untracked(loss)
+        loss = train_loss(self.stats.loss_sum, self.stats.loss_count, self.comm)
         sums = test_sums(averaged_model(self.replicas, self.comm), self.workload, self.comm)
         wall_s = self.time.wall_s()
         samples = step * self.cfg.trainer.batch_size * self.comm.world_size
@@ -144,7 +141,7 @@ class Trainer:
             step=step,
             epoch=samples / self.workload.arrays.n_train,
             samples=samples,
-            train_loss=(loss[0, 0] / loss[0, 1]).item(),
+            train_loss=loss,
             test=((sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()),
             stats=self.stats,
             wall_s=wall_s,

@@ -36,10 +36,13 @@ class WorkerData:
         random.seed(first)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        pairs = [
-            self.workload.batch(s.next_indices(), g)
-            for s, g in zip(self.samplers, self.gens, strict=True)
-        ]
+        indices = [s.next_indices() for s in self.samplers]
+        if not self.workload.augments:
+            # Nothing is drawn per worker, so one gather of the stacked indices gives every
+            # worker's rows at once: the same values, without a gather and a copy per worker
+            # (a tenth of a millisecond a step, against steps of a few milliseconds).
+            return self.workload.batch(torch.stack(indices), None)
+        pairs = [self.workload.batch(i, g) for i, g in zip(indices, self.gens, strict=True)]
         return torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])
 
     def state_dict(self) -> dict:
@@ -47,6 +50,8 @@ class WorkerData:
             "samplers": [s.state_dict() for s in self.samplers],
             "gens": [g.get_state() for g in self.gens],
             "torch": torch.get_rng_state(),
+            # dropout and other device-side draws on a GPU come from the CUDA generators
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "numpy": np.random.get_state(),
             "python": random.getstate(),
         }
@@ -57,5 +62,7 @@ class WorkerData:
         for g, saved in zip(self.gens, state["gens"], strict=True):
             g.set_state(saved)
         torch.set_rng_state(state["torch"])
+        if state.get("cuda"):
+            torch.cuda.set_rng_state_all(state["cuda"])
         np.random.set_state(state["numpy"])
         random.setstate(state["python"])

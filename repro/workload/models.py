@@ -1,6 +1,9 @@
 """The model zoo: the small CPU models and the CIFAR networks of the papers.
 
 - `cnn1d`: the MNIST-1D convolutional net (conv 1-25-25-25, linear 250-10, ~6.5K params).
+- `cnn1d_wide`: the same convolutions with a 1,024-unit hidden layer before the classifier
+  (linear 250-1024-10, 271,224 params): Flexible Top-k's small scale, where c = 0.001 must
+  still keep a few hundred values per worker and step (271 here).
 - `mlp`: a two-layer perceptron for the synthetic workload and fast tests.
 - `resnet20`: He et al. 2016's CIFAR ResNet (3 stages of 3 basic blocks, 16/32/64 channels).
 - `resnet18`, `resnet50`: ImageNet ResNets with the usual CIFAR stem (3x3 conv, no max-pool),
@@ -16,21 +19,30 @@ from torch import nn
 from torch.nn import functional as F
 
 from repro.errors import UserError
+from repro.workload.config import MODELS
 
 
 class CNN1D(nn.Module):
-    def __init__(self, num_classes: int = 10, channels: int = 25):
+    """Three convolutions over the length-40 signal, then a linear classifier; `hidden` > 0
+    puts a ReLU layer of that width between them (the parameters then sit mostly there, as
+    ResNet-18's sit mostly in its last stage)."""
+
+    def __init__(self, num_classes: int = 10, channels: int = 25, hidden: int = 0):
         super().__init__()
         self.conv1 = nn.Conv1d(1, channels, 5, stride=2, padding=2)
         self.conv2 = nn.Conv1d(channels, channels, 3, stride=2, padding=1)
         self.conv3 = nn.Conv1d(channels, channels, 3, stride=1, padding=1)
-        self.fc = nn.Linear(channels * 10, num_classes)
+        features = channels * 10
+        self.hidden = nn.Linear(features, hidden) if hidden else None
+        self.fc = nn.Linear(hidden or features, num_classes)
 
     def forward(self, x):
         x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
-        x = F.relu(self.conv3(x))
-        return self.fc(x.flatten(1))
+        x = F.relu(self.conv3(x)).flatten(1)
+        if self.hidden is not None:
+            x = F.relu(self.hidden(x))
+        return self.fc(x)
 
 
 class MLP(nn.Module):
@@ -131,12 +143,11 @@ def _cifar_torchvision(name: str, num_classes: int) -> nn.Module:
     return net
 
 
-MODELS = ("cnn1d", "mlp", "resnet20", "resnet18", "resnet50", "vgg16", "toy_quadratic")
-
-
 def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
     if name == "cnn1d":
         return CNN1D(num_classes)
+    if name == "cnn1d_wide":
+        return CNN1D(num_classes, hidden=1024)
     if name == "mlp":
         return MLP(in_dim, num_classes)
     if name == "resnet20":

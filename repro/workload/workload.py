@@ -5,82 +5,24 @@
 correct = the prediction lies within `workload.tolerance` of the target, so test/acc is the
 share of test points fitted to that tolerance and stays comparable to a target accuracy).
 
-`prepare` runs once in the launching process (it generates MNIST-1D or downloads CIFAR), so
-that missing data fail before any worker starts and N workers never race on one download.
+`prepare` runs in the launching process (it generates MNIST-1D or downloads CIFAR), so that
+missing data fail before any worker starts; under torchrun or SLURM, where every worker is
+a launching process, the data layer's file lock lets one process of a node fetch and the
+others wait (`data.node_lock`). Evaluation sums are CPU float64 tensors wherever the model
+runs: they are metrics, summed over workers on the CPU backend, never on NCCL.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from hydra.core.config_store import ConfigStore
 from torch.nn import functional as F
 
-from repro.errors import UserError
 from repro.workload import data as data_mod
-from repro.workload.models import MODELS, build_model
-
-DATASETS = ("mnist1d", "synthetic", "toy_quadratic", "cifar10", "cifar100")
-TASKS = ("classification", "regression")
-# Data sets whose targets are real values, and the one model that fits each of them.
-REGRESSION = {"toy_quadratic": "toy_quadratic"}
+from repro.workload.config import DataConfig, WorkloadConfig
+from repro.workload.models import build_model
 
 
-@dataclass
-class WorkloadConfig:
-    name: str = "mnist1d_cnn"
-    dataset: str = "mnist1d"
-    model: str = "cnn1d"
-    num_samples: int = 10_000
-    augment: bool = False
-    eval_batch_size: int = 1000
-    task: str = "classification"
-    tolerance: float = 0.1
-
-    def train_size(self) -> int:
-        """Training samples this workload yields (MNIST-1D keeps 80% for training)."""
-        sizes = {
-            "mnist1d": int(self.num_samples * 0.8),
-            "synthetic": self.num_samples,
-            "toy_quadratic": self.num_samples,
-        }
-        return sizes.get(self.dataset, 50_000)
-
-    def __post_init__(self):
-        if self.dataset not in DATASETS:
-            raise UserError(
-                f"workload.dataset={self.dataset!r} is unknown; choose one of {list(DATASETS)}"
-            )
-        if self.model not in MODELS:
-            raise UserError(
-                f"workload.model={self.model!r} is unknown; choose one of {list(MODELS)}"
-            )
-        if self.num_samples < 2:
-            raise UserError(f"workload.num_samples={self.num_samples} must be at least 2")
-        if self.eval_batch_size < 1:
-            raise UserError(f"workload.eval_batch_size={self.eval_batch_size} must be at least 1")
-        if self.task not in TASKS:
-            raise UserError(f"workload.task={self.task!r} must be one of {list(TASKS)}")
-        wanted = "regression" if self.dataset in REGRESSION else "classification"
-        if self.task != wanted:
-            raise UserError(
-                f"workload.task={self.task} does not fit workload.dataset={self.dataset}; "
-                f"use {wanted}"
-            )
-        if (self.model == "toy_quadratic") != (self.dataset == "toy_quadratic"):
-            raise UserError(
-                f"workload.model={self.model} cannot fit workload.dataset={self.dataset}; "
-                f"model toy_quadratic goes with data set toy_quadratic only"
-            )
-        if not self.tolerance > 0:
-            raise UserError(f"workload.tolerance={self.tolerance} must be positive")
-
-
-ConfigStore.instance().store(group="workload", name="workload_schema", node=WorkloadConfig)
-
-
-def prepare(cfg: WorkloadConfig, data_cfg: data_mod.DataConfig, seed: int) -> data_mod.Arrays:
+def prepare(cfg: WorkloadConfig, data_cfg: DataConfig, seed: int) -> data_mod.Arrays:
     return data_mod.load(cfg.dataset, data_cfg.root, data_cfg.download, cfg.num_samples, seed)
 
 
@@ -117,8 +59,13 @@ class Workload:
         out[flip] = out[flip].flip(-1)
         return out
 
+    @property
+    def augments(self) -> bool:
+        """Whether a training batch draws from its worker's augmentation generator."""
+        return self.arrays.image_stats is not None and self.cfg.augment
+
     def batch(
-        self, indices: torch.Tensor, gen: torch.Generator
+        self, indices: torch.Tensor, gen: torch.Generator | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         x = self._inputs(self.arrays.x_train[indices], gen)
         return x.to(self.device), self.arrays.y_train[indices].to(self.device)

@@ -28,7 +28,7 @@ def _vhdd(comm, shape_lists):
     for shapes in shape_lists:
         for dtype in DTYPES:
             combined, records = adasum_allreduce(axis_inputs(comm.ranks, shapes, dtype), comm)
-            summary = [(r.op, r.nbytes, r.group_size) for r in records]
+            summary = [(r.op, r.nbytes, r.group_size, r.algo) for r in records]
             rows = [[t[row] for t in combined] for row in range(len(comm.ranks))]
             results.append((shapes, dtype, rows, summary))
     return results
@@ -93,17 +93,18 @@ def test_axis_adasum_equals_reference_per_tensor(world, shape_lists):
 
 
 def _check_records(summary, world, shapes, dtype):
-    """Bytes moved: a reduce-scatter's worth of sendrecv, as much back, small scalars."""
+    """Bytes moved: a reduce-scatter's worth of sendrecv, as much back, small scalars
+    allreduced by the algorithm the cost model charges for them (`ADASUM_STATS_ALGO`)."""
     elem = torch.finfo(dtype).bits // 8
     padded = -(-sum(math.prod(s) for s in shapes) // world) * world
     levels = int(math.log2(world))
-    sendrecv = [nbytes for op, nbytes, _ in summary if op == "sendrecv"]
+    sendrecv = [nbytes for op, nbytes, _, _ in summary if op == "sendrecv"]
     halving = [padded // 2 ** (j + 1) * elem for j in range(levels)]
     assert sendrecv == halving + halving[::-1]
     assert sum(halving) == padded * (world - 1) // world * elem
-    scalars = [(size, nbytes) for op, nbytes, size in summary if op == "allreduce"]
-    assert scalars == [(2 ** (j + 1), 3 * len(shapes) * 8) for j in range(levels)]
-    assert {op for op, _, _ in summary} == {"sendrecv", "allreduce"}
+    scalars = [(size, nbytes, algo) for op, nbytes, size, algo in summary if op == "allreduce"]
+    assert scalars == [(2 ** (j + 1), 3 * len(shapes) * 8, "tree") for j in range(levels)]
+    assert {op for op, _, _, _ in summary} == {"sendrecv", "allreduce"}
 
 
 OPTIMIZERS = ("sgd_momentum", "adam", "lamb")

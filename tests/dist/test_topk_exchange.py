@@ -183,6 +183,12 @@ def scenarios(comm) -> list[dict]:
         for name, kwargs in {
             "star": {"cr": 0.1, "collective": "ar_ring", "leader": "star"},
             "var": {"cr": 0.1, "collective": "ar_tree", "leader": "var"},
+            "var_residual": {
+                "cr": 0.1,
+                "collective": "ar_tree",
+                "leader": "var",
+                "var_norm": "grad_plus_residual",
+            },
             "ag_layers": {"cr": 0.1, "collective": "allgather", "layerwise": True},
             "dense": {"cr": 1.0, "collective": "auto"},
             "auto": {"cr": 0.01, "collective": "auto"},
@@ -331,7 +337,8 @@ def test_dense_exchange_is_the_average(world, engine):
 
 def simulate(n, cr, leader_rule, layerwise):
     """One-process Algorithm 1 (or AG-Topk when leader_rule is None) over STEPS steps,
-    written per worker on one-row vectors (no worker axis beyond that)."""
+    written per worker on one-row vectors (no worker axis beyond that). VAR ranks workers by
+    ||g||^2 ("var", the paper's) or by ||g + residual||^2 ("var_residual")."""
     model = tiny_model()
     params = list(model.parameters())
     names = [name for name, _ in model.named_parameters()]
@@ -341,12 +348,12 @@ def simulate(n, cr, leader_rule, layerwise):
     k = numel if cr == 1 else k_for(numel, cr)
     layers = sizes if layerwise else None
     residuals = [torch.zeros(1, numel) for _ in range(n)]
-    steps = []
+    steps, leaders = [], []
     for step in range(STEPS):
-        comp = [
-            torch.cat([g.reshape(1, -1) for g in grads_of(r, step, shapes)], 1) + residuals[r]
-            for r in range(n)
+        grads = [
+            torch.cat([g.reshape(1, -1) for g in grads_of(r, step, shapes)], 1) for r in range(n)
         ]
+        comp = [grads[r] + residuals[r] for r in range(n)]
         if cr == 1:
             avg = sum(comp) / n
             sent = [torch.arange(numel).view(1, -1)] * n
@@ -358,14 +365,16 @@ def simulate(n, cr, leader_rule, layerwise):
             if leader_rule == "star":
                 leader = step % n
             else:
-                leader = max(range(n), key=lambda r: comp[r].pow(2).sum().item())
+                ranked = grads if leader_rule == "var" else comp
+                leader = max(range(n), key=lambda r: ranked[r].pow(2).sum().item())
+            leaders.append(leader)
             _, idx = compress(comp[leader], k, layers)
             avg = decompress((sum(comp) / n).gather(1, idx), idx, numel)
             sent = [idx] * n
         residuals = [residual_after(comp[r], sent[r]) for r in range(n)]
         steps.append(avg[0])
     final = [dict(zip(names, res[0].split(sizes), strict=True)) for res in residuals]
-    return steps, final, sizes
+    return steps, final, sizes, leaders
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -374,6 +383,7 @@ def simulate(n, cr, leader_rule, layerwise):
     [
         ("star", 0.1, "star", False),
         ("var", 0.1, "var", False),
+        ("var_residual", 0.1, "var_residual", False),
         ("ag_layers", 0.1, None, True),
         ("dense", 1.0, None, False),
     ],
@@ -381,9 +391,11 @@ def simulate(n, cr, leader_rule, layerwise):
 def test_strategy_matches_reference(world, engine, name, cr, leader_rule, layerwise):
     n, engines = world
     results = engines[engine]
-    steps, residuals, sizes = simulate(n, cr, leader_rule, layerwise)
+    steps, residuals, sizes, leaders = simulate(n, cr, leader_rule, layerwise)
     for rank, out in enumerate(results):
         history, final = out["strategy"][name]
+        if leaders:
+            assert [h["metrics"]["method/leader"] for h in history] == leaders
         for step, expected in enumerate(steps):
             got = torch.cat([g.reshape(-1) for g in history[step]["grads"]])
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
@@ -426,3 +438,26 @@ def test_moo_probe_restores_everything_but_the_ratio(world, engine):
         assert moo["probe_records"] == 5 * 2 * 2 + 2  # probes and the live step
         assert sorted(moo["gains"]) == sorted([0.1, 0.033, 0.011, 0.004, 0.001])
         assert all(0 < g <= 1 for g in moo["gains"].values())
+
+
+@pytest.mark.parametrize("var_norm, leader", [("grad", 1), ("grad_plus_residual", 0)])
+def test_var_norm_decides_the_leader(var_norm, leader):
+    """Worker 1 has the larger gradient, worker 0 the larger gradient plus residual: the
+    paper's ||g||^2 makes worker 1 the leader, ||g + residual||^2 worker 0."""
+    comm = AxisCollectives(2)
+    replicas = Replicas(tiny_model(), 2, "loop")
+    cfg = TopKConfig(cr=0.1, collective="ar_ring", leader="var", var_norm=var_norm)
+    strategy = TopKStrategy(cfg, 2)
+    strategy.setup(replicas, torch.optim.SGD(replicas.parameters(), lr=0.1), comm, None)
+    names = [name for name, _ in replicas.named_parameters()]
+    for p in replicas.parameters():
+        p.grad.copy_(torch.stack([torch.full(p.shape[1:], 1.0), torch.full(p.shape[1:], 2.0)]))
+    residual = {
+        name: torch.stack([torch.full((p[0].numel(),), 3.0), torch.zeros(p[0].numel())])
+        for name, p in zip(names, replicas.parameters(), strict=True)
+    }
+    strategy.memory.load_state_dict(residual)
+    # ||g||^2 per entry: 1 against 4; ||g + residual||^2: 16 against 4.
+    records = strategy.after_backward(_info(comm, 0))
+    assert strategy.metrics()["method/leader"] == leader
+    assert records[0].op == "allgather" and records[0].nbytes == 4  # the N norms

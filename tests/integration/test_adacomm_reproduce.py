@@ -14,6 +14,10 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     args = reproduce_tiny_args("adacomm", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
+    # the tiny scale runs one seed; the expected time is printed before any run starts
+    expected = "adacomm tiny: expected time: about "
+    assert first.stdout.splitlines()[0].startswith(expected), first.stdout[:500]
+    assert re.search(r"5 runs to do, \d+ at a time", first.stdout.splitlines()[0])
     report = tmp_path / "reports" / "adacomm"
     md = (report / "report.md").read_text()
     for section in SECTIONS:
@@ -26,6 +30,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     # the claims are stated for the small and paper scales: at tiny they are computed and shown
     # but not judged
     assert all("| not assessed | tiny |" in r for r in rows)
+    assert "Seeds: 1." in md and "| seeds | 1 (0) |" in md
     assert re.search(r"method/tau 16 -> \d+", claims_part)
     html = (report / "report.html").read_text()
     for img in re.findall(r'<img src="([^"]+)"', html):
@@ -35,6 +40,19 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     second = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished earlier") + second.stdout.count("finished earlier") == 5
+    assert "expected time" not in second.stdout  # nothing left to run
+
+
+@pytest.mark.parametrize("seeds", ["0", "-2", "two"])
+def test_seeds_below_one_is_one_line_and_writes_nothing(tmp_path, seeds):
+    args = reproduce_tiny_args("adacomm", tmp_path)
+    proc = repro_cli(*args, f"seeds={seeds}", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"error: seeds={seeds} must be an integer >= 1 (how many seeds each run of the set "
+        "runs; e.g. seeds=3)"
+    )
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ CLAIMS = (
     "lamb_fewer_steps_than_lamb_paper",
     "cost_close_to_allreduce_paper",
 )
-VERDICTS = r"(reproduced|partly|not reproduced|not run|not measured|not assessed)"
+VERDICTS = r"(reproduced|unstable|partly|not reproduced|not run|not measured|not assessed)"
 
 
 @pytest.mark.slow
@@ -77,7 +77,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
 def test_every_scale_composes_its_run_set():
     from repro.cluster.runsets import run_set
 
-    small = dict(run_set("adasum", "small", []))
+    small = dict(run_set("adasum", "small", [], seeds=1))
     grid = [k for k in small if not k.startswith("toy_")]
     assert len(grid) == 18 and len(small) == 20
     fixed = {"adasum_sgd_b1024", "sum_sgd_b1024"}  # equal steps: the cost claim's pair
@@ -94,7 +94,7 @@ def test_every_scale_composes_its_run_set():
     assert lrs == {("sgd", 0.05), ("adam", 0.01), ("lamb", 0.02)}  # not scaled by workers
     toy = small["toy_adasum"]
     assert toy.workload.task == "regression" and toy.trainer.batch_size == 1
-    paper = dict(run_set("adasum", "paper", []))
+    paper = dict(run_set("adasum", "paper", [], seeds=1))
     big = paper["adasum_sgd_b16384"]
     assert big.workload.model == "resnet50" and big.trainer.world_size * 256 == 16384
 

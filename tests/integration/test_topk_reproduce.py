@@ -1,5 +1,6 @@
 """The Flexible Top-k run set at test size: reproduce -> runs read back -> report with the
-Table-IV-like table and every figure; a repeat skips every finished run."""
+Table-IV-like table and every figure; a repeat skips every finished run. The tiny set runs
+the small set's labels with the same settings, so it smoke-tests the reproduction's regime."""
 
 import re
 
@@ -9,17 +10,39 @@ import yaml
 from repro.config import CONFIG_DIR
 from tests.helpers import REPO, repro_cli, reproduce_tiny_args
 
-TINY = yaml.safe_load((CONFIG_DIR / "experiment" / "topk_tiny.yaml").read_text())
+
+def _experiment(name: str) -> dict:
+    return yaml.safe_load((CONFIG_DIR / "experiment" / f"{name}.yaml").read_text())
+
+
+TINY = _experiment("topk_tiny")
 LABELS = list(TINY["experiment"]["runs"])
 CLAIMS = yaml.safe_load((REPO / "reports" / "claims" / "topk.yaml").read_text())
 FIGURES = [figure["id"] for figure in CLAIMS["figures"]]
 
 
-def _table(md: str, title: str) -> list[list[str]]:
-    """The body rows of the Markdown table under `## title`, split into cells."""
+def _table(md: str, title: str) -> list[dict[str, str]]:
+    """The body rows of the Markdown table under `## title`, as {header: cell}."""
     part = md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
     lines = [ln for ln in part.splitlines() if ln.startswith("| ") and "---" not in ln]
-    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines[1:]]
+    cells = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
+
+
+def test_tiny_and_paper_sets_run_the_small_sets_labels_and_settings():
+    small, paper = _experiment("topk_small"), _experiment("topk_paper")
+    runs = small["experiment"]["runs"]
+    assert paper["experiment"]["runs"] == runs
+    assert list(TINY["experiment"]["runs"]) == list(runs)
+    # the tiny set adds only what its shortness needs: its compressed C1 schedule dropped at
+    # Table IV's fixed link, and shorter MOO probes
+    extras = ("network.schedule=[]", "method.probe_steps=2")
+    for label, overrides in TINY["experiment"]["runs"].items():
+        assert [o for o in overrides if o not in extras] == runs[label], label
+        fixed_link = "network=table4_4ms_20g" in overrides
+        assert ("network.schedule=[]" in overrides) == fixed_link, label
+    sizes = [e["trainer"]["world_size"] for e in (TINY, small, paper)]
+    assert sizes == [8, 8, 8]  # the paper's worker count
 
 
 @pytest.mark.slow
@@ -31,23 +54,31 @@ def test_tiny_run_set_produces_table_iv_and_every_figure_and_repeat_skips(tmp_pa
     md = (report / "report.md").read_text()
 
     table = _table(md, "Table IV — step time and final accuracy")
-    assert [row[1] for row in table] == LABELS
-    rows = {row[1]: row for row in table}
-    assert rows["dense_ring"][5] == "1"  # our step over DenseSGD's own
-    assert rows["star_topk_c0.1"][3] == "allgather, ar_ring"  # switched with the network
-    assert rows["ag_topk_c0.001"][3] == "allgather"
+    assert [row["label"] for row in table] == LABELS
+    rows = {row["label"]: row for row in table}
+    ours_ratio, ours_acc = "ours: step / reference", "ours: test acc (%, mean over seeds)"
+    assert rows["dense_ring"][ours_ratio] == "1"  # our step over DenseSGD's own
+    # Table IV's rows on AR-Topk (tree), the baseline on allgather, the switch under C1
+    assert rows["star_topk_c0.001"]["collectives logged"] == "ar_tree"
+    assert rows["var_topk_c0.001"]["collectives logged"] == "ar_tree"
+    assert rows["ag_topk_c0.001"]["collectives logged"] == "allgather"
+    assert rows["flex_topk_c0.1"]["collectives logged"] == "ar_tree, ar_ring, allgather"
+    assert rows["flex_topk_c0.001"]["collectives logged"] == "allgather"
     for label in LABELS:
-        assert float(rows[label][6]) > 0  # accuracy (%) was measured
-    for label in LABELS[1:-1]:
-        assert float(rows[label][5]) < 1  # Top-k steps cost less than DenseSGD's
-    assert rows["star_topk_c0.1"][9] == "90.19" and rows["moo"][7] == "—"
-    low, high = (float(x) for x in rows["moo"][2].split(" to "))  # the ratios MOO logged
+        assert float(rows[label][ours_acc]) > 0  # accuracy (%) was measured
+    table_iv = [label for label in LABELS if re.fullmatch(r"(ag|star|var)_topk_c.*", label)]
+    for label in table_iv:
+        assert float(rows[label][ours_ratio]) < 1  # Top-k steps cost less than DenseSGD's
+    assert rows["star_topk_c0.1"]["published: top-1 (%)"] == "90.19"
+    assert rows["moo"]["published: step (ms)"] == "—"
+    low, high = (float(x) for x in rows["moo"]["CR (logged)"].split(" to "))  # MOO's ratios
     assert 0.001 <= low <= high <= 0.1
 
     claims = _table(md, "Claims")
-    assert len(claims) == 7 and all(row[5] == "not assessed" for row in claims)
-    switch = next(row for row in claims if row[0] == "ar_at_low_bandwidth_low_compression")
-    assert "star_topk_c0.1 phase 1: ar_ring" in switch[7]
+    assert len(claims) == len(CLAIMS["claims"]) == 12
+    assert all(row["verdict"] == "not assessed" for row in claims)
+    switch = next(row for row in claims if row["claim"] == "ar_at_low_bandwidth_low_compression")
+    assert "flex_topk_c0.1 phase 1: ar_ring" in switch["how"]
 
     html = (report / "report.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)

@@ -3,9 +3,10 @@ calculator returns can be computed by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from repro.report.series import label_of, seed_of
 from repro.track.runs import RunData
 
 STEPS = list(range(10, 101, 10))
@@ -24,6 +25,7 @@ def make_run(
     steps: list[int] = STEPS,
     exit_code: int | None = 0,
     run_id: str | None = None,
+    seed: int = 0,
 ) -> RunData:
     """A run whose point at step s has train/loss = loss(s), test/acc = s / 100, modeled time
     = sec_per_step * s, wall time = 2 * modeled time, one collective of 1e6 bytes per step."""
@@ -48,13 +50,13 @@ def make_run(
         "network": {"name": "eth1g", "latency_ms": 1.0, "bandwidth_gbps": 8.0, "bytes_scale": 1},
         "compute": {"mode": "sampled", "dist": "exponential", "mean_ms": 2.0},
         "optim": {"name": "sgd", "lr": 0.1},
-        "seed": 0,
+        "seed": seed,
     }
     cfg["experiment"]["label"] = label
     for key, value in (config or {}).items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     return RunData(
-        run_id=run_id or f"id-{label}",
+        run_id=run_id or (f"id-{label}" if seed == 0 else f"id-{label}-s{seed}"),
         name=label,
         group=group or f"adacomm_{scale}",
         job_type=label,
@@ -67,15 +69,15 @@ def make_run(
     )
 
 
-def adacomm_set(scale: str = "small") -> list[RunData]:
-    """A full AdaComm run set: sync, two fixed taus, AdaComm (tau 16 -> 2) and its lr-decay
-    variant. Time per step falls with tau; AdaComm reaches sync's loss at step 90."""
+def adacomm_set(scale: str = "small", seed: int = 0) -> list[RunData]:
+    """A full AdaComm run set at one seed: sync, two fixed taus, AdaComm (tau 16 -> 2) and its
+    lr-decay variant. Time per step falls with tau; AdaComm reaches sync's loss at step 90."""
 
     def tau_of(s: int) -> dict:
         return {"method/tau": 16 if s <= 30 else 8 if s <= 60 else 2}
 
     return [
-        make_run("sync", scale=scale),
+        make_run("sync", scale=scale, seed=seed),
         make_run(
             "local_sgd_tau4",
             loss=lambda s: 120 / s,
@@ -83,6 +85,7 @@ def adacomm_set(scale: str = "small") -> list[RunData]:
             method={"name": "local_sgd", "tau": 4},
             extra=lambda s: {"method/tau": 4},
             scale=scale,
+            seed=seed,
         ),
         make_run(
             "local_sgd_tau16",
@@ -91,6 +94,7 @@ def adacomm_set(scale: str = "small") -> list[RunData]:
             method={"name": "local_sgd", "tau": 16},
             extra=lambda s: {"method/tau": 16},
             scale=scale,
+            seed=seed,
         ),
         make_run(
             "adacomm",
@@ -99,6 +103,7 @@ def adacomm_set(scale: str = "small") -> list[RunData]:
             method={"name": "adacomm", "tau0": 16},
             extra=tau_of,
             scale=scale,
+            seed=seed,
         ),
         make_run(
             "adacomm_lrdecay",
@@ -107,5 +112,14 @@ def adacomm_set(scale: str = "small") -> list[RunData]:
             method={"name": "adacomm", "tau0": 16},
             extra=tau_of,
             scale=scale,
+            seed=seed,
         ),
     ]
+
+
+def seeded(runs: Iterable[RunData]) -> dict[str, dict[int, RunData]]:
+    """Runs as the report holds them: label -> seed -> run."""
+    out: dict[str, dict[int, RunData]] = {}
+    for run in runs:
+        out.setdefault(label_of(run), {})[seed_of(run)] = run
+    return out

@@ -8,6 +8,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from repro.dist.adasum_rules import ZERO_NORM_GUARDS
 from repro.errors import UserError
 from repro.strategies.adasum import (
     AdasumConfig,
@@ -82,6 +83,49 @@ def test_zero_vector_leaves_the_other_unchanged():
     assert torch.equal(adasum_pair(z, z), z)
 
 
+HOROVOD = ZERO_NORM_GUARDS["horovod"]
+
+
+def test_horovod_guard_sums_small_inputs_that_the_tiny_guard_weighs():
+    # |a|^2 = 1e-10 and |b|^2 = 2.5e-9, both under Horovod's 1e-8, far over the tiny bound.
+    a = torch.tensor([1e-5, 0.0, 0.0], dtype=torch.float64)
+    b = torch.tensor([3e-5, 4e-5, 0.0], dtype=torch.float64)
+    assert torch.equal(adasum_pair(a, b, HOROVOD), a + b)
+    # a.b = 3e-10: weights 1 - 3e-10 / 2e-10 = -0.5 and 1 - 3e-10 / 5e-9 = 0.94.
+    expected = torch.tensor([-0.5e-5 + 0.94 * 3e-5, 0.94 * 4e-5, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(adasum_pair(a, b), expected, rtol=1e-14, atol=0)
+    torch.testing.assert_close(adasum_pair(a, b, ZERO_NORM_GUARDS["tiny"]), expected)
+
+
+def test_horovod_guard_keeps_only_the_small_inputs_weight_at_one():
+    small = torch.tensor([1e-5, 0.0], dtype=torch.float64)  # |small|^2 = 1e-10
+    big = torch.tensor([2.0, 1.0], dtype=torch.float64)  # |big|^2 = 5, a.b = 2e-5
+    # Horovod: 1 * small + (1 - 2e-5 / 10) * big; without the guard the small input's
+    # weight is 1 - 2e-5 / 2e-10 = -99999, which nearly cancels big's first entry.
+    horovod = adasum_pair(small, big, HOROVOD)
+    torch.testing.assert_close(horovod, small + (1 - 2e-6) * big, rtol=1e-15, atol=0)
+    tiny = adasum_pair(small, big)
+    naive = torch.tensor(_naive_pair(small.tolist(), big.tolist()), dtype=torch.float64)
+    torch.testing.assert_close(tiny, naive)
+    assert abs(tiny[0].item() - 1.0) < 0.01 and abs(horovod[0].item() - 2.0) < 1e-4
+
+
+def test_horovod_guard_through_the_tree_and_per_tensor():
+    g = _gen(11)
+    # Layer 0 small on every worker (sums of up to 4 stay under 1e-8), layer 1 normal.
+    workers = [
+        [torch.randn(5, generator=g, dtype=torch.float64) * 1e-5, torch.randn(6, generator=g)]
+        for _ in range(4)
+    ]
+    workers = [[w[0], w[1].double()] for w in workers]
+    guarded = adasum_per_tensor(workers, HOROVOD)
+    assert torch.equal(
+        guarded[0], (workers[0][0] + workers[1][0]) + (workers[2][0] + workers[3][0])
+    )
+    assert not torch.allclose(adasum_per_tensor(workers)[0], guarded[0])
+    assert torch.equal(guarded[1], adasum_per_tensor(workers)[1])
+
+
 def test_tree_order_for_eight_inputs_is_nested_pairs():
     g = _gen(8)
     xs = [torch.randn(11, dtype=torch.float64, generator=g) for _ in range(8)]
@@ -150,6 +194,11 @@ def test_config_validates_combiner_and_world_size():
     AdasumConfig(combiner="sum").validate_world_size(3)
     with pytest.raises(UserError, match="method.gather_below_kb=-1"):
         AdasumConfig(gather_below_kb=-1)
+    with pytest.raises(
+        UserError, match="method.zero_norm_guard='1e-8' must be one of tiny, horovod"
+    ):
+        AdasumConfig(zero_norm_guard="1e-8")
+    assert AdasumConfig().zero_norm_guard == "tiny"
 
 
 def test_method_config_composes_with_its_schema(tmp_path):

@@ -2,7 +2,9 @@
 
 import itertools
 import math
+import re
 
+import numpy as np
 import pytest
 
 from repro.compress.policy import CollectivePolicy
@@ -10,7 +12,7 @@ from repro.compress.ratio import FixedRatio, MOORatioController, fit_curves
 from repro.config import compose
 from repro.errors import UserError
 from repro.netmodel.cost import Link
-from repro.strategies.topk import TopKConfig, nccl_env
+from repro.strategies.topk import TopKConfig, TopKStrategy, nccl_env
 
 CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
 
@@ -163,6 +165,83 @@ def test_moo_reprobe_trigger_at_ten_percent():
     assert not controller.needs_probe(0.8)  # a solve resets the reference
 
 
+def brute_force_pick(probes, weights, bounds, grid=20001):
+    """Eq. 6 solved without the controller: least squares for ln gain on ln c and for time
+    on c, both objectives on a log grid of c over the bounds, the non-dominated points, each
+    objective over its largest value on that front, and the weighted sum's minimiser.
+
+    Returns (c, its weighted objective, the front's largest time and 1/gain, the fit).
+    """
+    cs = np.array(sorted(probes))
+    gains = np.array([probes[c][0] for c in cs])
+    times = np.array([probes[c][1] for c in cs])
+    (gain_a, gain_b), *_ = np.linalg.lstsq(np.column_stack([np.ones(5), np.log(cs)]), np.log(gains))
+    (time_a, time_b), *_ = np.linalg.lstsq(np.column_stack([np.ones(5), cs]), times)
+    c = np.geomspace(bounds[0], bounds[1], grid)
+    t = time_a + time_b * c
+    inv_gain = 1 / np.minimum(1.0, np.exp(gain_a + gain_b * np.log(c)))
+    front, best = [], math.inf
+    for i in np.lexsort((inv_gain, t)):  # by time, then 1/gain: keep each strict improvement
+        if inv_gain[i] < best:
+            front.append(i)
+            best = inv_gain[i]
+    front = np.array(front)
+    t_max, g_max = t[front].max(), inv_gain[front].max()
+    score = weights[0] * t[front] / t_max + weights[1] * inv_gain[front] / g_max
+    pick = front[np.argmin(score)]
+    return c[pick], score.min(), (t_max, g_max), (gain_a, gain_b, time_a, time_b)
+
+
+@pytest.mark.parametrize(
+    ("network", "weights", "bounds"),
+    [
+        ((1e-3, 25e9 / 8), (0.6, 0.4), (0.001, 0.1)),  # the paper's weights and bounds
+        ((50e-3, 1e9 / 8), (0.6, 0.4), (0.001, 0.1)),
+        ((1e-3, 1e9 / 8), (0.3, 0.7), (0.001, 0.1)),
+        ((50e-3, 25e9 / 8), (0.9, 0.1), (0.004, 0.05)),
+    ],
+)
+def test_moo_pick_matches_a_brute_force_search(network, weights, bounds):
+    probes = probe_data(*network)
+    controller = MOORatioController(CANDIDATES, weights, bounds)
+    chosen = controller.solve(probes)
+    c_best, best, (t_max, g_max), fit = brute_force_pick(probes, weights, bounds)
+    curves = controller.curves
+    assert (curves.gain_a, curves.gain_b, curves.time_a, curves.time_b) == pytest.approx(fit)
+    assert bounds[0] <= chosen <= bounds[1]
+    # NSGA-II samples c; its pick is within 6% of the grid's, and its objective (on the
+    # grid front's scale) within 0.1% of the grid's minimum.
+    assert abs(math.log(chosen / c_best)) < 0.06
+    mine = weights[0] * curves.time(chosen) / t_max + weights[1] / curves.gain(chosen) / g_max
+    assert mine == pytest.approx(best, rel=1e-3)
+
+
+def test_moo_settings_default_to_the_paper_and_reach_the_controller():
+    cfg = TopKConfig(cr_controller="moo")
+    assert cfg.candidates == [0.1, 0.033, 0.011, 0.004, 0.001]
+    assert cfg.weights == [0.6, 0.4]
+    assert cfg.ratio_bounds == [0.001, 0.1]
+    assert cfg.reprobe_change == 0.1
+    assert cfg.var_norm == "grad"
+    custom = TopKConfig(
+        cr_controller="moo",
+        candidates=[0.2, 0.05, 0.01],
+        weights=[0.5, 0.5],
+        ratio_bounds=[0.01, 0.2],
+        reprobe_change=0.25,
+    )
+    controller = TopKStrategy(custom, 4).controller
+    assert controller.candidates == (0.2, 0.05, 0.01)
+    assert controller.weights == (0.5, 0.5)
+    assert controller.bounds == (0.01, 0.2)
+    assert controller.reprobe_change == 0.25
+    probes = {c: (min(1.0, 0.95 + 0.12 * math.log(c / 0.1)), 0.01 + c) for c in (0.2, 0.05, 0.01)}
+    assert 0.01 <= controller.solve(probes) <= 0.2
+    assert not controller.needs_probe(0.5)
+    assert not controller.needs_probe(0.62)  # 24%: under this threshold
+    assert controller.needs_probe(0.625)
+
+
 def test_moo_state_round_trip():
     controller = MOORatioController()
     controller.solve(probe_data(1e-3, 1e9 / 8))
@@ -186,6 +265,10 @@ def test_moo_validation():
         MOORatioController(candidates=(1.5, 0.1))
     with pytest.raises(UserError, match="at least two"):
         MOORatioController(candidates=(0.1,))
+    with pytest.raises(UserError, match="method.ratio_bounds"):
+        MOORatioController(bounds=(0.1, 0.01))
+    with pytest.raises(UserError, match="method.reprobe_change=0"):
+        MOORatioController(reprobe_change=0)
     MOORatioController(weights=(0.3, 0.7), candidates=(1.0, 0.5))
 
 
@@ -203,6 +286,14 @@ def test_moo_validation():
         ({"probe_steps": 0}, "method.probe_steps=0"),
         ({"gain_window": 0}, "method.gain_window=0"),
         ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
+        ({"var_norm": "residual"}, "method.var_norm='residual'"),
+        ({"ratio_bounds": [0.1, 0.001]}, "method.ratio_bounds=[0.1, 0.001] must be two ratios"),
+        ({"ratio_bounds": [0.0, 0.1]}, "method.ratio_bounds=[0.0, 0.1]"),
+        ({"ratio_bounds": [0.01, 1.5]}, "method.ratio_bounds=[0.01, 1.5]"),
+        ({"ratio_bounds": [0.01]}, "method.ratio_bounds=[0.01]"),
+        ({"reprobe_change": 0.0}, "method.reprobe_change=0.0 must be a positive fraction"),
+        ({"reprobe_change": -0.1}, "method.reprobe_change=-0.1"),
+        ({"reprobe_change": math.inf}, "method.reprobe_change=inf"),
         (
             {"cr_controller": "moo", "collective": "allgather", "candidates": [1.0, 0.1]},
             "method.candidates < 1",
@@ -210,7 +301,7 @@ def test_moo_validation():
     ],
 )
 def test_topk_config_rejects_bad_input(overrides, message):
-    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+    with pytest.raises(UserError, match=re.escape(message)):
         TopKConfig(**overrides)
 
 

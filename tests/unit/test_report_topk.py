@@ -15,7 +15,7 @@ from repro.report.comparisons import (
 )
 from repro.report.published import PublishedTable, render_table
 from repro.report.series import MissingRun, NotMeasurable
-from tests.unit.report_data import make_run
+from tests.unit.report_data import make_run, seeded
 
 SCHEDULE = {"network": {"schedule": [{"from_epoch": e} for e in (0.0, 3.0, 6.0)]}}
 
@@ -112,11 +112,13 @@ def test_published_table_puts_our_ratios_beside_the_papers():
     runs["moo"] = make_run(
         "moo", sec_per_step=0.3, extra=lambda s: {"method/cr": 0.1 if s < 50 else 0.01}
     )
-    table = render_table(table_spec(smooth=3), runs, str.upper)
+    # a second seed of star_c0.1 at 350 ms per step: our columns are the means over seeds
+    again = make_run("star_c0.1", sec_per_step=0.35, extra=acc_offset(2.0), seed=1)
+    table = render_table(table_spec(smooth=3), seeded([*runs.values(), again]), str.upper)
     rows = {row[1]: row for row in table.rows}
     # dense: 1000 ms per step, test acc at the last 3 points (0.8, 0.9, 1.0) -> 90%
     assert rows["dense"][4:7] == ["1000", "1", "90"]
-    assert rows["star_c0.1"][4:10] == ["250", "0.25", "88", "50", "0.5", "89"]
+    assert rows["star_c0.1"][4:10] == ["300", "0.3", "88", "50", "0.5", "89"]
     assert rows["var_c0.1"][3] == "not run" and rows["var_c0.1"][8] == "0.8"
     assert rows["moo"][0] == "MOO" and rows["moo"][2] == "0.01 to 0.1"
     assert rows["moo"][7:9] == ["—", "—"]
@@ -141,6 +143,6 @@ def test_topk_claims_file_loads_with_its_table():
     claims = load_claims("topk", default_claims_dir())
     assert [t.id for t in claims.tables] == ["table_iv"]
     rows = claims.tables[0].parsed
-    assert len(rows) == 11 and rows[0].run == claims.tables[0].reference == "dense_ring"
+    assert len(rows) == 14 and rows[0].run == claims.tables[0].reference == "dense_ring"
     assert {r.step_ms for r in rows if r.run.startswith("star_")} == {64.83, 49.68, 48.17}
     assert claims.display_name("var_topk_c0.01") == "VAR-Topk (c = 0.01)"

@@ -6,6 +6,7 @@ import pytest
 
 from repro.config import compose
 from repro.errors import UserError
+from repro.strategies.adacomm import AdaCommStrategy
 from repro.strategies.tau_schedule import TauSchedule
 
 
@@ -22,15 +23,43 @@ def test_loss_rule_shrinks_tau_with_sqrt_of_loss_ratio():
     assert s.observe(now=20.0, loss=0.08, lr=0.1) == 4
 
 
+def _decay_run(**kwargs) -> TauSchedule:
+    """First interval at lr 0.1 and loss 2.0 (tau stays tau0 = 10); second interval at lr 0.01
+    (a x0.1 decay) and loss 1.0, so F(x_l)/F(x_0) = 0.5 and lr_0/lr_l = 10."""
+    s = TauSchedule(tau0=10, interval=1.0, rule="loss_lr", **kwargs)
+    assert s.observe(now=0.0, loss=2.0, lr=0.1) == 10
+    assert s.observe(now=1.0, loss=2.0, lr=0.1) == 10  # interval over: ratio 1, lr unchanged
+    assert s.observe(now=1.5, loss=1.0, lr=0.01) == 10  # interval not over yet
+    return s
+
+
 def test_loss_lr_rule_grows_tau_after_lr_decay():
-    s = TauSchedule(tau0=10, interval=1.0, rule="loss_lr")
-    s.observe(now=0.5, loss=1.0, lr=0.1)
-    # loss fell to 1/4 but lr fell to 1/10: sqrt(10 * 0.25) * 10 = 15.8 -> capped at tau_max
-    assert s.observe(now=1.0, loss=0.25, lr=0.01) == 10
-    s2 = TauSchedule(tau0=10, interval=1.0, rule="loss_lr", tau_max=100)
-    s2.observe(now=0.5, loss=1.0, lr=0.1)
-    # F(x_1) = mean(1.0, 0.25) = 0.625 ; sqrt(10 * 0.625) * 10 = 25
-    assert s2.observe(now=1.0, loss=0.25, lr=0.01) == 25
+    # tau_l = ceil(sqrt((lr_0 / lr_l) * F(x_l) / F(x_0)) * tau_0) = ceil(sqrt(10 * 0.5) * 10)
+    expected = math.ceil(math.sqrt(10 * 0.5) * 10)
+    assert expected == 23
+    assert _decay_run().observe(now=2.0, loss=1.0, lr=0.01) == expected
+    # The loss rule ignores the learning rate: ceil(sqrt(0.5) * 10) = 8.
+    s = TauSchedule(tau0=10, interval=1.0, rule="loss")
+    for now, loss, lr in [(0.0, 2.0, 0.1), (1.0, 2.0, 0.1), (1.5, 1.0, 0.01)]:
+        s.observe(now=now, loss=loss, lr=lr)
+    assert s.observe(now=2.0, loss=1.0, lr=0.01) == math.ceil(math.sqrt(0.5) * 10) == 8
+
+
+def test_tau_max_caps_only_when_set():
+    assert _decay_run(tau_max=15).observe(now=2.0, loss=1.0, lr=0.01) == 15
+    assert _decay_run(tau_max=100).observe(now=2.0, loss=1.0, lr=0.01) == 23
+    # A loss above F(x_0) raises tau under the loss rule too, unless capped.
+    s = TauSchedule(tau0=10, interval=1.0)
+    s.observe(now=0.0, loss=1.0, lr=0.1)
+    assert s.observe(now=1.0, loss=3.0, lr=0.1) == math.ceil(math.sqrt(2.0) * 10) == 15
+
+
+def test_config_default_is_uncapped_and_reaches_the_schedule():
+    cfg = compose(["method=adacomm", "method.rule=loss_lr", "method.tau0=10"]).method
+    assert cfg.tau_max is None
+    assert AdaCommStrategy(cfg, world_size=2).schedule.tau_max is None
+    capped = compose(["method=adacomm", "method.tau0=10", "method.tau_max=10"]).method
+    assert AdaCommStrategy(capped, world_size=2).schedule.tau_max == 10
 
 
 def test_tau_never_below_one():
@@ -67,6 +96,12 @@ def test_state_round_trip():
         (["method.interval_s=-1"], "method.interval_s"),
         (["method.tau0_search=true", "method.tau0_candidates=[]"], "tau0_candidates"),
         (["method.rule=magic"], "method.rule"),
+        (["method.tau0=20", "method.tau_max=0"], r"method.tau_max=0 must be >= method.tau0 \(20\)"),
+        (["method.tau0=20", "method.tau_max=19"], "method.tau_max=19"),
+        (
+            ["method.tau0_search=true", "method.tau0_candidates=[32,8]", "method.tau_max=16"],
+            "largest tau0_candidates",
+        ),
     ],
 )
 def test_bad_adacomm_settings(overrides, needle):

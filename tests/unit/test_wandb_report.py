@@ -5,9 +5,10 @@ from pathlib import Path
 import wandb_workspaces.reports.v2 as wr
 
 from repro.report.build import ordered, select_runs
-from repro.report.claims import evaluate, load_claims
+from repro.report.claims import load_claims
 from repro.report.colours import colour_for
 from repro.report.plots import axis_label
+from repro.report.seeds import evaluate
 from repro.report.wandb_report import TITLE_MAX, build_wandb_report, publish
 from tests.unit.report_data import adacomm_set
 
@@ -35,7 +36,7 @@ def test_report_has_the_claims_table_and_setup_as_markdown():
     assert len(rows) == len(claims.claims) == len(results)
     for row, result in zip(rows, results, strict=True):
         cells = [c.strip() for c in row.strip("|").split(" | ")]
-        assert cells[0] == result.claim.id and cells[5] == result.verdict
+        assert cells[0] == result.claim.id and cells[7] == result.verdict
     assert any(r.verdict == "reproduced" for r in results)
 
 
@@ -44,7 +45,7 @@ def test_panels_plot_every_curve_against_modeled_time_and_steps():
     (grid,) = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
     (runset,) = grid.runsets
     assert runset.filters == "Group = 'adacomm_small'" and runset.name == "adacomm_small"
-    assert runset.custom_run_colors == {r.run_id: colour_for(label) for label, r in runs.items()}
+    assert runset.custom_run_colors == {r[0].run_id: colour_for(label) for label, r in runs.items()}
     pairs = {(p.x, p.y[0]) for p in grid.panels}
     curves = [f for f in claims.figures if f.kind in ("curves", "steps")]
     for metric in {f.y for f in curves}:

@@ -1,0 +1,31 @@
+"""What every Adasum path agrees on, without torch: the zero-norm guard and the worker count.
+
+The reference operator (`repro.strategies.adasum_op`), the gathering path
+(`adasum_gather`), the halving allreduce (`adasum_allreduce`) and `AdasumConfig` all read
+these. They live apart from the tensor code so that validating `method=adasum` settings does
+not load torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from repro.errors import UserError
+
+# sqrt of the smallest normal float64: a squared norm below it is a zero vector for every
+# practical purpose, and dividing by it would overflow or lose all precision.
+ZERO_NORM_SQ = sys.float_info.min**0.5
+# The squared norm below which a coefficient stays 1, by `method.zero_norm_guard`: "tiny" is
+# the bound above; "horovod" is Horovod's 1e-8, under which a small but real tensor (a bias
+# whose delta is 1e-5 per entry) is summed rather than Adasum-combined.
+ZERO_NORM_GUARDS = {"tiny": ZERO_NORM_SQ, "horovod": 1e-8}
+
+
+def check_world_size(world_size: int) -> None:
+    """Refuse worker counts the halving tree cannot serve: it pairs rank r with r XOR 2^j,
+    which has no partner unless the count is a power of two (as in Horovod)."""
+    if world_size < 1 or world_size & (world_size - 1):
+        raise UserError(
+            f"Adasum needs a power-of-two number of workers (1, 2, 4, 8, ...), got "
+            f"{world_size}; change the worker count or use method.combiner=sum|mean"
+        )

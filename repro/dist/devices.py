@@ -1,0 +1,144 @@
+"""Which device a worker computes on, and which backends carry its messages.
+
+A process group gets one backend per device type (`cpu:gloo,cuda:nccl` on a GPU): NCCL
+carries the method's traffic between GPUs, gloo the instrumentation (metric sums, the
+measured-clock exchange), which lives on the CPU and never belongs on NCCL, which takes
+CUDA tensors only.
+
+Asking for GPUs (`cluster.gpus_per_node > 0`, `trainer.device=cuda...` or
+`cluster.backend=nccl`) on a machine where torch cannot use CUDA stops here with one line
+naming the cause (a CPU-only torch build, a missing or too old NVIDIA driver) and the fix,
+instead of quietly training on the CPU while a scheduler bills the GPUs. The decision is a
+pure function of what the machine reports (`CudaFacts`), so every branch is tested on a
+machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from repro.errors import UserError
+
+# The CPU backend rides along in every group: instrumentation traffic stays off NCCL.
+GPU_BACKEND = "cpu:gloo,cuda:nccl"
+CPU_BACKEND = "gloo"
+_DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+INSTALL = (
+    "rm -rf .venv && make install TORCH_INDEX_URL=https://download.pytorch.org/whl/cuXYZ "
+    "(XYZ: a CUDA version the driver supports, e.g. 126)"
+)
+
+
+def backend_for(device: str) -> str:
+    """The process group's backend string for workers computing on `device`."""
+    return GPU_BACKEND if device.startswith("cuda") else CPU_BACKEND
+
+
+@dataclass(frozen=True)
+class CudaFacts:
+    """What this machine reports: why torch cannot use CUDA (None when it can), how many
+    devices this process sees, and its local rank on the node."""
+
+    problem: str | None
+    count: int
+    local_rank: int = 0
+
+
+def cuda_problem() -> str | None:
+    """Why torch cannot use CUDA in this process, in one line; None when it can."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
+    if torch.cuda.is_available():
+        return None
+    try:
+        # Only reached when CUDA is unusable: init() then raises with the driver's reason.
+        torch.cuda.init()
+    except (RuntimeError, AssertionError) as e:
+        reason = str(e).splitlines()[0].split(". ")[0] if str(e) else type(e).__name__
+        reason = reason[:1].lower() + reason[1:]
+        return f"{reason} (torch {torch.__version__} needs a driver for CUDA {torch.version.cuda})"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    return f"torch {torch.__version__} sees no CUDA device (CUDA_VISIBLE_DEVICES={visible})"
+
+
+def cuda_fix() -> str:
+    """How to get a usable CUDA: a driver for this torch build, or a build for the driver."""
+    if torch.version.cuda is None:
+        return f"install a CUDA build of torch: {INSTALL}"
+    return (
+        f"load a driver for CUDA {torch.version.cuda}, or install a torch build for this "
+        f"driver: {INSTALL}"
+    )
+
+
+def machine_facts() -> CudaFacts:
+    problem = cuda_problem()
+    count = 0 if problem else torch.cuda.device_count()
+    return CudaFacts(problem, count, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def choose_device(requested: str, gpus_per_node: int, backend: str, facts: CudaFacts) -> str:
+    """The device for `trainer.device=requested` given the cluster's GPU request and what
+    the machine reports; every refusal is one line naming the setting and the fix.
+
+    `auto` is a CUDA device when the machine has one (the local rank's), else the CPU;
+    but once GPUs are asked for, their absence is an error, never a quiet CPU run.
+    """
+    match = _DEVICE.match(requested)
+    kind, index = (match.group(1), match.group(2)) if match else ("", None)
+    if not kind or (kind != "cuda" and index is not None):
+        raise UserError(
+            f"trainer.device={requested} is not a device; use auto, cpu, cuda or cuda:N"
+        )
+    asked = [
+        f"trainer.device={requested}" if kind == "cuda" else "",
+        f"cluster.gpus_per_node={gpus_per_node}" if gpus_per_node > 0 else "",
+        "cluster.backend=nccl" if backend == "nccl" else "",
+    ]
+    asked = [a for a in asked if a]
+    if kind == "cpu":
+        if asked:
+            raise UserError(
+                f"trainer.device=cpu contradicts {' and '.join(asked)} (GPUs requested, then "
+                f"left idle); use trainer.device=auto, or cluster.gpus_per_node=0 and "
+                f"cluster.backend=auto"
+            )
+        return "cpu"
+    if facts.problem is not None:
+        if not asked:
+            return "cpu"  # auto on a machine without CUDA, and nobody asked for GPUs
+        request = " and ".join(asked)
+        raise UserError(
+            f"{request} asks for CUDA but {facts.problem}; "
+            f"{cuda_fix()}; or drop {request} to run on the CPU"
+        )
+    if gpus_per_node > facts.count:
+        raise UserError(
+            f"cluster.gpus_per_node={gpus_per_node} but this node shows {facts.count} CUDA "
+            f"device(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')});"
+            f" set cluster.gpus_per_node={facts.count} or pick a partition with larger nodes"
+        )
+    if index is not None:
+        if int(index) >= facts.count:
+            raise UserError(
+                f"trainer.device={requested} is out of range: this machine has {facts.count} "
+                f"CUDA device(s), cuda:0 to cuda:{facts.count - 1}; pick one of them or use "
+                f"trainer.device=auto"
+            )
+        return requested
+    if facts.local_rank >= facts.count:
+        raise UserError(
+            f"LOCAL_RANK={facts.local_rank} needs CUDA device {facts.local_rank} but this node "
+            f"shows {facts.count}: one worker per GPU; run at most {facts.count} workers per "
+            f"node (trainer.world_size / cluster.nodes)"
+        )
+    return f"cuda:{facts.local_rank}"
+
+
+def pick_device(requested: str = "auto", gpus_per_node: int = 0, backend: str = "auto") -> str:
+    """`choose_device` for this machine and this process's LOCAL_RANK."""
+    return choose_device(requested, gpus_per_node, backend, machine_facts())

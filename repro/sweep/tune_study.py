@@ -1,0 +1,303 @@
+"""The trials of a tuning search: one Optuna study per arm, one trial per design point.
+
+Each trial is ordinary simulated runs (one per seed of the spec) of the arm's run-set label
+at one point of the arm's Sobol design (`repro.sweep.tune_design`), the same `run_training`
+that `repro reproduce` and `repro sweep` use. The point is enqueued into the arm's study and
+asked back under the search's ask lock, and the trial carries its `design_index`: an arm is
+finished when every index has a completed trial, so every arm gets exactly `trials` trials.
+Workers run side by side (`tune_worker`), each taking the next (arm, index) whose `flock`
+nobody holds, one process and one thread each, as the simulated runs of a run set.
+
+Resume. The journal keeps every study (`repro.sweep.storage`). The worker that takes an
+index's lock fails a RUNNING trial of that index as stale: its worker died, since the lock
+was free. A trial's runs live in directories named by their config (`runs_root`, not
+`run_dir`), so the retried point resumes its runs from their checkpoints. The design is data,
+so an interrupted search ends where an uninterrupted one does; a search whose arms all have
+their trials runs nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UserError
+from repro.sweep.space import format_override
+from repro.sweep.study import suggest
+from repro.sweep.tune_spec import STEPS_TO_TARGET, ArmSpec, TuneObjective, TuneSpec
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a search's journal lives, in the shape `repro.sweep.storage.open_storage` takes."""
+
+    study_dir: Path
+    storage: None = None
+    heartbeat_s: int = 30
+    grace_s: int = 120
+
+
+def open_journal(spec: TuneSpec) -> Any:
+    """The search's journal; Optuna's own lines about studies and trials are silenced (each
+    trial prints its own line)."""
+    import optuna
+
+    from repro.sweep.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return open_storage(Place(spec.study_dir))
+
+
+def trial_overrides(
+    spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict, seed: int
+) -> list[str]:
+    """The run of `arm`'s label with `params` at `seed`, as a run set would compose it."""
+    return [
+        f"experiment={spec.experiment}",
+        f"experiment.label={arm.trained}",
+        *runs[arm.trained],
+        *spec.overrides,
+        *arm.overrides,
+        *(format_override(k, v) for k, v in params.items()),
+        f"seed={seed}",
+        f"runs_root={spec.study_dir / 'runs'}",
+        "trainer.progress=false",
+    ]
+
+
+def check_coverage(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
+    """Refuse a spec that names a label the run set lacks or leaves one of its labels out."""
+    where = spec.source or "the tuning spec"
+    for label, arm in [*spec.labels().items(), *((u, "untuned") for u in spec.untuned)]:
+        if label not in runs:
+            raise UserError(
+                f"{where}: {arm} lists run {label}, which experiment={spec.experiment} does not "
+                f"have; its runs: {', '.join(runs)}"
+            )
+    for label in runs:
+        if label not in spec.labels() and label not in spec.untuned:
+            raise UserError(
+                f"{where}: run {label} of experiment={spec.experiment} is in no arm; add it to "
+                "an arm, or under untuned with the reason it keeps its configured values"
+            )
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """What a search needs of its run set: label -> overrides and the measured minutes per
+    run (0: not measured)."""
+
+    runs: dict[str, list[str]]
+    minutes_per_run: float
+
+
+def check_run_set(spec: TuneSpec) -> RunSet:
+    """The run set of `spec`, after `check_coverage`."""
+    from repro.config import compose
+
+    base = compose([f"experiment={spec.experiment}"])
+    runs = {label: list(ovs) for label, ovs in base.experiment.runs.items()}
+    check_coverage(spec, runs)
+    return RunSet(runs, base.experiment.expected_minutes / len(runs))
+
+
+def probe_arms(spec: TuneSpec, runs: dict[str, list[str]], arms: list[str]) -> bool:
+    """Compose each arm's trial at both ends of its space, so that a bad key or value fails
+    before any trial; returns whether every trial runs simulated (then side by side)."""
+    from repro.config import compose
+
+    where = spec.source or "the tuning spec"
+    simulated = True
+    for arm in (spec.arms[name] for name in arms):
+        for end in ("low", "high"):
+            params = {p.key: getattr(p, end) for p in spec.space_of(arm)}
+            try:
+                cfg = compose(trial_overrides(spec, runs, arm, params, spec.seeds[0]))
+            except UserError as err:
+                raise UserError(f"{where}: arms.{arm.name} at the {end} end: {err}") from None
+            if spec.objective.metric == STEPS_TO_TARGET and cfg.trainer.target_acc <= 0:
+                raise UserError(
+                    f"{where}: arms.{arm.name} runs with trainer.target_acc=0, so "
+                    f"{STEPS_TO_TARGET} has no target; set one in the arm's overrides"
+                )
+            simulated = simulated and cfg.trainer.engine == "simulated"
+    return simulated
+
+
+def seed_score(objective: TuneObjective, cfg: Any, summary: dict | None) -> float:
+    """One seed's score from its run summary (None: the run diverged)."""
+    if objective.metric == STEPS_TO_TARGET:
+        budget, target = cfg.trainer.steps, cfg.trainer.target_acc
+        if summary is not None and summary.get("target/reached") == 1.0:
+            return float(summary["step"])
+        acc = 0.0 if summary is None else float(summary.get("test/acc", 0.0))
+        return budget * (1.0 + max(0.0, target - acc) / target)
+    value = None if summary is None else summary.get(objective.metric)
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return float(objective.diverged)
+    return float(value)
+
+
+def run_trial(
+    spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict
+) -> tuple[float, dict]:
+    """The trial's objective (mean over the spec's seeds) and what to record on it."""
+    from repro.config import compose, run_dir_of
+    from repro.train.entry import Diverged, run_training
+
+    scores, diverged, run_dirs = [], [], []
+    for seed in spec.seeds:
+        cfg = compose(trial_overrides(spec, runs, arm, params, seed))
+        run_dirs.append(str(run_dir_of(cfg)))
+        try:
+            summary = run_training(cfg)
+        except Diverged:
+            summary = None
+            diverged.append(seed)
+        scores.append(seed_score(spec.objective, cfg, summary))
+    attrs = {"seeds": list(spec.seeds), "scores": scores, "diverged": diverged}
+    return sum(scores) / len(scores), {**attrs, "run_dirs": run_dirs}
+
+
+def search_of(spec: TuneSpec, arm: ArmSpec) -> str:
+    """What makes an arm's trials comparable: stamped on its study, checked on every load."""
+    return json.dumps(
+        {
+            "space": [asdict(p) for p in spec.space_of(arm)],
+            "seeds": list(spec.seeds),
+            "objective": asdict(spec.objective),
+            "design": {"trials": spec.trials, **asdict(spec.sampler)},
+            "trained": arm.trained,
+            "overrides": [*spec.overrides, *arm.overrides],
+        },
+        sort_keys=True,
+        default=list,
+    )
+
+
+def open_arm_study(spec: TuneSpec, arm: ArmSpec, storage: Any) -> Any:
+    """The arm's study (created on first use), refused when a different search made it."""
+    import optuna
+
+    study = optuna.create_study(
+        study_name=arm.name,
+        storage=storage,
+        direction=spec.objective.direction,
+        load_if_exists=True,
+    )
+    made_by = study.user_attrs.get("search")
+    if made_by is None:
+        study.set_user_attr("search", search_of(spec, arm))
+    elif made_by != search_of(spec, arm):
+        raise UserError(
+            f"the study of arm {arm.name} in {spec.study_dir / 'journal.log'} was made by a "
+            "different search (space, design, seeds, objective or overrides); remove "
+            f"{spec.study_dir} to start this one afresh"
+        )
+    return study
+
+
+def completed(study: Any) -> list[Any]:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def done_indices(study: Any) -> set[int]:
+    return {t.user_attrs["design_index"] for t in completed(study)}
+
+
+def ask_point(spec: TuneSpec, study: Any, storage: Any, index: int, point: dict, me: str) -> Any:
+    """The trial of design point `index`, enqueued and asked back under the search's ask lock
+    (so the trial popped is this point). Left-overs of dead workers are failed as stale first:
+    a RUNNING trial of this index (the caller holds the index's lock, so its worker is gone)
+    and any WAITING trial (enqueued by a worker that died before asking it back)."""
+    from optuna.trial import TrialState
+
+    from repro.sweep.storage import FileLock
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    with FileLock(spec.study_dir / "ask.lock"):
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+            if t.state == TrialState.WAITING or t.user_attrs.get("design_index") == index:
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+                owner = t.user_attrs.get("worker", "unknown")
+                storage.set_trial_user_attr(trial_id, "stale", f"worker {owner} died")
+                storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        study.enqueue_trial(point, user_attrs={"design_index": index, "worker": me})
+        return study.ask()
+
+
+def run_point(
+    spec: TuneSpec, arm: ArmSpec, runs: dict, study: Any, storage: Any, index: int, me: str
+) -> None:
+    """Run design point `index` of `arm` as one trial and record its score."""
+    from optuna.trial import TrialState
+
+    from repro.sweep.tune_design import design
+
+    point = design(spec.space_of(arm), spec.trials, spec.sampler.seed)[index]
+    trial = ask_point(spec, study, storage, index, point, me)
+    params = {p.key: suggest(trial, p) for p in spec.space_of(arm)}
+    started = time.perf_counter()
+    try:
+        value, attrs = run_trial(spec, runs, arm, params)
+    except Exception as err:  # a crash is a bug to fix, not a score: stop the search
+        trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}"[:500])
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    for key, v in attrs.items():
+        trial.set_user_attr(key, v)
+    study.tell(trial, value)
+    values = [t.value for t in completed(study)]
+    best = (min if spec.objective.direction == "minimize" else max)(values)
+    shown = " ".join(format_override(k, v) for k, v in params.items())
+    print(
+        f"tune {spec.experiment} [{arm.name} {len(values)}/{spec.trials}] #{index} {shown} -> "
+        f"{value:.4g} (best {best:.4g}){' diverged' if attrs['diverged'] else ''} in "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive flock on `path` if nobody holds it, else None."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
+    """Run every design point of every arm that is neither finished nor held by another
+    worker, in the spec's order."""
+    import socket
+
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker, as side-by-side runs of a run set
+    storage = open_journal(spec)
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    for arm in spec.arms.values():
+        study = open_arm_study(spec, arm, storage)
+        for index in range(spec.trials):
+            if index in done_indices(study):
+                continue
+            fd = _try_lock(spec.study_dir / "locks" / f"{arm.name}.{index}.lock")
+            if fd is None:
+                continue  # another worker runs it
+            try:
+                if index not in done_indices(study):  # not finished while we took the lock
+                    run_point(spec, arm, runs, study, storage, index, me)
+            finally:
+                os.close(fd)

@@ -1,0 +1,93 @@
+"""What a run's workload and data are: the `workload` group's schema and the `data` settings.
+
+The names a workload may choose (data sets, models, tasks) live here beside the schema that
+checks them; `data.py`, `models.py` and `workload.py` build those choices with torch. The
+split keeps torch off the config path: composing and validating a config, or refusing a
+bad one, loads neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+from repro.errors import UserError
+
+# The models `models.build_model` builds.
+MODELS = (
+    "cnn1d",
+    "cnn1d_wide",
+    "mlp",
+    "resnet20",
+    "resnet18",
+    "resnet50",
+    "vgg16",
+    "toy_quadratic",
+)
+DATASETS = ("mnist1d", "synthetic", "synthetic_images", "toy_quadratic", "cifar10", "cifar100")
+TASKS = ("classification", "regression")
+# Data sets whose targets are real values, and the one model that fits each of them.
+REGRESSION = {"toy_quadratic": "toy_quadratic"}
+
+
+@dataclass
+class DataConfig:
+    """Where data sets live. `root` is also where users put CIFAR files for offline use."""
+
+    root: str = "data"
+    download: bool = True
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "mnist1d_cnn"
+    dataset: str = "mnist1d"
+    model: str = "cnn1d"
+    num_samples: int = 10_000
+    augment: bool = False
+    eval_batch_size: int = 1000
+    task: str = "classification"
+    tolerance: float = 0.1
+
+    def train_size(self) -> int:
+        """Training samples this workload yields (MNIST-1D keeps 80% for training)."""
+        sizes = {
+            "mnist1d": int(self.num_samples * 0.8),
+            "synthetic": self.num_samples,
+            "synthetic_images": self.num_samples,
+            "toy_quadratic": self.num_samples,
+        }
+        return sizes.get(self.dataset, 50_000)
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise UserError(
+                f"workload.dataset={self.dataset!r} is unknown; choose one of {list(DATASETS)}"
+            )
+        if self.model not in MODELS:
+            raise UserError(
+                f"workload.model={self.model!r} is unknown; choose one of {list(MODELS)}"
+            )
+        if self.num_samples < 2:
+            raise UserError(f"workload.num_samples={self.num_samples} must be at least 2")
+        if self.eval_batch_size < 1:
+            raise UserError(f"workload.eval_batch_size={self.eval_batch_size} must be at least 1")
+        if self.task not in TASKS:
+            raise UserError(f"workload.task={self.task!r} must be one of {list(TASKS)}")
+        wanted = "regression" if self.dataset in REGRESSION else "classification"
+        if self.task != wanted:
+            raise UserError(
+                f"workload.task={self.task} does not fit workload.dataset={self.dataset}; "
+                f"use {wanted}"
+            )
+        if (self.model == "toy_quadratic") != (self.dataset == "toy_quadratic"):
+            raise UserError(
+                f"workload.model={self.model} cannot fit workload.dataset={self.dataset}; "
+                f"model toy_quadratic goes with data set toy_quadratic only"
+            )
+        if not self.tolerance > 0:
+            raise UserError(f"workload.tolerance={self.tolerance} must be positive")
+
+
+ConfigStore.instance().store(group="workload", name="workload_schema", node=WorkloadConfig)

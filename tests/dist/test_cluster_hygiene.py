@@ -1,0 +1,45 @@
+"""What every worker of a node does at once: its rendezvous variables and its data.
+
+Three spawned workers, as a node's tasks under torchrun or SLURM: each sees LOCAL_RANK and
+LOCAL_WORLD_SIZE, takes the data directory's lock one at a time (never two inside at
+once), and prepares MNIST-1D at the same moment as the others, all reading the one copy
+that was written, with no temporary file left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from repro.dist.launch import spawn
+from repro.workload.data import mnist1d, node_lock
+
+WORKERS = 3
+
+
+def _node_task(rank: int, world: int, root: str) -> tuple[str, str, float]:
+    log = Path(root) / "inside.log"
+    with node_lock(root, "probe"):
+        with log.open("a") as f:
+            f.write(f"enter {rank}\n")
+        time.sleep(0.2)  # long enough for the others to arrive and wait
+        with log.open("a") as f:
+            f.write(f"leave {rank}\n")
+    arrays = mnist1d(root, num_samples=500, seed=3)
+    return os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"], arrays.x_train.sum().item()
+
+
+def test_node_tasks_share_one_data_copy_under_one_lock(tmp_path):
+    root = tmp_path / "data"
+    out = spawn(_node_task, WORKERS, str(root))
+    assert [(r, n) for r, n, _ in out] == [(str(i), str(WORKERS)) for i in range(WORKERS)]
+    lines = (root / "inside.log").read_text().split()
+    pairs = [lines[i : i + 4] for i in range(0, len(lines), 4)]
+    assert len(pairs) == WORKERS
+    assert all(p[0] == "enter" and p[2] == "leave" and p[1] == p[3] for p in pairs), lines
+    assert sorted(p[1] for p in pairs) == [str(i) for i in range(WORKERS)]
+    assert len({s for _, _, s in out}) == 1
+    assert out[0][2] == mnist1d(str(root), num_samples=500, seed=3).x_train.sum().item()
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+    assert "LOCAL_WORLD_SIZE" not in os.environ

@@ -1,0 +1,93 @@
+"""Bad input is refused before the heavy libraries load (issue 16, item 7).
+
+Each case runs the CLI entry in a fresh interpreter, as `repro` does, and reads back which
+modules it imported: a config error (an unknown method, a bad value of any group, including
+the settings each method validates itself) must load none of torch, torch.distributed,
+numpy, scipy, wandb, optuna, matplotlib or submitit, each a tenth of a second of CPU or more
+(torch about two seconds). Every case imports every strategy module first (methods are
+discovered by importing them), so each of those modules is held to it too. The time itself
+is `make bench`'s (`repro.bench.startup`), not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+HEAVY = ("torch", "numpy", "scipy", "wandb", "optuna", "matplotlib", "submitit")
+# The CLI entry, then the heavy modules it left loaded, as one JSON line on stdout.
+PROBE = f"""
+import json, sys
+from repro.cli import main
+code = main(sys.argv[1:])
+heavy = {HEAVY!r}
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+sys.exit(code)
+"""
+
+
+def probe(tmp_path, *args: str) -> tuple[int, str, list[str]]:
+    """(exit code, stderr, heavy modules loaded) of `repro ARGS` run in `tmp_path`."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.returncode, proc.stderr, loaded
+
+
+CONFIG_ERRORS = [
+    (["method=foo"], "method=foo is not a known method"),
+    (["trainer.world_size=-1"], "trainer.world_size=-1 must be at least 1"),
+    (["workload.model=nope"], "workload.model='nope' is unknown"),
+    (["optim.name=rmsprop"], "optim.name='rmsprop' is unknown"),
+    (["compute.mode=guessed"], "compute.mode='guessed' must be one of"),
+    (["trainer.vectorize=jit"], "trainer.vectorize='jit' is unknown"),
+    (["method=topk", "method.cr=2"], "method.cr=2.0 must be in (0, 1]"),
+    (["method=adasum", "method.combiner=max"], "method.combiner='max' must be one of"),
+    (["method=adasum", "trainer.world_size=3"], "Adasum needs a power-of-two number"),
+    (["method=local_sgd", "method.tau=0"], "method.tau=0 must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "line"), CONFIG_ERRORS)
+def test_config_error_loads_no_heavy_library(tmp_path, overrides, line):
+    code, stderr, loaded = probe(tmp_path, "train", *overrides)
+    assert code == 2
+    assert stderr.splitlines() == [stderr.strip()] and stderr.startswith(f"error: {line}")
+    assert loaded == []
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_help_loads_no_heavy_library(tmp_path):
+    code, _, loaded = probe(tmp_path, "train", "--help")
+    assert code == 0
+    assert loaded == []
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["reproduce", "nopaper"], "unknown paper 'nopaper'"),
+        (["report", "nopaper"], "unknown paper 'nopaper'"),
+        (["sweep", "sweeps/nope.yaml"], "sweeps/nope.yaml does not exist"),
+    ],
+)
+def test_other_commands_refuse_before_torch(tmp_path, args, line):
+    """The other commands' bad input: no torch, and no library of a step not reached
+    (`reproduce` keeps submitit, its launcher's)."""
+    code, stderr, loaded = probe(tmp_path, *args)
+    assert code == 2
+    assert line in stderr and len(stderr.strip().splitlines()) == 1
+    assert {m.split(".")[0] for m in loaded} <= {"submitit"}

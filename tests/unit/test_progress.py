@@ -1,0 +1,72 @@
+"""Progress: a bar on a terminal, plain lines elsewhere (a SLURM log is not a terminal)."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import struct
+import termios
+
+from repro.train.progress import Progress
+
+POINT = {"step": 2, "train/loss": 0.51234, "test/acc": 0.8}
+
+
+def test_off_a_terminal_plain_lines_without_carriage_returns():
+    out = io.StringIO()
+    bar = Progress("run", steps=4, budget_s=0, start=0, now_s=0, show=True, stream=out, every_s=0)
+    bar.advance(0.1)
+    bar.advance(0.2)
+    bar.show_point(POINT)
+    bar.advance(0.3)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()
+    assert [line.split(" (")[0] for line in lines] == [
+        "run: step 1/4",
+        "run: step 2/4",
+        "run: step 3/4",
+        "run: step 3/4",  # the closing line
+    ]
+    assert lines[2].endswith("steps/s, loss 0.5123 acc 0.800")
+    assert lines[0].startswith("run: step 1/4 (25%), ")
+
+
+def test_off_a_terminal_lines_are_spaced_by_wall_time():
+    out = io.StringIO()
+    bar = Progress("run", steps=100, budget_s=0, start=10, now_s=0, show=True, stream=out)
+    for _ in range(50):
+        bar.advance(0.0)
+    bar.close()
+    # 50 steps in far less than LOG_EVERY_S: only the closing line
+    assert out.getvalue().splitlines() == [out.getvalue().splitlines()[0]]
+    assert out.getvalue().startswith("run: step 60/100 (60%)")
+
+
+def test_modeled_time_budget_is_counted_in_modeled_seconds():
+    out = io.StringIO()
+    bar = Progress("run", steps=99, budget_s=8, start=0, now_s=0, show=True, stream=out)
+    bar.advance(2.0)
+    bar.close()
+    assert out.getvalue().startswith("run: modeled 2.0/8 s (25%)")
+
+
+def test_hidden_progress_writes_nothing():
+    out = io.StringIO()
+    bar = Progress("run", steps=4, budget_s=0, start=0, now_s=0, show=False, stream=out, every_s=0)
+    bar.advance(0.1)
+    bar.close()
+    assert out.getvalue() == ""
+
+
+def test_on_a_terminal_a_bar():
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with os.fdopen(follower, "w") as tty:
+        bar = Progress("run", steps=4, budget_s=0, start=0, now_s=0, show=True, stream=tty)
+        bar.advance(0.1)
+        bar.close()
+    drawn = os.read(leader, 4096).decode()
+    os.close(leader)
+    assert "\r" in drawn and "1/4" in drawn

@@ -1,0 +1,132 @@
+"""Tuning specs (issue 14, item 4): the committed specs cover their run sets, a spec that
+breaks the equal-budget rule or misses a run is refused in one line, and trials are scored
+as the spec says (steps to target with its penalty, a diverged seed's score)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from repro.errors import UserError
+from repro.sweep.tune_spec import load_tune_spec, spec_from_dict
+from repro.sweep.tune_study import check_coverage, search_of, seed_score
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = sorted((ROOT / "sweeps" / "tune").glob("*.yaml"))
+
+
+def experiment_runs(experiment: str) -> dict[str, list[str]]:
+    """The run set's labels as its experiment file lists them."""
+    raw = yaml.safe_load((ROOT / "configs" / "experiment" / f"{experiment}.yaml").read_text())
+    return raw["experiment"]["runs"]
+
+
+def tiny_raw() -> dict:
+    return yaml.safe_load((ROOT / "sweeps" / "tune" / "adacomm_tiny.yaml").read_text())
+
+
+def test_every_paper_has_a_small_and_a_tiny_spec():
+    assert {p.stem for p in SPECS} == {
+        f"{paper}_{scale}" for paper in ("adacomm", "topk", "adasum") for scale in ("small", "tiny")
+    }
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_committed_spec_covers_its_run_set_with_one_budget(path):
+    spec = load_tune_spec(path)
+    assert spec.experiment == path.stem
+    check_coverage(spec, experiment_runs(spec.experiment))
+    # one trial count, seed list, objective and design for all arms, by construction; arms of
+    # one space search the same entries, so their studies' stamps differ only in the run
+    by_space: dict[str, set[str]] = {}
+    for arm in spec.arms.values():
+        stamp = yaml.safe_load(search_of(spec, arm))
+        shared = [e for e in stamp["space"] if e["key"] in {p.key for p in spec.spaces[arm.space]}]
+        by_space.setdefault(arm.space, set()).add(
+            repr((shared, stamp["seeds"], stamp["objective"], stamp["design"]))
+        )
+    assert all(len(stamps) == 1 for stamps in by_space.values())
+
+
+def test_a_run_in_no_arm_is_refused_naming_it():
+    raw = tiny_raw()
+    del raw["arms"]["local_sgd_tau16"]
+    spec = spec_from_dict(raw, "t.yaml")
+    with pytest.raises(
+        UserError, match="run local_sgd_tau16 of experiment=adacomm_tiny is in no arm"
+    ):
+        check_coverage(spec, experiment_runs("adacomm_tiny"))
+
+
+def test_a_run_the_set_lacks_is_refused():
+    raw = tiny_raw()
+    raw["arms"]["sync"]["labels"] = ["sync", "local_sgd_tau7"]
+    spec = spec_from_dict(raw, "t.yaml")
+    with pytest.raises(UserError, match="sync lists run local_sgd_tau7, which experiment"):
+        check_coverage(spec, experiment_runs("adacomm_tiny"))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {
+                "arms": {
+                    "a": {"space": "lr", "labels": ["sync"]},
+                    "b": {"space": "lr", "labels": ["sync"]},
+                }
+            },
+            "run sync is in arms a and b",
+        ),
+        ({"arms": {"a": {"space": "momentum", "labels": ["sync"]}}}, "is not one of the spaces"),
+        ({"trials": 0}, "trials=0 must be an integer >= 1"),
+        ({"seeds": [1, 1]}, "has duplicates"),
+        ({"trials": 6}, "trials=6 must be a power of 2"),
+        ({"sampler": {"name": "tpe", "seed": 0}}, "the tuning sampler is sobol"),
+        (
+            {"objective": {"metric": "train/loss", "direction": "minimize"}},
+            "set objective.diverged",
+        ),
+        (
+            {"objective": {"metric": "test/accuracy", "direction": "maximize", "diverged": 0}},
+            "is not logged",
+        ),
+        ({"arms": {"a": {"space": "lr", "labels": ["sync"], "tau": 3}}}, r"arms.a: unknown field"),
+    ],
+)
+def test_bad_specs_are_one_line(change, message):
+    raw = {**tiny_raw(), **change}
+    with pytest.raises(UserError, match=message) as err:
+        spec_from_dict(raw, "t.yaml")
+    assert "\n" not in str(err.value)
+
+
+def cfg(steps: int, target: float) -> SimpleNamespace:
+    return SimpleNamespace(trainer=SimpleNamespace(steps=steps, target_acc=target))
+
+
+def test_steps_to_target_scores_and_penalty():
+    objective = spec_from_dict(
+        {**tiny_raw(), "objective": {"metric": "steps_to_target", "direction": "minimize"}}
+    ).objective
+    reached = {"step": 130, "test/acc": 0.86, "target/reached": 1.0}
+    assert seed_score(objective, cfg(500, 0.85), reached) == 130.0
+    # never reached: 500 x (1 + (0.85 - 0.68) / 0.85) = 500 x 1.2 = 600
+    missed = {"step": 500, "test/acc": 0.68, "target/reached": 0.0}
+    assert seed_score(objective, cfg(500, 0.85), missed) == pytest.approx(600.0)
+    # a miss always ranks behind reaching the target on the last step
+    assert seed_score(objective, cfg(500, 0.85), {**missed, "test/acc": 0.849}) > 500.0
+    assert seed_score(objective, cfg(500, 0.85), None) == 1000.0  # diverged: twice the budget
+
+
+def test_metric_objective_scores_final_value_or_the_diverged_score():
+    objective = spec_from_dict(tiny_raw()).objective
+    assert seed_score(objective, cfg(400, 0.0), {"train/loss": 0.25}) == 0.25
+    assert seed_score(objective, cfg(400, 0.0), None) == pytest.approx(math.log(4), abs=1e-6)
+    assert seed_score(objective, cfg(400, 0.0), {"train/loss": math.nan}) == pytest.approx(
+        math.log(4), abs=1e-6
+    )
