@@ -39,8 +39,8 @@ class WorkerData:
         indices = [s.next_indices() for s in self.samplers]
         if not self.workload.augments:
             # Nothing is drawn per worker, so one gather of the stacked indices gives every
-            # worker's rows at once: the same values, without a gather and a copy per worker
-            # (a tenth of a millisecond a step, against steps of a few milliseconds).
+            # worker's rows at once: the same values without a gather and a copy per worker
+            # (half the batching time of 4 MNIST-1D workers here, about 50 us a step).
             return self.workload.batch(torch.stack(indices), None)
         pairs = [self.workload.batch(i, g) for i, g in zip(indices, self.gens, strict=True)]
         return torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])

@@ -15,6 +15,8 @@ LABELS = (
     "mean_sgd_b1024",
     "adasum_lamb_b1024",
     "mean_lamb_b1024",
+    "adasum_sgd_b128",
+    "mean_sgd_b128",
     "toy_adasum",
     "toy_mean",
 )
@@ -78,22 +80,31 @@ def test_every_scale_composes_its_run_set():
     from repro.cluster.runsets import run_set
 
     small = dict(run_set("adasum", "small", [], seeds=1))
-    grid = [k for k in small if not k.startswith("toy_")]
-    assert len(grid) == 18 and len(small) == 20
-    fixed = {"adasum_sgd_b1024", "sum_sgd_b1024"}  # equal steps: the cost claim's pair
-    for label, cfg in small.items():
-        combiner, opt = label.split("_")[:2]
+    cost = {"adasum_sgd_b128", "mean_sgd_b128"}  # equal steps on gloo: the cost claim's pair
+    grid = {k: c for k, c in small.items() if not k.startswith("toy_") and k not in cost}
+    assert len(grid) == 27 and len(small) == 31
+    # the effective batch grows by the worker count, 32 samples per worker, up to 32 workers
+    workers = {"b64": 2, "b256": 8, "b1024": 32}
+    sums = {c.optim.name: c.optim.lr for k, c in grid.items() if k.startswith("sum_")}
+    for label, cfg in grid.items():
+        combiner, opt, batch = label.split("_")
         assert cfg.method.name == "adasum" and cfg.experiment.label == label
-        if label in grid:
-            batch = int(label.rsplit("_b", 1)[1])
-            assert cfg.trainer.world_size * cfg.trainer.batch_size == batch
-            assert (cfg.method.combiner, cfg.optim.name) == (combiner, opt)
-            assert cfg.trainer.target_acc == (0.0 if label in fixed else 0.85)
-    assert {small[k].trainer.steps for k in fixed} == {350}
-    lrs = {(c.optim.name, c.optim.lr) for k, c in small.items() if k in grid}
-    assert lrs == {("sgd", 0.05), ("adam", 0.01), ("lamb", 0.02)}  # not scaled by workers
+        assert (cfg.method.combiner, cfg.optim.name) == (combiner, opt)
+        assert cfg.trainer.batch_size == 32 and cfg.trainer.world_size == workers[batch]
+        assert cfg.trainer.engine == "simulated" and cfg.trainer.target_acc == 0.85
+        # the header's rule: Adasum at 2x the single-worker rate, sum 1x, mean sqrt(N)x (to 3
+        # significant digits)
+        scale = {"adasum": 2, "sum": 1, "mean": cfg.trainer.world_size**0.5}[combiner]
+        assert cfg.optim.lr == pytest.approx(scale * sums[opt], rel=5e-3), label
+    for label in cost:
+        cfg = small[label]
+        assert cfg.trainer.engine == "processes" and cfg.trainer.world_size == 4
+        assert cfg.trainer.steps == 300 and cfg.trainer.target_acc == 0.0
+    assert small["adasum_sgd_b128"].optim.lr == small["mean_sgd_b128"].optim.lr
     toy = small["toy_adasum"]
     assert toy.workload.task == "regression" and toy.trainer.batch_size == 1
+    tiny = dict(run_set("adasum", "tiny", [], seeds=1))
+    assert set(tiny) == set(LABELS) <= set(small)
     paper = dict(run_set("adasum", "paper", [], seeds=1))
     big = paper["adasum_sgd_b16384"]
     assert big.workload.model == "resnet50" and big.trainer.world_size * 256 == 16384
