@@ -55,7 +55,7 @@ class AdasumConfig(MethodConfig):
     operator is undefined at a zero vector). "tiny": sqrt of float64's smallest normal
     (about 1.5e-154), so only a numerically zero delta is left out of the weighting;
     "horovod": Horovod's 1e-8, under which a small real delta is also summed plainly (and
-    two such deltas give their sum). Both paths and both engines apply it alike.
+    two such deltas give their sum). Both paths apply it alike.
     """
 
     name: str = "adasum"

@@ -123,3 +123,24 @@ def seeded(runs: Iterable[RunData]) -> dict[str, dict[int, RunData]]:
     for run in runs:
         out.setdefault(label_of(run), {})[seed_of(run)] = run
     return out
+
+
+HEADLINE_BAND = {"at_least": 0.267, "at_most": 0.4, "reason": "published 1/3 +- 20%"}
+
+
+def claim_dict(**over) -> dict:
+    """AdaComm's headline claim as a claims file holds it; `over` replaces keys."""
+    base = {
+        "id": "headline",
+        "source": "Abstract",
+        "statement": "3x less time",
+        "metric": {
+            "calculator": "time_to_target_ratio",
+            "params": {"run": "adacomm", "reference": "sync"},
+        },
+        "published": 0.333,
+        "unit": "x sync's time",
+        "scales": ["small"],
+        "band": HEADLINE_BAND,
+    }
+    return {**base, **over}

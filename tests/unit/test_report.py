@@ -19,7 +19,7 @@ from repro.report.calculators import (
 from repro.report.claims import ClaimsFile, Rule, load_claims
 from repro.report.seeds import evaluate
 from repro.report.series import MissingRun, NotMeasurable, trailing_mean
-from tests.unit.report_data import adacomm_set, make_run, seeded
+from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
@@ -201,23 +201,6 @@ def test_rule_bounds():
         Rule()
     with pytest.raises(UserError, match="inverted"):
         Rule(at_least=2.0, at_most=1.0)
-
-
-def claim_dict(**over):
-    base = {
-        "id": "headline",
-        "source": "Abstract",
-        "statement": "3x less time",
-        "metric": {
-            "calculator": "time_to_target_ratio",
-            "params": {"run": "adacomm", "reference": "sync"},
-        },
-        "published": 0.333,
-        "unit": "x sync's time",
-        "scales": ["small"],
-        "band": {"at_least": 0.267, "at_most": 0.4, "reason": "published 1/3 +- 20%"},
-    }
-    return {**base, **over}
 
 
 def claims_file(claims):

@@ -13,27 +13,13 @@ from repro.report.compare import curves
 from repro.report.plots import FigureSpec, draw_figure, seeds_sentence
 from repro.report.seeds import combine, evaluate
 from repro.report.series import at_seed, every_run, seeds_of
-from tests.unit.report_data import adacomm_set, make_run, seeded
+from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
-BAND = {"at_least": 0.267, "at_most": 0.4, "reason": "published 1/3 +- 20%"}
 
 
 def headline() -> ClaimsFile:
-    claim = {
-        "id": "headline",
-        "source": "Abstract",
-        "statement": "3x less time",
-        "metric": {
-            "calculator": "time_to_target_ratio",
-            "params": {"run": "adacomm", "reference": "sync"},
-        },
-        "published": 0.333,
-        "unit": "x sync's time",
-        "scales": ["small"],
-        "band": BAND,
-        "verdict": {"partly": {"at_most": 0.9}},
-    }
+    claim = claim_dict(verdict={"partly": {"at_most": 0.9}})
     return ClaimsFile(paper="adacomm", title="t", citation="c", claims=[claim])
 
 
