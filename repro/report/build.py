@@ -102,7 +102,7 @@ def draw_parts(
             figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
             continue
         figures.append(FigureOut(spec.id, spec.title, caption, path.name))
-    figures += [draw_sweep_front(front, out_dir) for front in claims.sweep_fronts]
+    figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
     return results, figures
 
 

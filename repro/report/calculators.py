@@ -150,7 +150,9 @@ def time_to_target_ratio(
     point at which the smoothed curve reaches the target, on `clock` (modeled, wall or step);
     with `interpolate`, the point between the two logged points that bracket that crossing
     (`reach_interpolated`), so that the evaluation interval does not quantize the ratio.
-    `inf` when `run` never reaches it.
+    `inf` when `run` never reaches it. When the reference never reaches an explicit target,
+    the claim "the reference gets there sooner" has failed, not gone unmeasured: 0 when
+    `run` does reach it, NaN (outside every band) when neither does; the note says which.
     """
     reach = reach_interpolated if interpolate else first_reach
     rx, ry = curve(run_labelled(runs, run), metric, clock, smooth)
@@ -158,8 +160,14 @@ def time_to_target_ratio(
     goal = fy[-1] if target is None else float(target)
     t_ref = reach(fx, fy, goal, mode)
     t_run = reach(rx, ry, goal, mode)
-    if t_ref == 0 or math.isinf(t_ref):
-        raise NotMeasurable(f"'{reference}' reaches {metric} {goal:.4g} at {t_ref} on {clock}")
+    if t_ref == 0:
+        raise NotMeasurable(f"'{reference}' reaches {metric} {goal:.4g} at 0 on {clock}")
+    if math.isinf(t_ref):
+        got = f"{run} at {_g(t_run)}" if not math.isinf(t_run) else f"nor does {run}"
+        return Measurement(
+            0.0 if not math.isinf(t_run) else math.nan,
+            f"{metric} {goal:.4g} never reached by {reference}; {got} ({clock} clock)",
+        )
     note = f"{metric} {goal:.4g} reached by {run} at {_g(t_run)}, by {reference} at {t_ref:.4g}"
     how = ", interpolated between evaluations" if interpolate else ""
     return Measurement(t_run / t_ref, f"{note} ({clock} clock{how})")

@@ -13,7 +13,8 @@ from typing import Any
 
 
 def fmt(value: Any) -> str:
-    """A value as a table cell: 4 significant digits, "never reached" for inf, "—" for None."""
+    """A value as a table cell: 4 significant digits, "never reached" for inf, "undefined" for
+    NaN (a ratio of two runs that both never reached the target), "—" for None."""
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -21,6 +22,8 @@ def fmt(value: Any) -> str:
     if isinstance(value, int | float):
         if math.isinf(value):
             return "never reached"
+        if math.isnan(value):
+            return "undefined"
         return f"{value:.4g}"
     return str(value)
 

@@ -46,14 +46,18 @@ def _entry(p: Any) -> dict[str, Any]:
 
 
 def expected_line(spec: TuneSpec, left: int, workers: int, minutes_per_run: float) -> str:
-    """How long the `left` trials take here, from the run set's measured minutes per run."""
+    """How long the `left` trials take here: from the spec's measured minutes per trial, else
+    the run set's measured minutes per run."""
     runs = left * len(spec.seeds)
     how = f"{left} trials x {len(spec.seeds)} seed(s) = {runs} runs, {workers} at a time"
-    if minutes_per_run <= 0:
+    minutes, source = spec.minutes_per_trial, "the spec's minutes_per_trial"
+    if minutes <= 0:
+        minutes, source = minutes_per_run, "experiment.expected_minutes"
+    if minutes <= 0:
         return f"expected time: not measured for this set (experiment.expected_minutes); {how}"
     return (
-        f"expected time: about {minutes_per_run * runs / workers:.1f} min ({how}; from "
-        "experiment.expected_minutes, measured on a 2-core machine)"
+        f"expected time: about {minutes * runs / workers:.1f} min ({how}; from {source}, "
+        "measured on a 2-core machine)"
     )
 
 

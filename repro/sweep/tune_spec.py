@@ -155,6 +155,9 @@ class TuneSpec:
     overrides: tuple[str, ...] = ()
     untuned: dict[str, str] = field(default_factory=dict)
     out: str = "runs/tune"
+    # measured minutes of one trial's run here, where the arms train runs dearer than the
+    # set's average (experiment.expected_minutes per run is the fallback); 0: not measured
+    minutes_per_trial: float = 0.0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -174,6 +177,9 @@ class TuneSpec:
             )
         if not self.arms:
             raise UserError(f"{where}: arms is empty; list the compared arms")
+        m = self.minutes_per_trial
+        if isinstance(m, bool) or not isinstance(m, int | float) or m < 0:
+            raise UserError(f"{where}: minutes_per_trial={m!r} must be a number >= 0 (0: unknown)")
         self._check_arms(where)
 
     def _check_arms(self, where: str) -> None:

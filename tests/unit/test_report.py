@@ -67,6 +67,15 @@ def test_time_to_target_never_reached_is_inf(runs):
     assert math.isinf(m.value) and "never" in m.note
 
 
+def test_reference_that_never_reaches_an_explicit_target_fails_the_claim(runs):
+    runs["slow"] = make_run("slow", loss=lambda s: 200 / s)
+    # sync reaches loss 1.5 at step 67 (100/67 < 1.5); slow (200/s) never gets below 2.0
+    m = time_to_target_ratio(runs, "sync", "slow", target=1.5)
+    assert m.value == 0.0 and "never reached by slow; sync at" in m.note
+    both = time_to_target_ratio(runs, "slow", "slow", target=1.5)
+    assert math.isnan(both.value) and "nor does slow" in both.note
+
+
 def test_steps_to_target_by_hand(runs):
     assert steps_to_target(runs, "sync", "test/acc", 0.55).value == 60
     # window 2 smooths s/100 to (s - 5)/100: 0.55 at step 60 < 0.56, 0.65 at step 70

@@ -1,5 +1,7 @@
 """A sweep's Pareto front drawn into a paper report, from a real Optuna journal study."""
 
+from pathlib import Path
+
 import optuna
 import pytest
 import yaml
@@ -7,9 +9,10 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from repro.report.build import default_claims_dir
 from repro.report.claims import load_claims
-from repro.report.sweep_front import SweepFrontSpec, draw_sweep_front
+from repro.report.sweep_front import SweepFrontSpec, chosen_shares, draw_sweep_front
 from repro.sweep.spec import load_spec
 from repro.sweep.storage import open_storage
+from repro.track.runs import RunData
 
 SPEC = {
     "name": "front_test",
@@ -36,7 +39,23 @@ def _front_spec(path) -> SweepFrontSpec:
         y="test/acc",
         param="method.cr",
         band=[0.01, 0.1],
+        chosen_run="moo",
+        chosen_metric="method/cr",
     )
+
+
+def _moo_run(seed: int, crs) -> RunData:
+    history = [{"step": 10 * (i + 1), "method/cr": cr} for i, cr in enumerate(crs)]
+    return RunData(f"moo{seed}", "moo", "g", None, [], {"seed": seed}, history, {}, Path("."), 0)
+
+
+# the MOO run's choices over two seeds: 0.1 at 3 of 8 log points, 0.0333.. at 4, 0.011 at 1
+MOO = {
+    "moo": {
+        0: _moo_run(0, [0.1, 0.1, 1 / 30, 1 / 30]),
+        1: _moo_run(1, [0.1, 1 / 30, 1 / 30, 0.011]),
+    }
+}
 
 
 def test_front_is_drawn_from_the_study(tmp_path):
@@ -65,15 +84,31 @@ def test_front_is_drawn_from_the_study(tmp_path):
                 values=[acc, thr],
             )
         )
-    out = draw_sweep_front(_front_spec(path), tmp_path)
+    out = draw_sweep_front(_front_spec(path), tmp_path, MOO)
     assert out.file == "front.png" and (tmp_path / "front.png").stat().st_size > 10_000
     assert not out.missing
+    assert "all seeds): 0.011 (12%), 0.0333 (50%), 0.1 (38%)." in out.caption
+
+
+def test_chosen_shares_pool_every_seed_and_ignore_missing_points(tmp_path):
+    front = _front_spec(tmp_path / "spec.yaml")
+    runs = {**MOO, "other": {0: _moo_run(0, [0.5])}}
+    runs["moo"][0].history.append({"step": 50})  # a log point without a ratio
+    assert chosen_shares(front, runs) == {0.011: 1 / 8, 0.0333: 4 / 8, 0.1: 3 / 8}
+    assert chosen_shares(front, {}) == {}
+
+
+def test_chosen_run_needs_its_metric():
+    from repro.errors import UserError
+
+    with pytest.raises(UserError, match="chosen_run and chosen_metric"):
+        SweepFrontSpec(id="f", title="t", spec="s", x="a", y="b", param="p", chosen_run="moo")
 
 
 def test_missing_sweep_says_how_to_run_it(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({**SPEC, "out": str(tmp_path / "sweeps")}))
-    out = draw_sweep_front(_front_spec(path), tmp_path)
+    out = draw_sweep_front(_front_spec(path), tmp_path, MOO)
     assert out.file is None and f"repro sweep {path}" in out.missing
 
 
@@ -81,6 +116,7 @@ def test_topk_claims_list_the_cr_front():
     claims = load_claims("topk", default_claims_dir())
     (front,) = claims.sweep_fronts
     assert front.spec == "sweeps/topk_cr_pareto.yaml" and front.band == [0.01, 0.1]
+    assert (front.chosen_run, front.chosen_metric) == ("moo", "method/cr")
 
 
 def test_bad_band_is_refused():

@@ -96,6 +96,7 @@ def test_a_run_the_set_lacks_is_refused():
             "is not logged",
         ),
         ({"arms": {"a": {"space": "lr", "labels": ["sync"], "tau": 3}}}, r"arms.a: unknown field"),
+        ({"minutes_per_trial": -1}, "minutes_per_trial=-1 must be a number >= 0"),
     ],
 )
 def test_bad_specs_are_one_line(change, message):
@@ -130,3 +131,17 @@ def test_metric_objective_scores_final_value_or_the_diverged_score():
     assert seed_score(objective, cfg(400, 0.0), {"train/loss": math.nan}) == pytest.approx(
         math.log(4), abs=1e-6
     )
+
+
+def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
+    from repro.sweep.tune_run import expected_line
+
+    spec = spec_from_dict(tiny_raw(), "t.yaml")
+    # 10 trials x 1 seed, 2 at a time: 0.5 min per run from the set's average -> 2.5 min
+    assert "about 2.5 min (10 trials x 1 seed(s) = 10 runs, 2 at a time; from experiment." in (
+        expected_line(spec, 10, 2, 0.5)
+    )
+    measured = spec_from_dict({**tiny_raw(), "minutes_per_trial": 1.2}, "t.yaml")
+    assert "about 6.0 min" in expected_line(measured, 10, 2, 0.5)
+    assert "from the spec's minutes_per_trial" in expected_line(measured, 10, 2, 0.5)
+    assert "not measured" in expected_line(spec, 10, 2, 0.0)
