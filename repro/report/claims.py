@@ -31,6 +31,7 @@ from repro.errors import UserError
 from repro.report import comparisons  # noqa: F401  (registers its calculators)
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.choices import Choice
+from repro.report.findings import Finding, check_findings
 from repro.report.plots import FigureSpec
 from repro.report.published import PublishedTable
 from repro.report.series import Run, natural_key
@@ -244,6 +245,7 @@ class ClaimsFile:
     tables: list = field(default_factory=list)
     sweep_fronts: list = field(default_factory=list)
     choices: list = field(default_factory=list)
+    findings: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         claims = [build(Claim, c, f"claims[{i}]") for i, c in enumerate(self.claims)]
@@ -268,6 +270,9 @@ class ClaimsFile:
         object.__setattr__(self, "sweep_fronts", fronts)
         stated = [build(Choice, c, f"choices[{i}]") for i, c in enumerate(self.choices)]
         object.__setattr__(self, "choices", stated)
+        found = [build(Finding, f, f"findings[{i}]") for i, f in enumerate(self.findings)]
+        check_findings(found, [c.id for c in claims])
+        object.__setattr__(self, "findings", found)
 
     def order_key(self, label: str) -> tuple[int, list]:
         """Runs in the order the `methods` list names them (baseline first), then by label."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
+from repro.report.findings import findings_table
 from repro.report.render import FigureOut, Page, Table, fmt
 from repro.report.seeds import VERDICTS_TEXT, ClaimResult, summary
 from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
@@ -194,6 +195,7 @@ def assemble(
             *([choices_table(claims.choices)] if claims.choices else []),
             *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
             claims_table(results, scale),
+            *([why] if (why := findings_table(claims.findings, results, scale)).rows else []),
         ],
         figures=figures,
         tables_after=[metrics_table(runs, claims.display_name)],

@@ -1,0 +1,77 @@
+"""Why a claim did not reproduce: the analysis written for an outcome, shown beside it.
+
+Issue 14 asks that where a claim does not reproduce in the paper's regime the report say so
+and why. The verdict is computed; the why is analysis, written after the runs into the
+claims file's `findings` list: the claim, the scale, the verdicts it explains and the text.
+Bands and regimes are fixed before results and never move; a finding moves nothing, it only
+explains. It is bound to the verdicts it was written for: when a re-run changes the verdict,
+the report says the analysis is for another outcome instead of showing a stale reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from repro.errors import UserError
+from repro.report.render import Table
+
+if TYPE_CHECKING:
+    from repro.report.seeds import ClaimResult
+
+# verdicts that ask for a reason; "reproduced" needs none, "not run" and the like say theirs
+EXPLAINED = ("partly", "unstable", "not reproduced")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The analysis of `claim` at `scale` for the outcomes in `verdicts`."""
+
+    claim: str
+    scale: str
+    verdicts: list
+    why: str
+
+    def __post_init__(self) -> None:
+        for name in ("claim", "scale", "why"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise UserError(f"{name} must be a non-empty text, got {value!r}")
+        bad = [v for v in self.verdicts or [None] if v not in EXPLAINED]
+        if not isinstance(self.verdicts, list) or bad:
+            raise UserError(
+                f"verdicts={self.verdicts!r} must list the outcomes it explains, among "
+                f"{', '.join(EXPLAINED)}"
+            )
+
+
+def check_findings(findings: list[Finding], claim_ids: list[str]) -> None:
+    """Each finding names a claim of the file, once per claim and scale."""
+    seen = set()
+    for f in findings:
+        if f.claim not in claim_ids:
+            raise UserError(f"findings: claim '{f.claim}' is not a claim of this file")
+        if (f.claim, f.scale) in seen:
+            raise UserError(f"findings: claim '{f.claim}' at scale {f.scale} is explained twice")
+        seen.add((f.claim, f.scale))
+
+
+def findings_table(findings: list[Finding], results: list[ClaimResult], scale: str) -> Table:
+    """One row per claim at `scale` whose verdict asks for a reason."""
+    by_claim = {f.claim: f for f in findings if f.scale == scale}
+    rows = []
+    for result in results:
+        if result.verdict not in EXPLAINED:
+            continue
+        finding = by_claim.get(result.claim.id)
+        if finding is None:
+            why = "no analysis written for this outcome yet"
+        elif result.verdict in finding.verdicts:
+            why = finding.why
+        else:
+            why = (
+                f"the analysis on file was written for {' / '.join(finding.verdicts)}, and the "
+                f"runs now give {result.verdict}: not shown"
+            )
+        rows.append([result.claim.id, result.verdict, why])
+    return Table("Why claims did not reproduce", ["claim", "verdict", "why"], rows)
