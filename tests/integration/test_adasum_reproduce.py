@@ -1,8 +1,10 @@
 """The Adasum run set at test size: reproduce -> runs read back -> report; repeats skip."""
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers import repro_cli, reproduce_tiny_args
 
@@ -33,6 +35,7 @@ CLAIMS = (
     "lamb_fewer_steps_than_lamb_paper",
     "cost_close_to_allreduce_paper",
 )
+REPO = Path(__file__).resolve().parents[2]
 VERDICTS = r"(reproduced|unstable|partly|not reproduced|not run|not measured|not assessed)"
 
 
@@ -76,6 +79,11 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert skipped == len(LABELS)
 
 
+def _written_lr(overrides: list[str]) -> float:
+    (lr,) = [float(o.split("=")[1]) for o in overrides if o.startswith("optim.lr=")]
+    return lr
+
+
 def test_every_scale_composes_its_run_set():
     from repro.cluster.runsets import run_set
 
@@ -85,17 +93,21 @@ def test_every_scale_composes_its_run_set():
     assert len(grid) == 27 and len(small) == 31
     # the effective batch grows by the worker count, 32 samples per worker, up to 32 workers
     workers = {"b64": 2, "b256": 8, "b1024": 32}
-    sums = {c.optim.name: c.optim.lr for k, c in grid.items() if k.startswith("sum_")}
+    written = {k: _written_lr(c.experiment.runs[k]) for k, c in grid.items()}
+    sums = {k.split("_")[1]: lr for k, lr in written.items() if k.startswith("sum_")}
+    tuned = yaml.safe_load((REPO / "configs/tuned/adasum_small.yaml").read_text())["arms"]
     for label, cfg in grid.items():
         combiner, opt, batch = label.split("_")
         assert cfg.method.name == "adasum" and cfg.experiment.label == label
         assert (cfg.method.combiner, cfg.optim.name) == (combiner, opt)
         assert cfg.trainer.batch_size == 32 and cfg.trainer.world_size == workers[batch]
         assert cfg.trainer.engine == "simulated" and cfg.trainer.target_acc == 0.85
-        # the header's rule: Adasum at 2x the single-worker rate, sum 1x, mean sqrt(N)x (to 3
-        # significant digits)
+        # the untuned rates written in the file follow the header's rule: Adasum at 2x the
+        # single-worker rate, sum 1x, mean sqrt(N)x (to 3 significant digits)
         scale = {"adasum": 2, "sum": 1, "mean": cfg.trainer.world_size**0.5}[combiner]
-        assert cfg.optim.lr == pytest.approx(scale * sums[opt], rel=5e-3), label
+        assert written[label] == pytest.approx(scale * sums[opt], rel=5e-3), label
+        # experiment.tuned: the run takes its arm's searched rate, one for every worker count
+        assert cfg.optim.lr == tuned[f"{combiner}_{opt}"]["chosen"]["optim.lr"], label
     for label in cost:
         cfg = small[label]
         assert cfg.trainer.engine == "processes" and cfg.trainer.world_size == 4
