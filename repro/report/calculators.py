@@ -163,9 +163,10 @@ def time_to_target_ratio(
     if t_ref == 0:
         raise NotMeasurable(f"'{reference}' reaches {metric} {goal:.4g} at 0 on {clock}")
     if math.isinf(t_ref):
-        got = f"{run} at {_g(t_run)}" if not math.isinf(t_run) else f"nor does {run}"
+        reached = not math.isinf(t_run)
+        got = f"{run} at {_g(t_run)}" if reached else f"nor does {run}"
         return Measurement(
-            0.0 if not math.isinf(t_run) else math.nan,
+            0.0 if reached else math.nan,
             f"{metric} {goal:.4g} never reached by {reference}; {got} ({clock} clock)",
         )
     note = f"{metric} {goal:.4g} reached by {run} at {_g(t_run)}, by {reference} at {t_ref:.4g}"

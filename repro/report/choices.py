@@ -14,6 +14,14 @@ from repro.errors import UserError
 from repro.report.render import Table
 
 
+def require_texts(item: object, *names: str) -> None:
+    """Refuse a claims-file entry whose named fields are not non-empty texts."""
+    for name in names:
+        value = getattr(item, name)
+        if not isinstance(value, str) or not value.strip():
+            raise UserError(f"{name} must be a non-empty text, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Choice:
     """One stated choice: `setting` (a config key or topic), `ours`, `paper`, `why`."""
@@ -24,10 +32,7 @@ class Choice:
     why: str
 
     def __post_init__(self) -> None:
-        for name in ("setting", "ours", "paper", "why"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise UserError(f"{name} must be a non-empty text, got {value!r}")
+        require_texts(self, "setting", "ours", "paper", "why")
 
 
 def choices_table(choices: list[Choice]) -> Table:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+from repro.report.choices import require_texts
 from repro.report.render import Table
 
 if TYPE_CHECKING:
@@ -33,12 +34,9 @@ class Finding:
     why: str
 
     def __post_init__(self) -> None:
-        for name in ("claim", "scale", "why"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise UserError(f"{name} must be a non-empty text, got {value!r}")
-        bad = [v for v in self.verdicts or [None] if v not in EXPLAINED]
-        if not isinstance(self.verdicts, list) or bad:
+        require_texts(self, "claim", "scale", "why")
+        listed = isinstance(self.verdicts, list) and self.verdicts
+        if not listed or any(v not in EXPLAINED for v in self.verdicts):
             raise UserError(
                 f"verdicts={self.verdicts!r} must list the outcomes it explains, among "
                 f"{', '.join(EXPLAINED)}"

@@ -179,6 +179,7 @@ def assemble(
     seeds = len(seeds_of(runs))
     tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
     tuning = tuning_table(claims.paper, scale) if tuned else None
+    why = findings_table(claims.findings, results, scale)
     lines = [
         claims.citation,
         f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}.",
@@ -195,7 +196,7 @@ def assemble(
             *([choices_table(claims.choices)] if claims.choices else []),
             *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
             claims_table(results, scale),
-            *([why] if (why := findings_table(claims.findings, results, scale)).rows else []),
+            *([why] if why.rows else []),
         ],
         figures=figures,
         tables_after=[metrics_table(runs, claims.display_name)],

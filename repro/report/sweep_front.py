@@ -72,7 +72,7 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     from repro.sweep.spec import load_spec
 
     caption = f"{front.caption} Points: the sweep's Pareto-optimal trials ({front.spec})."
-    shares = chosen_shares(front, runs) if front.chosen_run else {}
+    shares = chosen_shares(front, runs)
     if shares:
         picks = ", ".join(f"{v:g} ({share:.0%})" for v, share in shares.items())
         caption += (

@@ -49,13 +49,15 @@ def _moo_run(seed: int, crs) -> RunData:
     return RunData(f"moo{seed}", "moo", "g", None, [], {"seed": seed}, history, {}, Path("."), 0)
 
 
-# the MOO run's choices over two seeds: 0.1 at 3 of 8 log points, 0.0333.. at 4, 0.011 at 1
-MOO = {
-    "moo": {
-        0: _moo_run(0, [0.1, 0.1, 1 / 30, 1 / 30]),
-        1: _moo_run(1, [0.1, 1 / 30, 1 / 30, 0.011]),
+def moo_runs() -> dict:
+    """The MOO run's choices over two seeds: 0.1 at 3 of 8 log points, 0.0333.. at 4, 0.011
+    at 1 (fresh objects for each test, which may extend them)."""
+    return {
+        "moo": {
+            0: _moo_run(0, [0.1, 0.1, 1 / 30, 1 / 30]),
+            1: _moo_run(1, [0.1, 1 / 30, 1 / 30, 0.011]),
+        }
     }
-}
 
 
 def test_front_is_drawn_from_the_study(tmp_path):
@@ -84,7 +86,7 @@ def test_front_is_drawn_from_the_study(tmp_path):
                 values=[acc, thr],
             )
         )
-    out = draw_sweep_front(_front_spec(path), tmp_path, MOO)
+    out = draw_sweep_front(_front_spec(path), tmp_path, moo_runs())
     assert out.file == "front.png" and (tmp_path / "front.png").stat().st_size > 10_000
     assert not out.missing
     assert "all seeds): 0.011 (12%), 0.0333 (50%), 0.1 (38%)." in out.caption
@@ -92,7 +94,7 @@ def test_front_is_drawn_from_the_study(tmp_path):
 
 def test_chosen_shares_pool_every_seed_and_ignore_missing_points(tmp_path):
     front = _front_spec(tmp_path / "spec.yaml")
-    runs = {**MOO, "other": {0: _moo_run(0, [0.5])}}
+    runs = {**moo_runs(), "other": {0: _moo_run(0, [0.5])}}
     runs["moo"][0].history.append({"step": 50})  # a log point without a ratio
     assert chosen_shares(front, runs) == {0.011: 1 / 8, 0.0333: 4 / 8, 0.1: 3 / 8}
     assert chosen_shares(front, {}) == {}
@@ -108,7 +110,7 @@ def test_chosen_run_needs_its_metric():
 def test_missing_sweep_says_how_to_run_it(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({**SPEC, "out": str(tmp_path / "sweeps")}))
-    out = draw_sweep_front(_front_spec(path), tmp_path, MOO)
+    out = draw_sweep_front(_front_spec(path), tmp_path, moo_runs())
     assert out.file is None and f"repro sweep {path}" in out.missing
 
 
