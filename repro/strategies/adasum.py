@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from repro.dist.adasum_allreduce import FlatLayout
     from repro.dist.collectives import Collectives, CommRecord
+    from repro.train.stacked_optim import StackedOptimizer
 
 __all__ = [
     "AdasumConfig",
@@ -118,7 +119,7 @@ class AdasumStrategy:
         self._comm: Collectives | None = None
         self._last_bytes = 0
 
-    def setup(self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal) -> None:
+    def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
         import torch
 
         from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from repro.dist.collectives import Collectives, CommRecord
+    from repro.train.stacked_optim import StackedOptimizer
 
 
 @dataclass
@@ -82,7 +83,7 @@ class Strategy(Protocol):
     """`model` is the stacked `repro.train.replicas.Replicas` of the held workers."""
 
     def setup(
-        self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal: Rehearsal
+        self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal: Rehearsal
     ) -> None: ...
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]: ...

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from repro.compress.exchange import ExchangeResult
     from repro.dist.collectives import Collectives, CommRecord
+    from repro.train.stacked_optim import StackedOptimizer
 
 CONTROLLERS = ("fixed", "moo")
 LEADERS = ("star", "var")
@@ -177,7 +178,7 @@ class TopKStrategy:
         self._leader = -1
         self._metrics: dict = {}
 
-    def setup(self, model, optimizer: torch.optim.Optimizer, comm: Collectives, rehearsal) -> None:
+    def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
         self.comm, self.rehearsal = comm, rehearsal
         self.params = model.named_parameters()
         self.sizes = [p[0].numel() for _, p in self.params]

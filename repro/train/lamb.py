@@ -17,15 +17,17 @@ worker: each worker steps exactly as its own LAMB would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 
 from repro.errors import UserError
+from repro.train.stacked_optim import StackedOptimizer
 
 
-class Lamb(torch.optim.Optimizer):
-    """LAMB as a torch optimizer; param groups may override every hyperparameter."""
+class Lamb(StackedOptimizer):
+    """LAMB with torch's optimizer interface; param groups may override every
+    hyperparameter."""
 
     def __init__(
         self,
@@ -68,24 +70,10 @@ class Lamb(torch.optim.Optimizer):
         defined = (w_norm > 0) & (u_norm > 0)
         return torch.where(defined, scaled / u_norm, torch.ones_like(w_norm))
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("Lamb does not support sparse gradients")
-                self._update(p, p.grad, group, b1, b2)
-        return loss
-
-    def _update(self, p: torch.Tensor, g: torch.Tensor, group: dict, b1: float, b2: float):
-        state = self.state[p]
+    def _update(self, p: torch.Tensor, g: torch.Tensor, group: dict, state: dict) -> None:
+        if g.is_sparse:
+            raise RuntimeError("Lamb does not support sparse gradients")
+        b1, b2 = group["betas"]
         if not state:
             state["step"] = 0
             state["exp_avg"] = torch.zeros_like(p)

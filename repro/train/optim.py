@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from repro.errors import UserError
 
 if TYPE_CHECKING:
-    import torch
+    from repro.train.stacked_optim import StackedOptimizer
 
 OPTIMIZERS = ("sgd", "adam", "lamb")
 
@@ -51,14 +51,15 @@ class OptimConfig:
             raise UserError(f"optim.warmup_steps={self.warmup_steps} must be >= 0")
 
 
-def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
+def build_optimizer(cfg: OptimConfig, params) -> StackedOptimizer:
     """The optimizer of stacked worker parameters (leading worker axis): SGD and Adam are
-    elementwise, so torch's own serve; LAMB takes its trust ratio per worker. (torch is
-    imported here, not with `OptimConfig`, so that validating a config does not load it.)"""
-    import torch
+    elementwise, stepping every worker as torch's own would; LAMB takes its trust ratio
+    per worker. (Imported here, not with `OptimConfig`, so that validating a config does
+    not load torch.)"""
+    from repro.train.stacked_optim import SGD, Adam
 
     if cfg.name == "sgd":
-        return torch.optim.SGD(
+        return SGD(
             params,
             lr=cfg.lr,
             momentum=cfg.momentum,
@@ -66,7 +67,7 @@ def build_optimizer(cfg: OptimConfig, params) -> torch.optim.Optimizer:
             weight_decay=cfg.weight_decay,
         )
     if cfg.name == "adam":
-        return torch.optim.Adam(
+        return Adam(
             params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
     from repro.train.lamb import Lamb
@@ -89,6 +90,6 @@ def lr_at(cfg: OptimConfig, step: int, epoch: float) -> float:
     return lr
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+def set_lr(optimizer: StackedOptimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr

@@ -20,6 +20,7 @@ import torch
 
 from repro.dist.stopwatch import Stopwatch
 from repro.train.replicas import Replicas
+from repro.train.stacked_optim import StackedOptimizer
 from repro.train.worker_data import WorkerData
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -29,7 +30,7 @@ class Rehearsal:
     def __init__(
         self,
         replicas: Replicas,
-        optimizer: torch.optim.Optimizer,
+        optimizer: StackedOptimizer,
         data: WorkerData,
         loss_fn: LossFn,
     ):

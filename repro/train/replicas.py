@@ -3,17 +3,23 @@
 Every parameter and floating buffer is one tensor of shape (workers, *shape): row i is
 worker i's copy. Methods, optimizers and checkpoints see only the stacked tensors, so the
 same code serves one worker per process (the process engine, 1 row) and a whole simulated
-cluster (all rows). SGD and Adam are elementwise, so torch's optimizers stepping the
-stacked tensors step every worker exactly as its own optimizer would.
+cluster (all rows). SGD and Adam are elementwise, so the optimizers stepping the stacked
+tensors (`repro.train.stacked_optim`, torch's own rules) step every worker exactly as its
+own optimizer would.
 
 Forward/backward, `trainer.vectorize`:
 - `loop`: worker by worker, each through its own module whose parameters and buffers are
   views of its rows: the very kernels a lone worker runs, so results match the process
   engine bit for bit. The process engine always loops (over its one row).
-- `vmap`: all workers at once, torch.func `vmap(grad_and_value(functional_call))` over the
-  stacked rows, BatchNorm buffers batched so each worker keeps its own running statistics.
-  Batched convolutions take other kernels (grouped), so results agree with a lone worker's
-  to float rounding (about 1e-8 relative per step), not bit for bit.
+- `vmap`: all workers at once: the forward is torch.func `vmap(functional_call)` over the
+  stacked rows (BatchNorm buffers batched, so each worker keeps its own running
+  statistics), each worker's loss its own call on its outputs, the backward plain
+  autograd from the sum of the workers' losses into the stacked leaves. A worker's loss
+  depends on its own row only, so the sum's gradient is each worker's own gradient, row
+  by row. (torch.func's `grad` transform would do the same but imports torch._dynamo,
+  1.7 s of CPU per run, and took about 1.4x as long per step here.) Batched
+  convolutions take other kernels (grouped), so results agree with a lone worker's to
+  float rounding (about 1e-8 relative per step), not bit for bit.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, vmap
 
 from repro.errors import UserError
 from repro.train.engine_checks import VECTORIZE
@@ -101,14 +107,14 @@ class Replicas:
         if self._vmapped is None:
             template = self.template
 
-            def one(params, buffers, xi, yi):
-                return loss_fn(functional_call(template, (params, buffers), (xi,)), yi)
+            def one(params, buffers, xi):
+                return functional_call(template, (params, buffers), (xi,))
 
-            self._vmapped = vmap(grad_and_value(one), randomness="different")
-        params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
+            self._vmapped = vmap(one, randomness="different")
+        params = dict(zip(self.names, self.params, strict=True))
         buffers = dict(zip(self.buffer_names, self.buffers, strict=True))
         try:
-            grads, losses = self._vmapped(params, buffers, x, y)
+            outputs = self._vmapped(params, buffers, x)
         except RuntimeError as e:
             # torch.func refuses some operations (data-dependent control flow, in-place
             # writes into unbatched tensors); that surfaces at the first step.
@@ -117,8 +123,13 @@ class Replicas:
                 f"this model cannot be vectorized over workers ({reason}); use "
                 "trainer.vectorize=loop or trainer.engine=processes"
             ) from None
-        for name, stacked in zip(self.names, self.params, strict=True):
-            stacked.grad.copy_(grads[name])
+        # the loss worker by worker, outside vmap: batched, cross-entropy runs as a Python
+        # decomposition that imports sympy (0.5 s) and costs ms per step; unbatched it is
+        # the lone worker's own kernel
+        losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
+        grads = torch.autograd.grad(losses.sum(), self.params)
+        for stacked, g in zip(self.params, grads, strict=True):
+            stacked.grad.copy_(g)
         return losses.detach().float().cpu()
 
     # ------------------------------------------------------------ evaluation

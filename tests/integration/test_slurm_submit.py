@@ -283,9 +283,10 @@ def test_sweep_survives_a_cancelled_worker_job_through_optunas_heartbeat(tmp_pat
     from repro.sweep.storage import open_storage
 
     raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
-    # 80 steps of 50 ms modeled compute, really slept: a trial lasts seconds, so a worker job
-    # can be cancelled in the middle of one. Beats every second, stale after 10 s.
-    raw["overrides"] += [*SLOW, "compute.mode=sampled", "trainer.steps=80"]
+    # 200 steps of 50 ms modeled compute, really slept: a trial lasts over 10 s, so a worker
+    # job is cancelled in the middle of one and its trial outlives SLURM's KillWait (5 s)
+    # from SIGTERM to SIGKILL. Beats every second, stale after 10 s.
+    raw["overrides"] += [*SLOW, "compute.mode=sampled", "trainer.steps=200"]
     raw["overrides"] += [f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}"]
     raw["overrides"] += ["tracking=disabled"]
     raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=3, heartbeat_s=1, grace_s=10)

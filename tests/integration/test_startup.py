@@ -91,3 +91,51 @@ def test_other_commands_refuse_before_torch(tmp_path, args, line):
     assert code == 2
     assert line in stderr and len(stderr.strip().splitlines()) == 1
     assert {m.split(".")[0] for m in loaded} <= {"submitit"}
+
+
+# torch's compiler stack: about 2 s of CPU per process (torch._dynamo, and sympy beneath it),
+# pulled in by torch.optim's first step, torch.func's grad transform, meta-device kernels
+# and batched decompositions; a run compiles nothing, so none of them may load.
+COMPILER = ("torch._dynamo", "sympy")
+RUN_PROBE = f"""
+import json, sys
+from repro.cli import main
+code = main(sys.argv[1:])
+print(json.dumps(sorted(m for m in {COMPILER!r} if m in sys.modules)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment=adacomm_tiny", "optim.name=sgd"],
+        ["experiment=adasum_tiny", "optim.name=adam", "trainer.world_size=4"],
+        ["experiment=adasum_tiny", "optim.name=lamb", "trainer.world_size=2"],
+        ["experiment=topk_tiny", "method.cr_controller=moo", "method.probe_steps=2"],
+    ],
+)
+def test_a_simulated_run_loads_no_compiler(tmp_path, overrides):
+    """A whole simulated run (vectorized forward/backward, the optimizer's steps, the
+    memory estimate, a checkpoint, Top-k's rehearsed probes) without torch's compiler."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+    args = [
+        "train",
+        *overrides,
+        "trainer.steps=6",
+        "trainer.eval_every=3",
+        "trainer.progress=false",
+        "tracking=disabled",
+        f"run_dir={tmp_path / 'run'}",
+        f"data.root={tmp_path / 'data'}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
