@@ -4,6 +4,8 @@ PY      := .venv/bin/python
 VENV    := .venv/.installed
 SCALE   ?= small
 SPEC    ?= sweeps/topk_cr_pareto.yaml
+# trials of `make sweep` in parallel, one process each: one per core of this 2-core machine
+WORKERS ?= 2
 PORT    ?= 8080
 # Where pip finds torch. Empty: PyPI, whose torch 2.14.1 is built for CUDA 13.0 and needs a
 # recent NVIDIA driver. For a GPU node with an older driver, name the PyTorch index of a
@@ -83,7 +85,7 @@ tune: $(VENV)
 	.venv/bin/repro tune $(PAPER) scale=$(SCALE)
 
 sweep: $(VENV)
-	.venv/bin/repro sweep $(SPEC)
+	.venv/bin/repro sweep $(SPEC) --workers $(WORKERS)
 
 dashboard: $(VENV)
 	.venv/bin/repro sweep dashboard $(SPEC) --port $(PORT)
