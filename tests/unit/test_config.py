@@ -66,3 +66,16 @@ def test_hash_ignores_presentation_but_not_training_settings():
         compose(["trainer.progress=false", "tracking=disabled"])
     )
     assert config_hash(base) != config_hash(compose(["optim.lr=0.02"]))
+
+
+@pytest.mark.parametrize("paper", ["adacomm", "topk", "adasum"])
+def test_as_dict_is_omegaconfs_container_for_every_run_of_a_set(paper):
+    """The plain dict that hashes a run (its directory) is OmegaConf's own container of the
+    config, for every run of the small set: a change here would move every run's directory."""
+    from omegaconf import OmegaConf
+
+    from repro.cluster.runsets import run_set
+    from repro.config import as_dict
+
+    for _, cfg in run_set(paper, "small", [], seeds=1):
+        assert as_dict(cfg) == OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
