@@ -32,16 +32,17 @@ sys.exit(code)
 """
 
 
-def probe(tmp_path, *args: str) -> tuple[int, str, list[str]]:
-    """(exit code, stderr, heavy modules loaded) of `repro ARGS` run in `tmp_path`."""
+def probe(tmp_path, *args: str, code: str = PROBE) -> tuple[int, str, list[str]]:
+    """(exit code, stderr, heavy modules loaded) of `repro ARGS` run in `tmp_path`, the
+    modules as `code` lists them."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
+        [sys.executable, "-c", code, *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     return proc.returncode, proc.stderr, loaded
@@ -118,7 +119,6 @@ sys.exit(code)
 def test_a_simulated_run_loads_no_compiler(tmp_path, overrides):
     """A whole simulated run (vectorized forward/backward, the optimizer's steps, the
     memory estimate, a checkpoint, Top-k's rehearsed probes) without torch's compiler."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
     args = [
         "train",
         *overrides,
@@ -129,13 +129,6 @@ def test_a_simulated_run_loads_no_compiler(tmp_path, overrides):
         f"run_dir={tmp_path / 'run'}",
         f"data.root={tmp_path / 'data'}",
     ]
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN_PROBE, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    code, stderr, loaded = probe(tmp_path, *args, code=RUN_PROBE)
+    assert code == 0, stderr[-2000:]
+    assert loaded == []
