@@ -9,9 +9,9 @@ Two ratios (issue 13, item 5), each against a baseline measured in the same run:
    batch as large as all the workers' together (the same arithmetic, one weight set). On
    a CPU whose lone 32-sample step is already bound by its kernels, that floor is several
    times one worker's step, and the simulated engine is judged against it too.
-2. A whole 4-worker run from the command line, start-up included, under each engine, the
-   data set written beforehand so that neither run pays for generating it. Goal: the
-   simulated engine at least 3x faster per run.
+2. A whole 4-worker run from the command line, start-up included, under each engine, on
+   the data set the step measurements already wrote, so that neither run pays for
+   generating it. Goal: the simulated engine at least 3x faster per run.
 The machine's load average is printed beside each: on 2 shared cores it moves the figures.
 """
 
@@ -29,7 +29,6 @@ import torch
 from repro.config import compose
 from repro.dist.axis_collectives import AxisCollectives
 from repro.train.trainer import Trainer
-from repro.workload.workload import prepare
 
 WORKERS = (4, 8, 32)
 METHODS = {"sync": ["method=sync"], "local_sgd": ["method=local_sgd", "method.tau=4"]}
@@ -101,8 +100,6 @@ def run() -> list[str]:
                     f" worker{goal}; floor (one worker, batch {32 * n}) {floor / one:5.2f}x,"
                     f" simulated/floor {t / floor:4.2f}"
                 )
-        data_cfg = compose([*RUN, f"data.root={root / 'data'}"])
-        prepare(data_cfg.workload, data_cfg.data, data_cfg.seed)
         processes = _run_seconds(root, "processes")
         simulated = _run_seconds(root, "simulated")
         lines.append(

@@ -32,7 +32,6 @@ class StackedOptimizer(ABC):
         if not params:
             raise ValueError("an optimizer needs at least one parameter")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.defaults = dict(defaults)
         self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
         self.state: dict[torch.Tensor, dict] = {}
 
@@ -73,7 +72,7 @@ class StackedOptimizer(ABC):
         for i, slots in saved["state"].items():
             p = params[int(i)]
             self.state[p] = {
-                k: v.to(p.device, copy=True) if isinstance(v, torch.Tensor) and v.dim() else v
+                k: v.to(p.device, copy=True) if isinstance(v, torch.Tensor) else v
                 for k, v in slots.items()
             }
 
@@ -95,7 +94,7 @@ class SGD(StackedOptimizer):
             if buf is None:
                 buf = state["momentum_buffer"] = grad.detach().clone()
             else:
-                buf.mul_(momentum).add_(grad, alpha=1)
+                buf.mul_(momentum).add_(grad)
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(grad, alpha=-group["lr"])
 

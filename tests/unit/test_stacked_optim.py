@@ -92,10 +92,10 @@ def test_state_dict_round_trip_continues_as_an_uninterrupted_run(cls, kw):
     assert all(torch.equal(p.detach(), u) for p, u in zip(params, uninterrupted, strict=True))
 
 
-def test_state_dict_has_torchs_layout_and_loads_torchs():
+def test_state_dict_has_torchs_layout_and_resumes_from_torchs():
     kw = ADAM_CASES[0]
     _, ours = _run(Adam, kw)
-    _, theirs = _run(torch.optim.Adam, kw)
+    theirs_params, theirs = _run(torch.optim.Adam, kw)
     a, b = ours.state_dict(), theirs.state_dict()
     assert a["state"].keys() == b["state"].keys() == {0, 1}
     assert [g["params"] for g in a["param_groups"]] == [g["params"] for g in b["param_groups"]]
@@ -104,15 +104,24 @@ def test_state_dict_has_torchs_layout_and_loads_torchs():
         for i in (0, 1)
         for k in ("exp_avg", "exp_avg_sq")
     )
-    fresh = Adam(_params(((3, 4), (4,))), **kw)
-    fresh.load_state_dict(b)  # torch's checkpoint: its step count is a tensor
-    assert [s["exp_avg"].data_ptr() for s in fresh.state.values()] != [
-        s["exp_avg"].data_ptr() for s in theirs.state.values()
-    ]
-    p = fresh.param_groups[0]["params"][0]
-    p.grad = torch.ones_like(p)
-    fresh.step()
-    assert fresh.state[p]["step"] == STEPS + 1
+    # a checkpoint of torch's Adam (its step count a tensor) resumes in ours exactly as
+    # torch's own optimizer goes on, and ours holds copies, not torch's tensors
+    params = [p.clone().requires_grad_() for p in theirs_params]
+    resumed = Adam(params, **kw)
+    resumed.load_state_dict(b)
+    assert all(
+        resumed.state[p]["exp_avg"].data_ptr() != theirs.state[q]["exp_avg"].data_ptr()
+        for p, q in zip(params, theirs.param_groups[0]["params"], strict=True)
+    )
+    for p, q in zip(params, theirs.param_groups[0]["params"], strict=True):
+        p.grad = q.grad = torch.full_like(p, 0.5)
+    resumed.step()
+    theirs.step()
+    assert all(
+        torch.equal(p.detach(), q.detach())
+        for p, q in zip(params, theirs.param_groups[0]["params"], strict=True)
+    )
+    assert resumed.state[params[0]]["step"] == STEPS + 1
 
 
 def test_building_and_stepping_imports_no_dynamo():
