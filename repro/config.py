@@ -100,8 +100,10 @@ class TrainerConfig:
     `simulated` every worker in this process on a worker axis (`repro.train.replicas`);
     `auto` picks simulated at the tiny and small scales wherever it can run (a local launch,
     sampled compute, no injected delays), else processes. `vectorize`
-    is how the simulated engine runs the workers' forward/backward: `vmap` (fast) or
-    `loop` (a lone worker's exact kernels, bit for bit the process engine).
+    is how the simulated engine runs the workers' forward/backward: `stacked` (the model's
+    own all-workers forward, fastest; the small workloads' CNN has one), `vmap` (any
+    model), `auto` (stacked where the model has it, else vmap) or `loop` (a lone worker's
+    exact kernels, bit for bit the process engine).
     `steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
     passes the budget (runs compared at equal modeled time, as in AdaComm's figures);
     `target_acc > 0` stops it at the first evaluation whose test accuracy reaches the target
@@ -110,7 +112,7 @@ class TrainerConfig:
     world_size: int = 1
     batch_size: int = 32
     engine: str = "auto"
-    vectorize: str = "vmap"
+    vectorize: str = "auto"
     steps: int = 1000
     eval_every: int = 100
     checkpoint_every: int = 200

@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+from repro.workload.config import STACKED_MODELS
 
 if TYPE_CHECKING:
     import torch
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 ENGINES = ("auto", "processes", "simulated")
 # How the simulated engine runs the workers' forward/backward (`repro.train.replicas`).
-VECTORIZE = ("vmap", "loop")
+VECTORIZE = ("auto", "stacked", "vmap", "loop")
 _FIX = "or use trainer.engine=processes"
 # Per parameter and worker: the value, its gradient, the optimizer's slots, and the
 # method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual).
@@ -56,6 +57,12 @@ def check_simulated(cfg: Config) -> None:
         raise UserError(
             "compute.mode=measured times each worker's own step, which the simulated engine "
             f"never runs alone; use compute.mode=sampled {_FIX}"
+        )
+    if cfg.trainer.vectorize == "stacked" and cfg.workload.model not in STACKED_MODELS:
+        raise UserError(
+            f"trainer.vectorize=stacked needs a model with its own all-workers forward "
+            f"({', '.join(STACKED_MODELS)}) and workload.model={cfg.workload.model} has none; "
+            "use trainer.vectorize=vmap"
         )
     if cfg.network.inject:
         raise UserError(

@@ -11,15 +11,20 @@ Forward/backward, `trainer.vectorize`:
 - `loop`: worker by worker, each through its own module whose parameters and buffers are
   views of its rows: the very kernels a lone worker runs, so results match the process
   engine bit for bit. The process engine always loops (over its one row).
-- `vmap`: all workers at once: the forward is torch.func `vmap(functional_call)` over the
-  stacked rows (BatchNorm buffers batched, so each worker keeps its own running
-  statistics), each worker's loss its own call on its outputs, the backward plain
-  autograd from the sum of the workers' losses into the stacked leaves. A worker's loss
-  depends on its own row only, so the sum's gradient is each worker's own gradient, row
-  by row. (torch.func's `grad` transform would do the same but imports torch._dynamo,
-  1.7 s of CPU per run, and took about 1.4x as long per step here.) Batched
-  convolutions take other kernels (grouped), so results agree with a lone worker's to
-  float rounding (about 1e-8 relative per step), not bit for bit.
+- `stacked`: all workers at once through the model's own `forward_workers`, written over
+  the worker axis (`repro.workload.worker_layers`: channels-last activations, each layer
+  one batched matrix product); the small workloads' CNN has one.
+- `vmap`: all workers at once through torch.func `vmap(functional_call)` over the stacked
+  rows, for any model (BatchNorm buffers batched, so each worker keeps its own running
+  statistics); convolutions become grouped convolutions.
+- `auto`: `stacked` where the model has `forward_workers`, else `vmap`.
+Vectorized, each worker's loss is its own call on its outputs and the backward is plain
+autograd from the sum of the workers' losses into the stacked leaves. A worker's loss
+depends on its own row only, so the sum's gradient is each worker's own gradient, row by
+row. (torch.func's `grad` transform would do the same but imports torch._dynamo, 1.7 s of
+CPU per run, and took about 1.4x as long per step here.) Vectorized kernels sum in another
+order, so results agree with a lone worker's to float rounding (parameters about 1e-8 relative
+after a step, both ways), not bit for bit.
 """
 
 from __future__ import annotations
@@ -60,6 +65,15 @@ class Replicas:
     def __init__(self, template: nn.Module, n: int, vectorize: str = "loop"):
         if vectorize not in VECTORIZE:
             raise ValueError(f"vectorize={vectorize!r} must be one of {VECTORIZE}")
+        own = hasattr(template, "forward_workers")
+        if vectorize == "stacked" and not own:
+            raise UserError(
+                f"trainer.vectorize=stacked needs a model with its own all-workers forward "
+                f"(forward_workers) and {type(template).__name__} has none; use "
+                "trainer.vectorize=vmap"
+            )
+        if vectorize == "auto":
+            vectorize = "stacked" if own else "vmap"
         self.n, self.vectorize = n, vectorize
         self.template = template
         self.names = [name for name, _ in template.named_parameters()]
@@ -89,10 +103,25 @@ class Replicas:
 
     # ------------------------------------------------------------ forward/backward
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
-        """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under both
-        vectorizations (a metric, beside CPU sums); gradients into `p.grad` rows."""
-        if self.vectorize == "vmap":
-            return self._vmap(x, y, loss_fn)
+        """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under every
+        vectorization (a metric, beside CPU sums); gradients into `p.grad` rows."""
+        if self.vectorize == "loop":
+            return self._loop(x, y, loss_fn)
+        params = dict(zip(self.names, self.params, strict=True))
+        if self.vectorize == "stacked":
+            outputs = self.template.forward_workers(params, x)
+        else:
+            outputs = self._vmap(params, x)
+        # the loss worker by worker: batched under vmap, cross-entropy runs as a Python
+        # decomposition that imports sympy (0.5 s) and costs ms per step; unbatched it is
+        # the lone worker's own kernel
+        losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
+        grads = torch.autograd.grad(losses.sum(), self.params)
+        for stacked, g in zip(self.params, grads, strict=True):
+            stacked.grad.copy_(g)
+        return losses.detach().float().cpu()
+
+    def _loop(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
         losses = torch.empty(self.n, dtype=torch.float32)
         for i, module in enumerate(self.workers):
             params = list(module.parameters())
@@ -103,7 +132,7 @@ class Replicas:
             losses[i] = loss.detach()
         return losses
 
-    def _vmap(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
+    def _vmap(self, params: dict, x: torch.Tensor) -> torch.Tensor:
         if self._vmapped is None:
             template = self.template
 
@@ -111,10 +140,9 @@ class Replicas:
                 return functional_call(template, (params, buffers), (xi,))
 
             self._vmapped = vmap(one, randomness="different")
-        params = dict(zip(self.names, self.params, strict=True))
         buffers = dict(zip(self.buffer_names, self.buffers, strict=True))
         try:
-            outputs = self._vmapped(params, buffers, x)
+            return self._vmapped(params, buffers, x)
         except RuntimeError as e:
             # torch.func refuses some operations (data-dependent control flow, in-place
             # writes into unbatched tensors); that surfaces at the first step.
@@ -123,14 +151,6 @@ class Replicas:
                 f"this model cannot be vectorized over workers ({reason}); use "
                 "trainer.vectorize=loop or trainer.engine=processes"
             ) from None
-        # the loss worker by worker, outside vmap: batched, cross-entropy runs as a Python
-        # decomposition that imports sympy (0.5 s) and costs ms per step; unbatched it is
-        # the lone worker's own kernel
-        losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
-        grads = torch.autograd.grad(losses.sum(), self.params)
-        for stacked, g in zip(self.params, grads, strict=True):
-            stacked.grad.copy_(g)
-        return losses.detach().float().cpu()
 
     # ------------------------------------------------------------ evaluation
     def module_with(self, flat: torch.Tensor) -> nn.Module:

@@ -25,6 +25,9 @@ MODELS = (
     "vgg16",
     "toy_quadratic",
 )
+# The models with their own all-workers forward (`forward_workers`, the simulated engine's
+# `trainer.vectorize=stacked`).
+STACKED_MODELS = ("cnn1d", "cnn1d_wide")
 DATASETS = ("mnist1d", "synthetic", "synthetic_images", "toy_quadratic", "cifar10", "cifar100")
 TASKS = ("classification", "regression")
 # Data sets whose targets are real values, and the one model that fits each of them.

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from repro.errors import UserError
+from repro.workload import worker_layers
 from repro.workload.config import MODELS
 
 
@@ -43,6 +44,22 @@ class CNN1D(nn.Module):
         if self.hidden is not None:
             x = F.relu(self.hidden(x))
         return self.fc(x)
+
+    def forward_workers(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """`forward` for every worker at once, the simulated engine's fast path
+        (`trainer.vectorize=stacked`, `repro.workload.worker_layers`): `params` maps each
+        parameter's name to its (workers, *shape) stack, x is (workers, batch, 1, length);
+        the result is (workers, batch, classes)."""
+        h = x.transpose(2, 3)
+        for name in ("conv1", "conv2", "conv3"):
+            conv = getattr(self, name)
+            w, b = params[f"{name}.weight"], params[f"{name}.bias"]
+            h = F.relu(worker_layers.conv1d(h, w, b, conv.stride[0], conv.padding[0]))
+        # forward's flatten(1) is channel-major; h is channels-last
+        h = h.transpose(2, 3).flatten(2)
+        if self.hidden is not None:
+            h = F.relu(worker_layers.linear(h, params["hidden.weight"], params["hidden.bias"]))
+        return worker_layers.linear(h, params["fc.weight"], params["fc.bias"])
 
 
 class MLP(nn.Module):

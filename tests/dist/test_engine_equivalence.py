@@ -9,7 +9,8 @@ parameters are compared:
   over its workers with a lone worker's kernels (`trainer.vectorize=loop`);
 - at 4 workers within 1e-6 relative (||delta|| / ||theta||) after one step and 1e-3 after
   the run (gloo's ring sums in another order, and training amplifies rounding);
-- vectorized (`vmap`, grouped convolutions) within rounding after one step.
+- vectorized (`stacked`, the CNN's own all-workers forward, and `vmap`) within rounding
+  after one step.
 The divergence per step is printed (pytest -s shows it).
 """
 
@@ -181,9 +182,10 @@ def test_simulated_engine_equals_process_engine(engines, name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("vectorize", ["stacked", "vmap"])
 @pytest.mark.parametrize("name", ["sync", "topk_star", "adasum_sgd"])
-def test_vectorized_workers_match_looped_workers(tmp_path, name):
+def test_vectorized_workers_match_looped_workers(tmp_path, name, vectorize):
     looped = _simulated(name, 4, str(tmp_path), "loop", steps=1)
-    vectorized = _simulated(name, 4, str(tmp_path / "v"), "vmap", steps=1)
+    vectorized = _simulated(name, 4, str(tmp_path / "v"), vectorize, steps=1)
     assert vectorized[0]["decisions"] == looped[0]["decisions"]
     assert _relative(vectorized[0]["params"], looped[0]["params"]) <= 1e-6

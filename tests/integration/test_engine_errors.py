@@ -10,7 +10,17 @@ from tests.helpers import repro_cli
 
 CASES = [
     (["trainer.engine=threads"], ("trainer.engine='threads'", "processes", "simulated")),
-    (["trainer.vectorize=jit"], ("trainer.vectorize='jit'", "vmap", "loop")),
+    (["trainer.vectorize=jit"], ("trainer.vectorize='jit'", "stacked", "vmap", "loop")),
+    (
+        # the MLP has no all-workers forward of its own
+        [
+            "trainer.engine=simulated",
+            "compute.mode=sampled",
+            "workload=synthetic_mlp",
+            "trainer.vectorize=stacked",
+        ],
+        ("trainer.vectorize=stacked", "workload.model=mlp", "trainer.vectorize=vmap"),
+    ),
     (
         ["trainer.engine=simulated", "cluster=slurm"],
         ("trainer.engine=simulated", "cluster=slurm", "trainer.engine=processes"),

@@ -1,0 +1,96 @@
+"""Layers over the worker axis compute each worker's own torch layer; the stacked
+vectorization trains every worker as a lone worker's module would.
+
+References are torch's own layers run worker by worker. In float64 the orders of
+summation no longer matter, so agreement there is to 1e-12: a wrong tap, channel or
+worker would be off by the size of the values, not by rounding."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from repro.errors import UserError
+from repro.train.replicas import Replicas
+from repro.workload import worker_layers
+from repro.workload.config import MODELS, STACKED_MODELS
+from repro.workload.models import build_model
+
+WORKERS = 3
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize(
+    "c_in,c_out,k,stride,padding,length",
+    [(1, 25, 5, 2, 2, 40), (25, 25, 3, 2, 1, 20), (25, 25, 3, 1, 1, 10), (3, 4, 4, 3, 0, 17)],
+)
+def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(WORKERS, 5, c_in, length, generator=g, dtype=torch.float64)
+    w = torch.randn(WORKERS, c_out, c_in, k, generator=g, dtype=torch.float64)
+    b = torch.randn(WORKERS, c_out, generator=g, dtype=torch.float64)
+    out = worker_layers.conv1d(x.transpose(2, 3), w, b, stride, padding).transpose(2, 3)
+    for i in range(WORKERS):
+        want = F.conv1d(x[i], w[i], b[i], stride=stride, padding=padding)
+        assert out[i].shape == want.shape
+        assert _relative(out[i], want) < 1e-12
+
+
+def test_linear_is_each_workers_linear():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(WORKERS, 5, 7, generator=g, dtype=torch.float64)
+    w = torch.randn(WORKERS, 4, 7, generator=g, dtype=torch.float64)
+    b = torch.randn(WORKERS, 4, generator=g, dtype=torch.float64)
+    out = worker_layers.linear(x, w, b)
+    for i in range(WORKERS):
+        assert _relative(out[i], F.linear(x[i], w[i], b[i])) < 1e-12
+
+
+def _batch(dtype):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(WORKERS, 8, 1, 40, generator=g, dtype=dtype)
+    return x, torch.randint(0, 10, (WORKERS, 8), generator=g)
+
+
+@pytest.mark.parametrize("name", ["cnn1d", "cnn1d_wide"])
+def test_stacked_workers_train_as_lone_workers(name):
+    """Each worker's loss and gradient under `stacked` equal a looped lone worker's: in
+    float64 to 1e-12, and in float32 (as runs train) to rounding."""
+    torch.manual_seed(0)
+    template = build_model(name, 10)
+    for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        x, y = _batch(dtype)
+        model = copy.deepcopy(template).to(dtype)
+        stacked, looped = Replicas(model, WORKERS, "stacked"), Replicas(model, WORKERS, "loop")
+        scale = torch.linspace(0.5, 1.5, WORKERS, dtype=dtype)
+        with torch.no_grad():  # the workers hold different weights, as after local steps
+            for p in (*stacked.params, *looped.params):
+                p.mul_(scale.view(-1, *[1] * (p.dim() - 1)))
+        losses = stacked.forward_backward(x, y, F.cross_entropy)
+        want = looped.forward_backward(x, y, F.cross_entropy)
+        assert _relative(losses.double(), want.double()) < tolerance
+        for p, q in zip(stacked.params, looped.params, strict=True):
+            for i in range(WORKERS):
+                assert _relative(p.grad[i], q.grad[i]) < tolerance
+
+
+def test_the_config_knows_which_models_have_their_own_forward():
+    """`trainer.vectorize=stacked` is checked by model name before anything runs."""
+    own = [m for m in MODELS if hasattr(build_model(m, 10, 16), "forward_workers")]
+    assert own == list(STACKED_MODELS)
+
+
+def test_auto_takes_the_models_own_forward_where_it_has_one():
+    assert Replicas(build_model("cnn1d", 10), 2, "auto").vectorize == "stacked"
+    assert Replicas(build_model("cnn1d_wide", 10), 2, "auto").vectorize == "stacked"
+    assert Replicas(build_model("mlp", 4, 16), 2, "auto").vectorize == "vmap"
+    assert Replicas(build_model("resnet20", 10), 2, "auto").vectorize == "vmap"
+
+
+def test_stacked_without_the_models_own_forward_is_refused_with_the_fix():
+    with pytest.raises(UserError, match="MLP has none; use trainer.vectorize=vmap"):
+        Replicas(build_model("mlp", 4, 16), 2, "stacked")
