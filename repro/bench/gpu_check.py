@@ -11,9 +11,10 @@ is not under `data.root`):
 and checks them against each other as `tests/dist/test_engine_equivalence.py` does on the
 CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relative after
 the first step and 1e-3 after the last (NCCL and cuDNN may sum in another order). Then the
-simulated engine with 8 workers on one GPU (vectorized, as it runs at the small scales)
-runs each method on ResNet-18, the paper's 8-worker cluster on one device. Step times (the
-device's, `Stopwatch`) and peak GPU memory are printed for both engines.
+simulated engine with 8 workers on one GPU runs each method on each workload, vectorized
+as it runs by default (`trainer.vectorize=auto`: the CNN through its own all-workers
+forward, ResNet-18 under vmap): the paper's 8-worker cluster on one device. Step times
+(the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
 
 A method that fails under either engine is reported (its error in one line) and the
 others still run; any failure or mismatch makes the exit status 1. Without a GPU it says
@@ -69,6 +70,7 @@ class Trace:
     seconds: list[float] = field(default_factory=list)
     params: list[torch.Tensor] = field(default_factory=list)
     peak_bytes: int | None = None
+    vectorize: str = ""
 
 
 def workloads(data_root: Path, names: tuple[str, ...]) -> dict[str, list[str]]:
@@ -114,7 +116,7 @@ def _config(root: Path, workload: list[str], method: str, world: int, engine: st
 
 
 def trace(trainer: Trainer, steps: int, device: str) -> Trace:
-    out = Trace()
+    out = Trace(vectorize=trainer.replicas.vectorize)
     watch = Stopwatch(device)
     for step in range(1, steps + 1):
         out.seconds.append(watch.time(trainer.train_step, step)[1])
@@ -199,13 +201,12 @@ def check(
     data_root: Path,
     say: Callable[[str], None],
     names: tuple[str, ...] = ("mnist1d_cnn", "resnet18"),
-    scale_workload: str = "resnet18",
     scale_workers: int = SCALE_WORKERS,
     steps: int = 4,
 ) -> bool:
     """Both engines at `world` workers on `device` ("cuda" or "cpu"), then the simulated
-    engine at `scale_workers` on one device; each result line goes to `say`. Returns
-    whether every method ran and the engines agreed."""
+    engine at `scale_workers` on one device, each of `names` in turn; each result line
+    goes to `say`. Returns whether every method ran and the engines agreed."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the check compares a first and a later step")
     kind = "cuda" if device.startswith("cuda") else "cpu"
@@ -243,14 +244,19 @@ def check(
                     f"  {name:<11} {method:<9} {'ok  ' if same else 'FAIL'} {summary}; "
                     f"processes {_ms(processes)}{_mem(processes)}; simulated {_ms(sim)}{_mem(sim)}"
                 )
-        say(f"simulated engine, {scale_workers} workers on {one}, {scale_workload} (vmap):")
-        scale = workloads(data_root, (scale_workload,))[scale_workload]
-        for method in METHODS:
-            t = _attempt(
-                lambda m=method: _simulated(root, scale, m, scale_workers, one, "vmap", steps + 1)
-            )
-            ok &= not isinstance(t, str)
-            say(f"  {method:<9} " + (f"FAIL {t}" if isinstance(t, str) else f"{_ms(t)}{_mem(t)}"))
+        for name, workload in chosen.items():
+            say(f"simulated engine, {scale_workers} workers on {one}, {name}:")
+            for method in METHODS:
+                t = _attempt(
+                    lambda w=workload, m=method: _simulated(
+                        root, w, m, scale_workers, one, "auto", steps + 1
+                    )
+                )
+                ok &= not isinstance(t, str)
+                say(
+                    f"  {method:<9} "
+                    + (f"FAIL {t}" if isinstance(t, str) else f"{_ms(t)}{_mem(t)} ({t.vectorize})")
+                )
     return ok
 
 

@@ -42,7 +42,6 @@ def test_every_method_under_both_engines_on_the_cpu(tmp_path):
         tmp_path / "data",
         lines.append,
         names=("mnist1d_cnn",),
-        scale_workload="mnist1d_cnn",
         scale_workers=2,
         steps=2,
     )
@@ -52,7 +51,7 @@ def test_every_method_under_both_engines_on_the_cpu(tmp_path):
     assert [(r[1], r[2]) for r in rows] == [(m, "ok") for m in METHODS]
     scale = lines[lines.index(next(x for x in lines if x.startswith("simulated engine"))) + 1 :]
     assert [s.split()[0] for s in scale] == list(METHODS)
-    assert all("ms/step" in s for s in scale)
+    assert all("ms/step" in s and s.endswith("(stacked)") for s in scale)
 
 
 def test_paper_size_resnet18_without_cifar_runs_on_images_of_its_shape(tmp_path):
