@@ -142,3 +142,12 @@ def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, Com
     """
     gathered, record = comm.allgather(grad_sq_norms.to(torch.float32).view(-1, 1))
     return int(torch.argmax(gathered[0].view(-1)).item()), record
+
+
+def var_sq_norms(var_norm: str, grads: dict[str, torch.Tensor], compensated: torch.Tensor):
+    """Each held worker's squared norm that VAR-Topk ranks by (`method.var_norm`): of the
+    gradient g ("grad", the paper's ||g||^2), or of the flat compensated G = g + residual
+    ("grad_plus_residual")."""
+    if var_norm == "grad_plus_residual":
+        return compensated.pow(2).sum(1)
+    return sum(g.pow(2).sum(1) for g in grads.values())

@@ -9,7 +9,12 @@ What the choice controls: AG versus AR-Topk is a real difference in what is sent
 ring and tree the backends differ: gloo picks its own allreduce algorithm internally and
 cannot be told, so on gloo the ring/tree choice only changes which formula the modeled clock
 charges (it is written into the allreduce's CommRecord). On NCCL the algorithm can be forced
-through the NCCL_ALGO environment variable (see `repro.strategies.topk.nccl_env`).
+through the NCCL_ALGO environment variable (`nccl_env`, which `TopKConfig.process_env` hands
+the launcher).
+
+NCCL reads NCCL_ALGO once, when a communicator is created, so the launcher must set it before
+`init_process_group`; a per-step `auto` switch cannot reach NCCL and changes only the modeled
+charge (as on gloo, which never lets the caller choose).
 
 At CR = 1 nothing is sparse: the exchange is a dense allreduce, ring or tree, and `auto`
 picks the cheaper of the two dense formulas.
@@ -69,3 +74,13 @@ class CollectivePolicy:
         """Modeled seconds of exchange `name` (dense when `cr` is 1), by the cost model."""
         table = _DENSE if cr == 1 else _SPARSE
         return cost.EXCHANGES[table[name]](link, nbytes, cr, n)
+
+
+def nccl_env(collective: str) -> dict[str, str]:
+    """Environment forcing NCCL's allreduce algorithm for a fixed ring or tree choice.
+
+    Uses NCCL's per-collective form (NCCL >= 2.24) so that the allgather and broadcast keep
+    their own algorithms; empty for `auto` and `allgather`, which leave NCCL's tuner alone.
+    """
+    algo = {"ar_ring": "ring", "ar_tree": "tree"}.get(collective)
+    return {} if algo is None else {"NCCL_ALGO": f"allreduce:{algo}"}

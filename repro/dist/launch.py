@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
-import queue
 import signal
 import socket
 import threading
@@ -36,22 +35,16 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from repro.dist.devices import backend_for, cuda_problem
+from repro.dist.worker_watch import WorkerWatch
 from repro.errors import UserError
 
 _PR_SET_PDEATHSIG = 1
 # How long a worker may go without a heartbeat, and a collective may wait for a peer, before
 # the run is ended. The trainer passes `trainer.collective_timeout_s` (same default).
 DEFAULT_TIMEOUT_S = 60.0
-TIMEOUT_SETTING = "trainer.collective_timeout_s"
-# A worker beats only once it has imported torch and unpickled its arguments, which takes
-# seconds per process on a loaded node; until its first beat it gets this much extra time.
-STARTUP_S = 120.0
 # When a worker reports a failure, how long the parent keeps looking for its cause: a killed
 # worker's peers see the closed connection before the parent can reap the dead process.
 SETTLE_S = 1.0
-# The parent looks at the workers at least once a second; a longer gap means it was itself
-# suspended (Ctrl-Z stops the parent and the workers alike), not that the workers went quiet.
-SUSPENDED_S = 2.0
 
 
 def free_port() -> int:
@@ -166,76 +159,6 @@ class WorkerFailed(UserError):
     """A worker died or stopped answering, so every worker of the run was ended."""
 
 
-def _exit_cause(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}" if code else "exited without returning a result"
-
-
-class _Watch:
-    """The parent's view of the workers: results, failure reports, exits and heartbeats."""
-
-    def __init__(self, procs, results, beats, timeout_s: float):
-        self.procs, self.results, self.beats, self.timeout_s = procs, results, beats, timeout_s
-        self.outs: dict[int, Any] = {}
-        self.reports: list[tuple[int, str, Any]] = []  # failures, in arrival order
-        self.launched = self.watch_from = self.last_look = time.monotonic()
-
-    def take(self, item: tuple[int, str, Any]) -> None:
-        rank, kind, payload = item
-        if kind == "ok":
-            self.outs[rank] = pickle.loads(payload)
-        else:
-            self.reports.append(item)
-
-    def receive(self, wait_s: float) -> None:
-        """Take every report already sent, waiting up to `wait_s` for the first."""
-        try:
-            self.take(self.results.get(timeout=wait_s))
-            while True:
-                self.take(self.results.get_nowait())
-        except queue.Empty:
-            pass
-
-    def done(self) -> bool:
-        return len(self.outs) == len(self.procs)
-
-    def fault(self, silent_s: float) -> tuple[int, str] | None:
-        """The first worker that died without a report or has been silent for `silent_s`."""
-        now = time.monotonic()
-        if now - self.last_look > SUSPENDED_S:
-            # Every heartbeat looks old after this process was suspended: the workers get a
-            # fresh window instead of being blamed.
-            self.watch_from = now
-        self.last_look = now
-        # Exit codes are read before the queue is drained: a worker puts its report in the
-        # pipe before it exits, so one that exited and still has no report sent none.
-        exited = {r: p.exitcode for r, p in enumerate(self.procs) if p.exitcode is not None}
-        self.receive(0.0)
-        settled = self.outs.keys() | {r for r, _, _ in self.reports}
-        for rank, code in exited.items():
-            if rank not in settled:
-                return rank, _exit_cause(code)
-        for rank in range(len(self.procs)):
-            if rank in settled or rank in exited:
-                continue
-            beat = self.beats[rank]
-            if beat == 0.0:
-                if now - self.launched > silent_s + STARTUP_S:
-                    return rank, f"never started ({now - self.launched:.0f} s after launch)"
-                continue
-            age = now - max(beat, self.watch_from)
-            if age > silent_s:
-                return rank, (
-                    f"stopped answering (no heartbeat for {age:.0f} s, "
-                    f"{TIMEOUT_SETTING}={self.timeout_s:g})"
-                )
-        return None
-
-
 def spawn(
     fn: Callable[..., Any],
     world_size: int,
@@ -271,7 +194,7 @@ def spawn(
     ]
     for p in procs:
         p.start()
-    watch = _Watch(procs, results, beats, collective_timeout_s)
+    watch = WorkerWatch(procs, results, beats, collective_timeout_s)
     fault: tuple[int, str] | None = None
     try:
         # Two beats short of the timeout, so that the run ends within it after a stop.

@@ -12,13 +12,13 @@ claim the paper states only qualitatively ("decreases") keeps a direction rule i
 `verdict.reproduced`. Either may have a wider `verdict.partly`. A value is "reproduced" inside
 the band (or rule), else "partly" inside the partly rule, else "not reproduced"; the file is
 refused when loaded if a band is missing, has no reason or no bound, or is inverted. How the
-values of several seeds combine into one verdict is `repro.report.seeds`.
+values of several seeds combine into one verdict is `repro.report.seeds`; the rules
+themselves are `repro.report.verdict_rules`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +28,11 @@ from typing import Any
 import yaml
 
 from repro.errors import UserError
-from repro.report import comparisons  # noqa: F401  (registers its calculators)
+from repro.report import (  # noqa: F401  (registers their calculators)
+    by_setting,
+    comparisons,
+    time_to_target,
+)
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.choices import Choice
 from repro.report.findings import Finding, check_findings
@@ -36,6 +40,7 @@ from repro.report.plots import FigureSpec
 from repro.report.published import PublishedTable
 from repro.report.series import Run, natural_key
 from repro.report.sweep_front import SweepFrontSpec
+from repro.report.verdict_rules import Rule, is_number
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
@@ -63,54 +68,6 @@ def build(cls: type, data: Any, where: str) -> Any:
         return cls(**data)
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Bounds our value must lie within: `at_least` and/or `at_most`."""
-
-    at_least: float | None = None
-    at_most: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("at_least", "at_most"):
-            value = getattr(self, name)
-            if value is not None and not is_number(value):
-                raise UserError(f"{name}={value!r} must be a number")
-        if self.at_least is None and self.at_most is None:
-            raise UserError("a verdict rule needs at_least and/or at_most")
-        if self.at_least is not None and self.at_most is not None and self.at_least > self.at_most:
-            raise UserError(
-                f"at_least {self.at_least} > at_most {self.at_most} (inverted); swap them"
-            )
-
-    def holds(self, ours: float | bool) -> bool:
-        """Whether `ours` lies within the bounds (NaN never does)."""
-        x = float(ours)
-        if math.isnan(x):
-            return False
-        return (self.at_least is None or x >= self.at_least) and (
-            self.at_most is None or x <= self.at_most
-        )
-
-    def contains(self, other: Rule) -> bool:
-        """Whether every value `other` accepts is accepted here (a wider or equal rule)."""
-        low = self.at_least is None or (
-            other.at_least is not None and other.at_least >= self.at_least
-        )
-        high = self.at_most is None or (other.at_most is not None and other.at_most <= self.at_most)
-        return low and high
-
-    def text(self) -> str:
-        if self.at_least is not None and self.at_most is not None:
-            return f"{self.at_least:g} to {self.at_most:g}"
-        if self.at_least is not None:
-            return f"at least {self.at_least:g}"
-        return f"at most {self.at_most:g}"
 
 
 BAND_KEYS = ("at_least", "at_most", "reason")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repro.errors import UserError
+from repro.report import by_setting, time_to_target  # noqa: F401  (registers their calculators)
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.colours import colour_for, line_style
 from repro.report.series import (

@@ -17,11 +17,8 @@ only by the chosen ratio. The probes' communication records are returned with th
 records (the modeled clock pays for probing, as the method does), and the rehearsal
 charges the probe steps' compute.
 
-NCCL: `nccl_env(cfg)` gives the environment that forces NCCL's allreduce algorithm for a
-fixed `ar_ring`/`ar_tree` choice. NCCL reads NCCL_ALGO once, when a communicator is
-created, so the launcher must set it before `init_process_group`; a per-step `auto`
-switch cannot reach NCCL and changes only the modeled charge (as on gloo, which never
-lets the caller choose).
+NCCL: `process_env` forces NCCL's allreduce algorithm for a fixed `ar_ring`/`ar_tree` choice
+(`repro.compress.policy.nccl_env`); the options' checks are `repro.compress.topk_options`.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from repro.compress.policy import COLLECTIVES, CollectivePolicy
+from repro.compress.policy import CollectivePolicy, nccl_env
 from repro.compress.ratio import (
     DEFAULT_BOUNDS,
     DEFAULT_CANDIDATES,
@@ -37,27 +34,17 @@ from repro.compress.ratio import (
     DEFAULT_WEIGHTS,
     FixedRatio,
     MOORatioController,
-    check_bounds,
-    check_candidates,
-    check_cr,
-    check_reprobe_change,
-    check_weights,
 )
-from repro.errors import UserError
+from repro.compress.topk_options import check_options
 from repro.netmodel import cost
 from repro.netmodel.cost import Link
 from repro.strategies.base import MethodConfig, StepInfo, register
 
 if TYPE_CHECKING:
-    import torch
-
     from repro.compress.exchange import ExchangeResult
     from repro.dist.collectives import Collectives, CommRecord
     from repro.train.stacked_optim import StackedOptimizer
 
-CONTROLLERS = ("fixed", "moo")
-LEADERS = ("star", "var")
-VAR_NORMS = ("grad", "grad_plus_residual")
 _NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker
 
 
@@ -93,58 +80,10 @@ class TopKConfig(MethodConfig):
     bytes_scale: float = 1.0
 
     def __post_init__(self):
-        check_cr(self.cr)
-        if self.cr_controller not in CONTROLLERS:
-            raise UserError(
-                f"method.cr_controller={self.cr_controller!r} is unknown; choose one of "
-                f"{list(CONTROLLERS)}"
-            )
-        if self.collective not in COLLECTIVES:
-            raise UserError(
-                f"method.collective={self.collective!r} is unknown; choose one of "
-                f"{list(COLLECTIVES)}"
-            )
-        if self.leader not in LEADERS:
-            raise UserError(
-                f"method.leader={self.leader!r} is unknown; choose one of {list(LEADERS)}"
-            )
-        if self.var_norm not in VAR_NORMS:
-            raise UserError(
-                f"method.var_norm={self.var_norm!r} is unknown; choose one of {list(VAR_NORMS)}"
-            )
-        if self.cr == 1 and self.cr_controller == "fixed" and self.collective == "allgather":
-            raise UserError(
-                "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
-            )
-        check_candidates(self.candidates)
-        if self.cr_controller == "moo" and self.collective == "allgather" and 1 in self.candidates:
-            # a probe at c = 1 would be a dense exchange, which allgather cannot carry
-            raise UserError(
-                "method.collective=allgather needs method.candidates < 1 (cr=1 is a dense "
-                "allreduce)"
-            )
-        check_weights(self.weights)
-        check_bounds(self.ratio_bounds)
-        check_reprobe_change(self.reprobe_change)
-        if self.probe_steps < 1:
-            raise UserError(f"method.probe_steps={self.probe_steps} must be at least 1")
-        if self.gain_window < 1:
-            raise UserError(f"method.gain_window={self.gain_window} must be at least 1")
-        if not self.bytes_scale > 0:
-            raise UserError(f"method.bytes_scale={self.bytes_scale} must be > 0")
+        check_options(self)
 
     def process_env(self) -> dict[str, str]:
-        return nccl_env(self)
-
-
-def nccl_env(cfg: TopKConfig) -> dict[str, str]:
-    """Environment forcing NCCL's allreduce algorithm for a fixed ring or tree choice.
-
-    Uses NCCL's per-collective form (NCCL >= 2.24) so that the allgather and broadcast keep
-    their own algorithms; empty for `auto` and `allgather`, which leave NCCL's tuner alone.
-    """
-    algo = {"ar_ring": "ring", "ar_tree": "tree"}.get(cfg.collective)
-    return {} if algo is None else {"NCCL_ALGO": f"allreduce:{algo}"}
+        return nccl_env(self.collective)
 
 
 @register(TopKConfig)
@@ -231,6 +170,7 @@ class TopKStrategy:
             dense_exchange,
             star_leader,
             var_leader,
+            var_sq_norms,
         )
         from repro.compress.topk import k_for, residual_after
 
@@ -248,7 +188,7 @@ class TopKStrategy:
             result = ag_topk_exchange(self.comm, flat, k_for(self.numel, cr), layers)
         else:
             if self.cfg.leader == "var":
-                leader, record = var_leader(self.comm, self._var_sq_norms(grads, flat))
+                leader, record = var_leader(self.comm, var_sq_norms(self.cfg.var_norm, grads, flat))
                 records.append(record)
             else:
                 leader = star_leader(step, self.comm.world_size)
@@ -263,12 +203,6 @@ class TopKStrategy:
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
             p.grad.copy_(avg.reshape(p.shape))
         return result, records
-
-    def _var_sq_norms(self, grads: dict[str, torch.Tensor], compensated: torch.Tensor):
-        """Each held worker's squared norm that VAR-Topk ranks by (`method.var_norm`)."""
-        if self.cfg.var_norm == "grad_plus_residual":
-            return compensated.pow(2).sum(1)
-        return sum(g.pow(2).sum(1) for g in grads.values())
 
     def _sync_seconds(self, cr: float, link: Link) -> float:
         """Modeled seconds of one exchange at ratio `cr` on `link` (the time objective)."""

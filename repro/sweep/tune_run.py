@@ -22,15 +22,9 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.sweep.space import format_override
+from repro.sweep.tune_checks import check_run_set, probe_arms
 from repro.sweep.tune_spec import TuneSpec
-from repro.sweep.tune_study import (
-    check_run_set,
-    completed,
-    open_arm_study,
-    open_journal,
-    probe_arms,
-    tune_worker,
-)
+from repro.sweep.tune_study import completed, open_arm_study, open_journal, tune_worker
 from repro.sweep.tuned import REPO, TUNED_DIR, tune_command, write_tuned
 
 

@@ -42,7 +42,7 @@ from hydra.core.config_store import ConfigStore
 
 from repro.errors import UserError
 from repro.storage import out_of_space, probe_write, storage_error
-from repro.track.runs import has_exit_record
+from repro.track.wandb_file import has_exit_record
 
 MODES = ("auto", "offline", "online", "disabled")
 # The two clocks every point carries (see the trainer): reports may plot against either.

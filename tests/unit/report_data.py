@@ -1,11 +1,12 @@
-"""Synthetic runs for the report tests: curves from closed-form formulas, so every number a
-calculator returns can be computed by hand."""
+"""Synthetic runs and claims for the report tests: curves from closed-form formulas, so every
+number a calculator returns can be computed by hand."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from repro.report.claims import ClaimsFile
 from repro.report.series import label_of, seed_of
 from repro.track.runs import RunData
 
@@ -125,6 +126,10 @@ def seeded(runs: Iterable[RunData]) -> dict[str, dict[int, RunData]]:
     return out
 
 
+def by_label(runs):
+    return {r.config["experiment"]["label"]: r for r in runs}
+
+
 HEADLINE_BAND = {"at_least": 0.267, "at_most": 0.4, "reason": "published 1/3 +- 20%"}
 
 
@@ -144,3 +149,7 @@ def claim_dict(**over) -> dict:
         "band": HEADLINE_BAND,
     }
     return {**base, **over}
+
+
+def claims_file(claims):
+    return ClaimsFile(paper="adacomm", title="t", citation="c", claims=claims)

@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from repro.errors import UserError
 from repro.track import runs_cli
-from repro.track.runs import BLOCK, find_runs, has_exit_record, read_run
+from repro.track.runs import find_runs, read_run
+from repro.track.wandb_file import BLOCK, has_exit_record
 from repro.track.wandb_run import Tracker, TrackingConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from repro.errors import UserError
+from repro.sweep.tune_checks import check_coverage
 from repro.sweep.tune_spec import load_tune_spec, spec_from_dict
-from repro.sweep.tune_study import check_coverage, search_of, seed_score
+from repro.sweep.tune_study import search_of, seed_score
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "sweeps" / "tune").glob("*.yaml"))

@@ -1,91 +1,17 @@
-"""Collective policy against the paper's formulas; ratio controllers; Top-k config checks."""
+"""Ratio controllers: the fixed ratio, and the multi-objective controller's fit, Pareto pick
+(Eq. 6, against a brute-force search), re-probe trigger, state and validation."""
 
-import itertools
 import math
-import re
 
 import numpy as np
 import pytest
 
 from repro.compress.policy import CollectivePolicy
 from repro.compress.ratio import FixedRatio, MOORatioController, fit_curves
-from repro.config import compose
 from repro.errors import UserError
 from repro.netmodel.cost import Link
-from repro.strategies.topk import TopKConfig, TopKStrategy, nccl_env
 
 CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
-
-
-def paper_costs(a, bw, m, c, n):
-    """Flexible Top-k, Sec. III and Eq. 4a/4b, written out independently of the package."""
-    b, lg = 1 / bw, math.log2(n)
-    return {
-        "allgather": a * lg + 2 * m * c * b * (n - 1),
-        "ar_ring": a * (2 * (n - 1) + lg) + m * c * b * (2 * (n - 1) / n + lg),
-        "ar_tree": 3 * a * lg + 3 * m * c * b * lg,
-    }
-
-
-def test_auto_policy_is_the_formulas_argmin_on_a_grid():
-    latencies = [1e-5, 1e-3, 4e-3, 5e-2]
-    bandwidths = [1e9 / 8, 20e9 / 8, 100e9 / 8]
-    ratios = [0.1, 0.033, 0.01, 0.001]
-    workers = [2, 4, 8, 16, 32]
-    sizes = [4 * 11_200_000, 4 * 100_000]
-    winners = set()
-    for a, bw, c, n, m in itertools.product(latencies, bandwidths, ratios, workers, sizes):
-        costs = paper_costs(a, bw, m, c, n)
-        best = min(costs.values())
-        choice = CollectivePolicy("auto").choose(Link(a, bw), m, c, n)
-        assert costs[choice] == pytest.approx(best, rel=1e-12), (a, bw, c, n, m, costs)
-        winners.add(min(costs, key=costs.get))
-    assert winners == {"allgather", "ar_ring", "ar_tree"}  # the grid exercises every branch
-
-
-def test_paper_regimes():
-    # Allgather at high compression and bandwidth; AR-Topk at low bandwidth, low compression.
-    m, n = 4 * 11_200_000, 8
-    assert CollectivePolicy().choose(Link(1e-3, 25e9 / 8), m, 0.001, n) == "allgather"
-    assert CollectivePolicy().choose(Link(1e-3, 1e9 / 8), m, 0.1, n).startswith("ar_")
-
-
-def test_fixed_modes_and_dense():
-    link, m = Link(1e-3, 1e9 / 8), 4e6
-    for mode in ("allgather", "ar_ring", "ar_tree"):
-        assert CollectivePolicy(mode).choose(link, m, 0.01, 8) == mode
-    # cr = 1 is a dense allreduce: auto takes the cheaper of 2(n-1)a + 2(n-1)/n M b and
-    # 2 a log n + 2 log n M b.
-    assert CollectivePolicy().choose(Link(1e-3, 1e12), m, 1.0, 32) == "ar_tree"
-    assert CollectivePolicy().choose(Link(0.0, 1e8), m, 1.0, 32) == "ar_ring"
-    assert CollectivePolicy("ar_tree").choose(link, m, 1.0, 8) == "ar_tree"
-    with pytest.raises(ValueError, match="dense"):
-        CollectivePolicy("allgather").choose(link, m, 1.0, 8)
-    with pytest.raises(UserError, match="method.collective='bcast'"):
-        CollectivePolicy("bcast")
-
-
-def test_policy_remembers_until_link_or_ratio_changes():
-    policy = CollectivePolicy()
-    m, n = 4 * 11_200_000, 8
-    fast, slow = Link(1e-3, 25e9 / 8), Link(1e-3, 1e9 / 8)
-    assert policy.last is None
-    assert policy.choose(fast, m, 0.001, n) == "allgather"
-    assert policy.choose(fast, m, 0.001, n) == "allgather"
-    assert policy.choose(slow, m, 0.1, n) != "allgather"
-    assert policy.last == policy.choose(slow, m, 0.1, n)
-    assert policy.decide(fast, m, 0.001, n) == "allgather"
-    assert policy.last != "allgather"  # decide() leaves the remembered choice alone
-
-
-def test_policy_seconds_are_the_formulas():
-    link, m, n = Link(4e-3, 20e9 / 8), 4e7, 8
-    expected = paper_costs(4e-3, 20e9 / 8, m, 0.01, n)
-    for name, value in expected.items():
-        assert CollectivePolicy.seconds(name, link, m, 0.01, n) == pytest.approx(value)
-    assert CollectivePolicy.seconds("ar_ring", link, m, 1.0, n) == pytest.approx(
-        2 * 7 * 4e-3 + 2 * 7 / 8 * m * 8 / 20e9
-    )
 
 
 def test_fixed_ratio_never_probes():
@@ -216,32 +142,6 @@ def test_moo_pick_matches_a_brute_force_search(network, weights, bounds):
     assert mine == pytest.approx(best, rel=1e-3)
 
 
-def test_moo_settings_default_to_the_paper_and_reach_the_controller():
-    cfg = TopKConfig(cr_controller="moo")
-    assert cfg.candidates == [0.1, 0.033, 0.011, 0.004, 0.001]
-    assert cfg.weights == [0.6, 0.4]
-    assert cfg.ratio_bounds == [0.001, 0.1]
-    assert cfg.reprobe_change == 0.1
-    assert cfg.var_norm == "grad"
-    custom = TopKConfig(
-        cr_controller="moo",
-        candidates=[0.2, 0.05, 0.01],
-        weights=[0.5, 0.5],
-        ratio_bounds=[0.01, 0.2],
-        reprobe_change=0.25,
-    )
-    controller = TopKStrategy(custom, 4).controller
-    assert controller.candidates == (0.2, 0.05, 0.01)
-    assert controller.weights == (0.5, 0.5)
-    assert controller.bounds == (0.01, 0.2)
-    assert controller.reprobe_change == 0.25
-    probes = {c: (min(1.0, 0.95 + 0.12 * math.log(c / 0.1)), 0.01 + c) for c in (0.2, 0.05, 0.01)}
-    assert 0.01 <= controller.solve(probes) <= 0.2
-    assert not controller.needs_probe(0.5)
-    assert not controller.needs_probe(0.62)  # 24%: under this threshold
-    assert controller.needs_probe(0.625)
-
-
 def test_moo_state_round_trip():
     controller = MOORatioController()
     controller.solve(probe_data(1e-3, 1e9 / 8))
@@ -270,51 +170,3 @@ def test_moo_validation():
     with pytest.raises(UserError, match="method.reprobe_change=0"):
         MOORatioController(reprobe_change=0)
     MOORatioController(weights=(0.3, 0.7), candidates=(1.0, 0.5))
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"cr": 0.0}, "method.cr=0.0"),
-        ({"cr": 1.5}, "method.cr=1.5"),
-        ({"collective": "ring"}, "method.collective='ring'"),
-        ({"leader": "max"}, "method.leader='max'"),
-        ({"cr_controller": "pid"}, "method.cr_controller='pid'"),
-        ({"cr": 1.0, "collective": "allgather"}, "method.collective=allgather"),
-        ({"candidates": [0.1, 2.0]}, "method.candidates"),
-        ({"weights": [0.7, 0.4]}, "method.weights"),
-        ({"probe_steps": 0}, "method.probe_steps=0"),
-        ({"gain_window": 0}, "method.gain_window=0"),
-        ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
-        ({"var_norm": "residual"}, "method.var_norm='residual'"),
-        ({"ratio_bounds": [0.1, 0.001]}, "method.ratio_bounds=[0.1, 0.001] must be two ratios"),
-        ({"ratio_bounds": [0.0, 0.1]}, "method.ratio_bounds=[0.0, 0.1]"),
-        ({"ratio_bounds": [0.01, 1.5]}, "method.ratio_bounds=[0.01, 1.5]"),
-        ({"ratio_bounds": [0.01]}, "method.ratio_bounds=[0.01]"),
-        ({"reprobe_change": 0.0}, "method.reprobe_change=0.0 must be a positive fraction"),
-        ({"reprobe_change": -0.1}, "method.reprobe_change=-0.1"),
-        ({"reprobe_change": math.inf}, "method.reprobe_change=inf"),
-        (
-            {"cr_controller": "moo", "collective": "allgather", "candidates": [1.0, 0.1]},
-            "method.candidates < 1",
-        ),
-    ],
-)
-def test_topk_config_rejects_bad_input(overrides, message):
-    with pytest.raises(UserError, match=re.escape(message)):
-        TopKConfig(**overrides)
-
-
-def test_method_topk_composes_and_follows_the_network_byte_scale():
-    cfg = compose(["method=topk", "network=flex_c1", "network.bytes_scale=64"]).method
-    assert isinstance(cfg, TopKConfig)
-    assert (cfg.cr, cfg.collective, cfg.leader, cfg.weights) == (0.01, "auto", "star", [0.6, 0.4])
-    assert cfg.bytes_scale == 64.0
-    with pytest.raises(UserError, match="method.leader='max'"):
-        compose(["method=topk", "method.leader=max"])
-
-
-def test_nccl_env_for_fixed_allreduce_choices():
-    assert nccl_env(TopKConfig(collective="ar_tree")) == {"NCCL_ALGO": "allreduce:tree"}
-    assert nccl_env(TopKConfig(collective="ar_ring")) == {"NCCL_ALGO": "allreduce:ring"}
-    assert nccl_env(TopKConfig(collective="auto")) == {}

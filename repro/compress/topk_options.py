@@ -1,0 +1,68 @@
+"""The values Flexible Top-k's method options may take, and the checks `TopKConfig` runs.
+
+Kept apart from the strategy so the rules of `method=topk` read in one place and can be
+tested without torch or a process group: which ratio controller (`fixed`, or the paper's
+multi-objective `moo`, Eq. 6), which collective (`repro.compress.policy.COLLECTIVES`), which
+AR-Topk leader (STAR round robin or VAR largest norm, Algorithm 1) and which norm VAR ranks
+by. The MOO controller's own settings are checked by `repro.compress.ratio`'s `check_*`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from repro.compress.policy import COLLECTIVES
+from repro.compress.ratio import (
+    check_bounds,
+    check_candidates,
+    check_cr,
+    check_reprobe_change,
+    check_weights,
+)
+from repro.errors import UserError
+
+if TYPE_CHECKING:
+    from repro.strategies.topk import TopKConfig
+
+CONTROLLERS = ("fixed", "moo")
+LEADERS = ("star", "var")
+VAR_NORMS = ("grad", "grad_plus_residual")
+
+
+def check_options(cfg: TopKConfig) -> None:
+    """Raise `UserError` naming the first `method.*` option of `cfg` that is out of range."""
+    check_cr(cfg.cr)
+    if cfg.cr_controller not in CONTROLLERS:
+        raise UserError(
+            f"method.cr_controller={cfg.cr_controller!r} is unknown; choose one of "
+            f"{list(CONTROLLERS)}"
+        )
+    if cfg.collective not in COLLECTIVES:
+        raise UserError(
+            f"method.collective={cfg.collective!r} is unknown; choose one of {list(COLLECTIVES)}"
+        )
+    if cfg.leader not in LEADERS:
+        raise UserError(f"method.leader={cfg.leader!r} is unknown; choose one of {list(LEADERS)}")
+    if cfg.var_norm not in VAR_NORMS:
+        raise UserError(
+            f"method.var_norm={cfg.var_norm!r} is unknown; choose one of {list(VAR_NORMS)}"
+        )
+    if cfg.cr == 1 and cfg.cr_controller == "fixed" and cfg.collective == "allgather":
+        raise UserError(
+            "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
+        )
+    check_candidates(cfg.candidates)
+    if cfg.cr_controller == "moo" and cfg.collective == "allgather" and 1 in cfg.candidates:
+        # a probe at c = 1 would be a dense exchange, which allgather cannot carry
+        raise UserError(
+            "method.collective=allgather needs method.candidates < 1 (cr=1 is a dense allreduce)"
+        )
+    check_weights(cfg.weights)
+    check_bounds(cfg.ratio_bounds)
+    check_reprobe_change(cfg.reprobe_change)
+    if cfg.probe_steps < 1:
+        raise UserError(f"method.probe_steps={cfg.probe_steps} must be at least 1")
+    if cfg.gain_window < 1:
+        raise UserError(f"method.gain_window={cfg.gain_window} must be at least 1")
+    if not cfg.bytes_scale > 0:
+        raise UserError(f"method.bytes_scale={cfg.bytes_scale} must be > 0")

@@ -1,0 +1,129 @@
+"""A SLURM run's task killed hard, and a run requeued in the middle (issue 8).
+
+A task killed with SIGKILL fails the whole job, and `repro jobs --watch` shows that task's
+log within a minute. A job requeued after a checkpoint resumes from it and ends equal to
+the uninterrupted local run. Both runs sleep their modeled compute, so they last long
+enough to be hit in the middle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.cluster.submit import submit_run
+from repro.config import compose, run_dir_of
+from tests.helpers import repro_cli, train
+from tests.integration.slurm_jobs import (
+    GUARD_S,
+    SLOW,
+    TWO_WORKERS,
+    _assert_same_run,
+    # autouse: importing the fixture is what applies it to this module's tests
+    _cancel_leftovers,  # noqa: F401
+    _slurm_overrides,
+    _wait,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
+
+
+def _checkpointed_step(run_dir: Path) -> int:
+    try:
+        return json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_for_checkpoint(run_dir: Path, step: int) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while _checkpointed_step(run_dir) < step:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{run_dir} has no checkpoint of step {step} after {GUARD_S:.0f} s")
+        time.sleep(0.2)
+
+
+def _task_pid(job_id: str, rank: int) -> int:
+    """The pid of task `rank` of job `job_id` on this node (we are root and share it)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if (
+            f"SLURM_JOB_ID={job_id}".encode() in env
+            and f"SLURM_PROCID={rank}".encode() in env
+            and b"submitit.core._submit" in cmd
+        ):
+            return int(proc.name)
+    raise AssertionError(f"no process of task {rank} of job {job_id} found")
+
+
+@pytest.mark.timeout(600)
+def test_a_task_killed_hard_fails_the_job_with_its_log_shown(tmp_path: Path) -> None:
+    cfg = compose([*TWO_WORKERS, *SLOW, "trainer.steps=2000", *_slurm_overrides(tmp_path)])
+    job = submit_run(cfg)
+    root = tmp_path / "runs"
+    _wait_for_checkpoint(run_dir_of(cfg), 20)
+    os.kill(_task_pid(job.job_id, 1), signal.SIGKILL)
+    # srun ends the other task (--kill-on-bad-exit) and accounting reports the failure;
+    # `repro jobs --watch` returns once no job is active, and must do so within a minute.
+    watched = repro_cli("jobs", "--root", str(root), "--watch", "--interval", "1", timeout=60)
+    assert watched.returncode == 1, watched.stdout + watched.stderr
+    final = watched.stdout.split("\n\n")[-1]
+    assert re.search(rf"^{job.job_id}\s+run\s+sync\s+FAILED", final, re.M), final
+    assert f"task 0 log {job.paths.stderr}:" in final
+    assert "task 1: Killed" in final
+    assert final.rstrip().endswith("1 jobs: 1 FAILED")
+    assert not (run_dir_of(cfg) / "summary.json").exists()
+
+
+@pytest.mark.timeout(600)
+def test_requeue_in_the_middle_resumes_and_matches_the_uninterrupted_run(tmp_path) -> None:
+    cfg = compose([*TWO_WORKERS, *SLOW, "trainer.steps=300", *_slurm_overrides(tmp_path)])
+    job = submit_run(cfg)
+    root = tmp_path / "runs"
+    _wait_for_checkpoint(run_dir_of(cfg), 60)
+    subprocess.run(["scontrol", "requeue", job.job_id], check=True, timeout=60)
+    _release_requeued(job.job_id)
+    states = _wait(root)
+    assert states == {job.job_id: "COMPLETED"}
+    starts = re.findall(r"2 workers, from step (\d+)", Path(job.paths.stdout).read_text())
+    assert len(starts) == 2 and starts[0] == "0" and int(starts[1]) >= 60, starts
+
+    local = train(
+        tmp_path / "local",
+        *TWO_WORKERS,
+        "trainer.steps=300",
+        "compute.dist=constant",
+        "compute.mean_ms=50",
+    )
+    _assert_same_run(run_dir_of(cfg), Path(local["run_dir"]))
+
+
+def _release_requeued(job_id: str) -> None:
+    """Start a requeued job now. Once its old steps are gone SLURM puts it back in the queue
+    with a begin time about two minutes ahead; the requeue on preemption this stands for is
+    not about that wait, so the test lifts it (as an operator would) instead of sleeping."""
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True
+        ).stdout.split()
+        if state == ["PENDING", "BeginTime"]:
+            subprocess.run(
+                ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=60
+            )
+            return
+        time.sleep(0.5)
+    pytest.fail(f"requeued job {job_id} did not come back to the queue within {GUARD_S:.0f} s")

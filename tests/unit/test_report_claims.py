@@ -1,0 +1,97 @@
+"""Claims files: mistakes refused as user errors when loaded, and AdaComm's file judged on a
+full synthetic run set."""
+
+from pathlib import Path
+
+import pytest
+
+from repro.errors import UserError
+from repro.report.claims import ClaimsFile, load_claims
+from repro.report.seeds import evaluate
+from tests.unit.report_data import adacomm_set, claim_dict, claims_file, seeded
+
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"metric": {"calculator": "magic"}}, "metric: calculator 'magic' is not one of"),
+        (
+            {"metric": {"calculator": "final_metric", "params": {"run": "a", "colour": 1}}},
+            "metric: params for 'final_metric'",
+        ),
+        ({"scales": ["huge"]}, "scales"),
+        ({"published": "3x", "band": None, "verdict": {"partly": {"at_most": 1}}}, "verdict keys"),
+        ({"published": "3x", "band": None, "verdict": {"reproduced": {"near": 1}}}, "unknown key"),
+        ({"verdict": {"reproduced": {"at_most": 0.4}}}, "verdict.reproduced is not allowed"),
+        ({"verdict": {"partly": {"at_most": 0.3}}}, "must be wider than the band"),
+        ({"published": "3x"}, "a band needs a numeric published value"),
+        ({"colour": "red"}, "unknown key"),
+        ({"metric": "time_to_target_ratio"}, "metric must be a mapping"),
+        ({"scales": "small"}, "scales"),
+        (
+            {
+                "metric": {
+                    "calculator": "time_to_target_ratio",
+                    "params": {"run": "a", "reference": "b", "clock": "sundial"},
+                }
+            },
+            "clock='sundial' must be one of step, modeled, wall",
+        ),
+        (
+            {
+                "metric": {
+                    "calculator": "final_metric",
+                    "params": {"run": "a", "metric": "m", "smooth": 0},
+                }
+            },
+            "smooth=0 must be an integer >= 1",
+        ),
+        ({"verdict": {"partly": {"at_most": "0.4"}}}, "at_most='0.4' must be a number"),
+        (
+            {"band": {"at_most": "0.4", "reason": "r"}},
+            "band.at_most='0.4' must be a number",
+        ),
+    ],
+)
+def test_bad_claims_are_user_errors(bad, message):
+    with pytest.raises(UserError, match=message):
+        claims_file([claim_dict(**bad)])
+
+
+def test_duplicate_ids_and_bad_figures():
+    with pytest.raises(UserError, match="duplicate claim id"):
+        claims_file([claim_dict(), claim_dict()])
+    with pytest.raises(UserError, match="kind 'pie'"):
+        ClaimsFile(
+            "adacomm", "t", "c", [], figures=[{"id": "f", "title": "t", "y": "a", "kind": "pie"}]
+        )
+
+
+def test_unknown_paper_lists_known(tmp_path):
+    (tmp_path / "adacomm.yaml").write_text("paper: adacomm\n")
+    (tmp_path / "topk.yaml").write_text("paper: topk\n")
+    with pytest.raises(UserError, match="unknown paper 'nope'.*known papers: adacomm, topk"):
+        load_claims("nope", tmp_path)
+    with pytest.raises(UserError, match="missing key"):
+        load_claims("adacomm", tmp_path)
+
+
+def test_adacomm_claims_file_on_a_full_run_set():
+    cf = load_claims("adacomm", CLAIMS_DIR)
+    assert cf.display_name("local_sgd_tau16") == "PASGD (τ = 16)"
+    assert cf.display_name("sync") == "Fully synchronous SGD"
+    res = {r.claim.id: r for r in evaluate(cf.claims, seeded(adacomm_set()), "small")}
+    assert set(res) == {c.id for c in cf.claims}
+    # smooth 3: sync's target mean(100/80, 100/90, 1) is first met at step 100 (100 s);
+    # adacomm's smoothed loss mean(80/70, 80/80, 80/90) = 1.0106 meets it at step 90 (22.5 s),
+    # below the headline's band 0.267 to 0.4 but within its partly rule (at most 0.9)
+    assert res["headline_time_to_sync_loss"].ours == pytest.approx(0.225)
+    assert res["headline_time_to_sync_loss"].verdict == "partly"
+    assert res["tau_decreases"].ours == 1.0
+    assert res["larger_tau_faster_per_step"].verdict == "reproduced"
+    assert res["larger_tau_worse_final_loss"].verdict == "reproduced"
+    assert all(r.verdict in ("reproduced", "partly", "not reproduced") for r in res.values())
+    tiny = evaluate(cf.claims, seeded(adacomm_set("tiny")), "tiny")
+    assert {r.verdict for r in tiny} == {"not assessed"}
