@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
 from repro.cluster.config import ClusterConfig
-from repro.errors import UserError
+from repro.errors import UserError, require_choice
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.strategies.base import MethodConfig, registered
@@ -138,15 +138,13 @@ class TrainerConfig:
             raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
         if not self.collective_timeout_s > 0:
             raise UserError(f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0")
-        if self.engine not in ENGINES:
-            raise UserError(
-                f"trainer.engine={self.engine!r} is unknown; choose one of {list(ENGINES)} "
-                "(auto: simulated where it can run at the tiny and small scales, else processes)"
-            )
-        if self.vectorize not in VECTORIZE:
-            raise UserError(
-                f"trainer.vectorize={self.vectorize!r} is unknown; choose one of {list(VECTORIZE)}"
-            )
+        require_choice(
+            "trainer.engine",
+            self.engine,
+            ENGINES,
+            "(auto: simulated where it can run at the tiny and small scales, else processes)",
+        )
+        require_choice("trainer.vectorize", self.vectorize, VECTORIZE)
 
 
 @dataclass

@@ -7,3 +7,11 @@ traceback: the message must name the setting and the fix.
 
 class UserError(Exception):
     """Bad input or an unmet precondition that the user can fix."""
+
+
+def require_choice(setting: str, value: object, choices, hint: str = "") -> None:
+    """Refuse `value` for `setting` unless it is one of `choices`, in the one line every
+    named option's refusal shares: the setting, the value, the choices (and `hint`)."""
+    if value not in choices:
+        tail = f" {hint}" if hint else ""
+        raise UserError(f"{setting}={value!r} is unknown; choose one of {list(choices)}{tail}")

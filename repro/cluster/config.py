@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from repro.errors import UserError
+from repro.errors import UserError, require_choice
 
 CLUSTERS = ("local", "submitit_local", "slurm")
 BACKENDS = ("auto", "nccl")
@@ -55,10 +55,7 @@ class ClusterConfig:
     backend: str = "auto"
 
     def __post_init__(self):
-        if self.kind not in CLUSTERS:
-            raise UserError(
-                f"cluster.kind={self.kind!r} is unknown; choose one of {list(CLUSTERS)}"
-            )
+        require_choice("cluster.kind", self.kind, CLUSTERS)
         if self.nodes < 1:
             raise UserError(f"cluster.nodes={self.nodes} must be at least 1")
         if self.gpus_per_node < 0 or self.cpus_per_task < 1:
@@ -71,10 +68,7 @@ class ClusterConfig:
             raise UserError(f"cluster.array_parallelism={self.array_parallelism} must be >= 1")
         if self.max_requeues < 0:
             raise UserError(f"cluster.max_requeues={self.max_requeues} must be >= 0")
-        if self.backend not in BACKENDS:
-            raise UserError(
-                f"cluster.backend={self.backend!r} is unknown; choose one of {list(BACKENDS)}"
-            )
+        require_choice("cluster.backend", self.backend, BACKENDS)
         if self.kind == "submitit_local" and self.nodes != 1:
             raise UserError(f"cluster.nodes={self.nodes}: submitit_local runs on one node only")
 

@@ -22,7 +22,7 @@ picks the cheaper of the two dense formulas.
 
 from __future__ import annotations
 
-from repro.errors import UserError
+from repro.errors import require_choice
 from repro.netmodel import cost
 from repro.netmodel.cost import Link
 
@@ -42,8 +42,7 @@ class CollectivePolicy:
     """
 
     def __init__(self, mode: str = "auto"):
-        if mode not in COLLECTIVES:
-            raise UserError(f"method.collective={mode!r} is unknown; choose one of {COLLECTIVES}")
+        require_choice("method.collective", mode, COLLECTIVES)
         self.mode = mode
         self.last: str | None = None
         self._key: tuple[Link, float, float, int] | None = None

@@ -19,7 +19,7 @@ from repro.compress.ratio import (
     check_reprobe_change,
     check_weights,
 )
-from repro.errors import UserError
+from repro.errors import UserError, require_choice
 
 if TYPE_CHECKING:
     from repro.strategies.topk import TopKConfig
@@ -32,21 +32,10 @@ VAR_NORMS = ("grad", "grad_plus_residual")
 def check_options(cfg: TopKConfig) -> None:
     """Raise `UserError` naming the first `method.*` option of `cfg` that is out of range."""
     check_cr(cfg.cr)
-    if cfg.cr_controller not in CONTROLLERS:
-        raise UserError(
-            f"method.cr_controller={cfg.cr_controller!r} is unknown; choose one of "
-            f"{list(CONTROLLERS)}"
-        )
-    if cfg.collective not in COLLECTIVES:
-        raise UserError(
-            f"method.collective={cfg.collective!r} is unknown; choose one of {list(COLLECTIVES)}"
-        )
-    if cfg.leader not in LEADERS:
-        raise UserError(f"method.leader={cfg.leader!r} is unknown; choose one of {list(LEADERS)}")
-    if cfg.var_norm not in VAR_NORMS:
-        raise UserError(
-            f"method.var_norm={cfg.var_norm!r} is unknown; choose one of {list(VAR_NORMS)}"
-        )
+    require_choice("method.cr_controller", cfg.cr_controller, CONTROLLERS)
+    require_choice("method.collective", cfg.collective, COLLECTIVES)
+    require_choice("method.leader", cfg.leader, LEADERS)
+    require_choice("method.var_norm", cfg.var_norm, VAR_NORMS)
     if cfg.cr == 1 and cfg.cr_controller == "fixed" and cfg.collective == "allgather":
         raise UserError(
             "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"

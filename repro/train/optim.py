@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from repro.errors import UserError
+from repro.errors import UserError, require_choice
 
 if TYPE_CHECKING:
     from repro.train.stacked_optim import StackedOptimizer
@@ -33,10 +33,7 @@ class OptimConfig:
     warmup_steps: int = 0
 
     def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise UserError(
-                f"optim.name={self.name!r} is unknown; choose one of {list(OPTIMIZERS)}"
-            )
+        require_choice("optim.name", self.name, OPTIMIZERS)
         if not self.lr > 0:
             raise UserError(f"optim.lr={self.lr} must be positive")
         if self.momentum < 0 or self.momentum >= 1:

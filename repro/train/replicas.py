@@ -67,11 +67,8 @@ class Replicas:
             raise ValueError(f"vectorize={vectorize!r} must be one of {VECTORIZE}")
         own = hasattr(template, "forward_workers")
         if vectorize == "stacked" and not own:
-            raise UserError(
-                f"trainer.vectorize=stacked needs a model with its own all-workers forward "
-                f"(forward_workers) and {type(template).__name__} has none; use "
-                "trainer.vectorize=vmap"
-            )
+            # the config refuses this by model name before anything runs (engine_checks)
+            raise ValueError(f"vectorize=stacked: {type(template).__name__} has no forward_workers")
         if vectorize == "auto":
             vectorize = "stacked" if own else "vmap"
         self.n, self.vectorize = n, vectorize

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from repro.errors import UserError
+from repro.errors import UserError, require_choice
 
 # The models `models.build_model` builds.
 MODELS = (
@@ -64,14 +64,8 @@ class WorkloadConfig:
         return sizes.get(self.dataset, 50_000)
 
     def __post_init__(self):
-        if self.dataset not in DATASETS:
-            raise UserError(
-                f"workload.dataset={self.dataset!r} is unknown; choose one of {list(DATASETS)}"
-            )
-        if self.model not in MODELS:
-            raise UserError(
-                f"workload.model={self.model!r} is unknown; choose one of {list(MODELS)}"
-            )
+        require_choice("workload.dataset", self.dataset, DATASETS)
+        require_choice("workload.model", self.model, MODELS)
         if self.num_samples < 2:
             raise UserError(f"workload.num_samples={self.num_samples} must be at least 2")
         if self.eval_batch_size < 1:

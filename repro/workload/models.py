@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from repro.errors import UserError
+from repro.errors import require_choice
 from repro.workload import worker_layers
 from repro.workload.config import MODELS
 
@@ -161,6 +161,7 @@ def _cifar_torchvision(name: str, num_classes: int) -> nn.Module:
 
 
 def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
+    require_choice("workload.model", name, MODELS)
     if name == "cnn1d":
         return CNN1D(num_classes)
     if name == "cnn1d_wide":
@@ -173,9 +174,7 @@ def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
         return VGG16(num_classes)
     if name == "toy_quadratic":
         return ToyQuadratic()
-    if name in ("resnet18", "resnet50"):
-        return _cifar_torchvision(name, num_classes)
-    raise UserError(f"workload.model={name!r} is unknown; choose one of {list(MODELS)}")
+    return _cifar_torchvision(name, num_classes)  # resnet18, resnet50
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from repro.config import compose
 from repro.errors import UserError
 from repro.train.replicas import Replicas
 from repro.workload import worker_layers
@@ -91,6 +92,10 @@ def test_auto_takes_the_models_own_forward_where_it_has_one():
     assert Replicas(build_model("resnet20", 10), 2, "auto").vectorize == "vmap"
 
 
-def test_stacked_without_the_models_own_forward_is_refused_with_the_fix():
-    with pytest.raises(UserError, match="MLP has none; use trainer.vectorize=vmap"):
+def test_stacked_without_the_models_own_forward_is_refused():
+    """By model name in the config (the user's one line: tests/integration/
+    test_engine_errors.py), and by the model itself where Replicas is built directly."""
+    with pytest.raises(UserError, match="workload.model=mlp has none; use trainer.vectorize=vmap"):
+        compose(["workload=synthetic_mlp", "compute.mode=sampled", "trainer.vectorize=stacked"])
+    with pytest.raises(ValueError, match="MLP has no forward_workers"):
         Replicas(build_model("mlp", 4, 16), 2, "stacked")
