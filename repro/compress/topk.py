@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
+from repro.compress.select import topk_indices
+
 
 def k_for(numel: int, cr: float) -> int:
     """Entries kept out of `numel` at ratio `cr`: floor(cr * numel), at least 1, at most numel."""
@@ -59,18 +61,11 @@ def compress(
     if x.dim() != 2:
         raise ValueError(f"compress expects (workers, size) rows, got shape {tuple(x.shape)}")
     if layer_sizes is None:
-        indices = torch.topk(x.abs(), k, dim=1, sorted=False).indices
+        indices = topk_indices(x, [k], [x.shape[1]])
         return x.gather(1, indices), indices
     if sum(layer_sizes) != x.shape[1]:
         raise ValueError(f"layer sizes sum to {sum(layer_sizes)}, the rows have {x.shape[1]}")
-    parts = []
-    offset = 0
-    for size, share in zip(layer_sizes, layer_ks(layer_sizes, k), strict=True):
-        if share:
-            part = x[:, offset : offset + size].abs()
-            parts.append(torch.topk(part, share, dim=1, sorted=False).indices + offset)
-        offset += size
-    indices = torch.cat(parts, dim=1)
+    indices = topk_indices(x, layer_ks(layer_sizes, k), layer_sizes)
     return x.gather(1, indices), indices
 
 

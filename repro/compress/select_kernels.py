@@ -1,0 +1,102 @@
+"""The compiled loops of the radix select (`repro.compress.select`), numba on the CPU.
+
+Input: each row's floats viewed as signed integers of the same width. Clearing the sign
+bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
+1. one pass counts the entries by their top `_TOP` magnitude bits (the exponent and a few
+   mantissa bits) and finds the bucket holding the k-th largest;
+2. a second pass lists, in index order, every entry of that bucket or above: all of the
+   selection and the few other members of the threshold's bucket;
+3. the remaining bits of the threshold are found `_DIGIT` at a time by histograms over
+   that short list alone, and the list is filtered: everything above the threshold, and
+   the first entries equal to it.
+Four interleaved counters per bucket keep repeated increments of one bucket (magnitudes
+crowd into a few exponents) from waiting on each other. Every count is an integer, so the
+result depends on no order of summation.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_TOP = 11
+_DIGIT = 10
+_LANES = 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
+    """Write segment [start, stop)'s k indices of largest magnitude into out[at:at + k]."""
+    magnitude = (np.int64(1) << (width - 1)) - 1  # every bit but the sign
+    shift = width - 1 - _TOP
+    top[:] = 0
+    for i in range(start, stop):
+        u = np.int64(row[i]) & magnitude
+        top[((u >> shift) << 2) | (i & (_LANES - 1))] += 1
+    rank = k  # the threshold is the rank-th largest of the entries matching its prefix
+    bucket = (1 << _TOP) - 1
+    while True:
+        base = bucket << 2
+        count = top[base] + top[base + 1] + top[base + 2] + top[base + 3]
+        if count >= rank:
+            break
+        rank -= count
+        bucket -= 1
+    m = 0
+    for i in range(start, stop):
+        listed[m] = i
+        m += ((np.int64(row[i]) & magnitude) >> shift) >= bucket
+    prefix = np.int64(bucket) << shift
+    fixed = magnitude ^ ((np.int64(1) << shift) - 1)  # the bits of the threshold known
+    bits = shift
+    while bits > 0:
+        d = min(_DIGIT, bits)
+        bits -= d
+        mask = (np.int64(1) << d) - 1
+        low[:] = 0
+        for j in range(m):
+            u = np.int64(row[listed[j]]) & magnitude
+            if (u & fixed) == prefix:
+                low[(u >> bits) & mask] += 1
+        digit = (1 << d) - 1
+        while low[digit] < rank:
+            rank -= low[digit]
+            digit -= 1
+        prefix |= np.int64(digit) << bits
+        fixed |= mask << bits
+    # `rank` entries equal to the threshold are still needed; every larger one is kept
+    w = at
+    for j in range(m):
+        i = listed[j]
+        u = np.int64(row[i]) & magnitude
+        if u > prefix or (u == prefix and rank > 0):
+            if u == prefix:
+                rank -= 1
+            out[w] = i
+            w += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _select(bits, width, starts, ks, out):
+    top = np.zeros(_LANES << _TOP, dtype=np.int32)
+    low = np.zeros(1 << _DIGIT, dtype=np.int64)
+    longest = 0
+    for s in range(ks.shape[0]):
+        longest = max(longest, starts[s + 1] - starts[s])
+    listed = np.empty(longest, dtype=np.int64)
+    for r in range(bits.shape[0]):
+        at = 0
+        for s in range(ks.shape[0]):
+            if ks[s] > 0:
+                _select_segment(
+                    bits[r], width, starts[s], starts[s + 1], ks[s], out[r], at, top, low, listed
+                )
+                at += ks[s]
+
+
+def select_rows(bits: np.ndarray, starts: np.ndarray, ks: list[int], out: np.ndarray) -> None:
+    """Fill `out` (rows, sum(ks)) with each row's selected indices, segment by segment;
+    segment s spans columns starts[s]:starts[s + 1] of `bits` (rows, n), the floats' bits
+    as signed integers of their width."""
+    width = bits.dtype.itemsize * 8
+    _select(bits, width, starts, np.asarray(ks, dtype=np.int64), out)

@@ -1,0 +1,96 @@
+"""The radix select against `torch.topk` and against a stable sort (the tie rule).
+
+Without ties at the threshold the selected set must be exactly `torch.topk`'s; with ties it
+must be the first k of a stable sort by magnitude, descending (equal magnitudes: lowest
+index first), which `torch.sort(stable=True)` computes independently of the radix loops.
+"""
+
+import pytest
+import torch
+
+from repro.compress.select import topk_indices
+from repro.compress.topk import compress
+
+WIDE = 271_224  # cnn1d_wide's parameters: the Top-k run set's rows
+
+
+def _stable_reference(x: torch.Tensor, ks, sizes) -> torch.Tensor:
+    parts, offset = [], 0
+    for k, size in zip(ks, sizes, strict=True):
+        mag = x[:, offset : offset + size].abs()
+        order = torch.sort(mag, dim=1, descending=True, stable=True).indices
+        parts.append(order[:, :k].sort(dim=1).values + offset)
+        offset += size
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 27, 271, 2_712, 27_122, WIDE])
+def test_the_same_set_as_torch_topk_on_eight_wide_rows(dtype, k):
+    # Gaussian values: ties at a threshold are all but impossible, so the set is topk's
+    x = torch.randn(8, WIDE, generator=torch.Generator().manual_seed(k), dtype=dtype)
+    got = topk_indices(x, [k], [WIDE])
+    assert got.shape == (8, k) and got.dtype == torch.int64
+    expected = torch.topk(x.abs(), k, dim=1).indices.sort(dim=1).values
+    assert torch.equal(got, expected)
+    assert torch.equal(got, got.sort(dim=1).values)  # ascending, as documented
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("k", [1, 5, 271, 27_122])
+def test_ties_at_the_threshold_go_to_the_lowest_indices(dtype, k):
+    # 11 distinct magnitudes over 8 x 271,224 entries: every threshold is heavily tied.
+    # float16 on the CPU takes the torch path, which must follow the same rule.
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(-5, 6, (8, WIDE), generator=gen).to(dtype)
+    got = topk_indices(x, [k], [WIDE])
+    assert torch.equal(got, _stable_reference(x, [k], [WIDE]))
+    mag = x.abs()
+    kept = torch.zeros_like(mag, dtype=torch.bool).scatter_(1, got, True)
+    threshold = mag.gather(1, got).min(dim=1, keepdim=True).values
+    assert bool((mag[~kept].view(8, -1) <= threshold).all())  # nothing larger left out
+    assert bool((mag[kept].view(8, -1) >= threshold).all())
+
+
+def test_layer_segments_each_keep_their_own_count():
+    gen = torch.Generator().manual_seed(1)
+    sizes = [125, 25, 1875, 25, 1875, 25, 256_000, 1024, 10_240, 10]
+    ks = [1, 0, 19, 0, 19, 0, 2_560, 10, 102, 1]
+    x = torch.randn(8, sum(sizes), generator=gen)
+    x[:, 150:160] = 2.5  # a tied block inside the third segment
+    got = topk_indices(x, ks, sizes)
+    assert torch.equal(got, _stable_reference(x, ks, sizes))
+    # and no tensor's entries come from another tensor's columns
+    starts = torch.tensor([0, *sizes]).cumsum(0)
+    at = 0
+    for s, k in enumerate(ks):
+        part = got[:, at : at + k]
+        assert bool(((part >= starts[s]) & (part < starts[s + 1])).all())
+        at += k
+
+
+def test_special_values_rank_as_torch_ranks_them():
+    x = torch.tensor(
+        [[0.0, -0.0, float("inf"), -1e-45, 3.0, float("-inf"), float("nan"), -3.0, 1e-38]]
+    )
+    assert topk_indices(x, [1], [9]).tolist() == [[6]]  # NaN first, as in torch.topk
+    assert topk_indices(x, [3], [9]).tolist() == [[2, 5, 6]]
+    assert topk_indices(x, [4], [9]).tolist() == [[2, 4, 5, 6]]  # |3.0| == |-3.0|: lower index
+    assert topk_indices(x, [7], [9]).tolist() == [[2, 3, 4, 5, 6, 7, 8]]  # subnormal above 0
+    assert topk_indices(x, [8], [9]).tolist() == [[0, 2, 3, 4, 5, 6, 7, 8]]  # +0 before -0
+
+
+def test_compress_takes_the_selection_and_its_values():
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 10_000, generator=gen)
+    values, indices = compress(x, 100)
+    assert torch.equal(indices, _stable_reference(x, [100], [10_000]))
+    assert torch.equal(values, x.gather(1, indices))
+
+
+def test_bad_segments_are_refused():
+    x = torch.randn(2, 10)
+    with pytest.raises(ValueError, match="do not fit"):
+        topk_indices(x, [3], [9])
+    with pytest.raises(ValueError, match="segment's size"):
+        topk_indices(x, [11], [10])
