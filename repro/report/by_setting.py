@@ -28,7 +28,7 @@ from repro.report.series import (
 )
 
 
-def _select(runs: Mapping[str, Run], where: Mapping[str, Any]) -> dict[str, Run]:
+def select_where(runs: Mapping[str, Run], where: Mapping[str, Any]) -> dict[str, Run]:
     """Runs whose config matches every `path: value` (or `path: [values]`) in `where`."""
 
     def ok(run: Run) -> bool:
@@ -50,7 +50,7 @@ def _members(
 ) -> list[tuple[float, str, Run]]:
     """(key value, label, run) for the selected runs plus `include`d labels, sorted by key."""
     members = []
-    for label, run in _select(runs, where).items():
+    for label, run in select_where(runs, where).items():
         value = cfg(run, key)
         if value is None:
             raise NotMeasurable(f"run '{label}' has no config '{key}'")

@@ -1,19 +1,17 @@
 """Published claims as data (`reports/claims/<paper>.yaml`) and how one value is judged.
 
-A claims file names the paper, its citation, how its methods are called (label -> name),
-each claim (where the paper makes it, what it says, the calculator that computes our number,
-the published value, the scales it applies to, and the rules that turn our number into a
-verdict) and the figures of the report.
+A claims file names the paper, its citation, the seed cap, how its methods are called
+(label -> name), each claim (where the paper makes it, what it says, its `kind`, the
+calculator that computes our number, the published value, the scales it applies to, and the
+rules that turn our number into a verdict) and the figures of the report.
 
-A claim whose published value is a number is judged on a `band` around it (issue 14: on the
-magnitude, not only the direction): `at_least` and/or `at_most` with the `reason` for them,
-fixed from the paper's numbers and what the claim depends on before any result is seen. A
-claim the paper states only qualitatively ("decreases") keeps a direction rule in
-`verdict.reproduced`. Either may have a wider `verdict.partly`. A value is "reproduced" inside
-the band (or rule), else "partly" inside the partly rule, else "not reproduced"; the file is
-refused when loaded if a band is missing, has no reason or no bound, or is inverted. How the
-values of several seeds combine into one verdict is `repro.report.seeds`; the rules
-themselves are `repro.report.verdict_rules`.
+A claim whose published value is a number is judged on a `band` around it, fixed from the
+paper's numbers before any result is seen; a claim the paper states only qualitatively keeps
+a direction rule in `verdict.reproduced`. Either may have a wider `verdict.partly`. The file
+is refused when loaded if a band is missing, has no reason, a bound that is not finite, or
+is inverted (`repro.report.verdict_rules`). `seed_cap` (per file, optionally per claim) is
+the most seeds a claim's runs get while its interval straddles a band edge; how seeds
+combine into a verdict is `repro.report.seeds`.
 """
 
 from __future__ import annotations
@@ -35,12 +33,13 @@ from repro.report import (  # noqa: F401  (registers their calculators)
 )
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.choices import Choice
+from repro.report.claim_checks import check_cap, check_magnitudes
 from repro.report.findings import Finding, check_findings
 from repro.report.plots import FigureSpec
 from repro.report.published import PublishedTable
 from repro.report.series import Run, natural_key
 from repro.report.sweep_front import SweepFrontSpec
-from repro.report.verdict_rules import Rule, is_number
+from repro.report.verdict_rules import Rule, band_rule
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
@@ -67,10 +66,15 @@ def build(cls: type, data: Any, where: str) -> Any:
     try:
         return cls(**data)
     except UserError as err:
-        raise UserError(f"{where}: {err}") from None
+        text = str(err)
+        raise UserError(text if text.startswith(where) else f"{where}: {text}") from None
 
 
-BAND_KEYS = ("at_least", "at_most", "reason")
+# outcome: a training result that could have come out otherwise, judged on the seeds'
+# confidence interval; model_check: follows from the modeled clock or the rule itself, so it
+# checks our implementation against the paper's formula and is never counted as a
+# reproduction.
+KINDS = ("outcome", "model_check")
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,14 @@ class Claim:
     published: Any
     unit: str
     scales: list
+    kind: str
     verdict: dict = field(default_factory=dict)
     band: dict | None = None
+    magnitude: list = field(default_factory=list)
+    seed_cap: int | None = None
     reproduced: Rule = field(init=False)
     partly: Rule | None = field(init=False)
+    cap: int = field(init=False, default=0)  # seed_cap, else the file's (set by ClaimsFile)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", str(self.id)):
@@ -99,7 +107,8 @@ class Claim:
         if not isinstance(self.scales, list) or not self.scales or bad:
             raise UserError(f"scales {self.scales} must be a non-empty subset of {list(SCALES)}")
         self._check_metric()
-        band = self._band()
+        self._check_kind()
+        band = band_rule(self.band, self.published, f"claim '{self.id}'")
         rules = dict(self.verdict)
         if band is not None:
             if "reproduced" in rules:
@@ -122,41 +131,19 @@ class Claim:
         object.__setattr__(self, "reproduced", reproduced)
         object.__setattr__(self, "partly", partly)
 
-    def _band(self) -> Rule | None:
-        """The band as a rule; None for a claim stated only qualitatively. A numeric published
-        value needs one, with a reason and at least one bound, not inverted."""
-        where = f"claim '{self.id}'"
-        if self.band is None:
-            if is_number(self.published):
-                raise UserError(
-                    f"{where}: published {self.published} is a number but has no band; add "
-                    "band: {at_least and/or at_most, reason} around it"
-                )
-            return None
-        if not is_number(self.published):
+    def _check_kind(self) -> None:
+        if self.kind not in KINDS:
             raise UserError(
-                f"{where}: a band needs a numeric published value, not {self.published!r}; "
-                "judge a qualitative claim with verdict.reproduced"
+                f"claim '{self.id}': kind={self.kind!r} is not one of {', '.join(KINDS)}; set "
+                "kind: outcome (a training result that could have come out otherwise) or "
+                "kind: model_check (follows from the modeled clock or the rule itself)"
             )
-        if not isinstance(self.band, dict) or set(self.band) - set(BAND_KEYS):
-            raise UserError(f"{where}: band must be a mapping of {', '.join(BAND_KEYS)}")
-        reason = self.band.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
-            raise UserError(
-                f"{where}: band has no reason; add band.reason saying why these bounds, from "
-                "the paper's numbers and what the claim depends on"
-            )
-        low, high = self.band.get("at_least"), self.band.get("at_most")
-        if low is None and high is None:
-            raise UserError(f"{where}: band has no bound; give band.at_least and/or band.at_most")
-        for name, value in (("at_least", low), ("at_most", high)):
-            if value is not None and not is_number(value):
-                raise UserError(f"{where}: band.{name}={value!r} must be a number")
-        if low is not None and high is not None and low > high:
-            raise UserError(
-                f"{where}: band is inverted (at_least {low} > at_most {high}); swap the bounds"
-            )
-        return Rule(low, high)
+        if self.seed_cap is not None:
+            check_cap(self.seed_cap, f"claim '{self.id}': seed_cap")
+        if not isinstance(self.magnitude, list) or not all(
+            isinstance(m, str) for m in self.magnitude
+        ):
+            raise UserError(f"claim '{self.id}': magnitude must be a list of claim ids")
 
     def _check_metric(self) -> None:
         extra = set(self.metric) - {"calculator", "params"}
@@ -196,6 +183,7 @@ class ClaimsFile:
     paper: str
     title: str
     citation: str
+    seed_cap: int
     claims: list
     figures: list = field(default_factory=list)
     methods: dict = field(default_factory=dict)
@@ -205,7 +193,8 @@ class ClaimsFile:
     findings: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        claims = [build(Claim, c, f"claims[{i}]") for i, c in enumerate(self.claims)]
+        check_cap(self.seed_cap, "seed_cap")
+        claims = [build(Claim, c, claim_where(i, c)) for i, c in enumerate(self.claims)]
         figures = [build(FigureSpec, f, f"figures[{i}]") for i, f in enumerate(self.figures)]
         tables = [build(PublishedTable, t, f"tables[{i}]") for i, t in enumerate(self.tables)]
         fronts = [
@@ -216,6 +205,9 @@ class ClaimsFile:
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
                 raise UserError(f"duplicate {kind} id(s) {', '.join(dupes)}")
+        check_magnitudes(claims)
+        for claim in claims:
+            object.__setattr__(claim, "cap", claim.seed_cap or self.seed_cap)
         for pattern in self.methods:
             try:
                 re.compile(pattern)
@@ -247,6 +239,12 @@ class ClaimsFile:
             if match:
                 return str(name).format(match.group(0), *match.groups())
         return label
+
+
+def claim_where(i: int, data: Any) -> str:
+    """How a claims-file mistake names the claim: its id when it has one."""
+    name = data.get("id") if isinstance(data, dict) else None
+    return f"claim '{name}'" if isinstance(name, str) else f"claims[{i}]"
 
 
 def known_papers(claims_dir: Path) -> list[str]:

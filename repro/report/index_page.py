@@ -14,9 +14,9 @@ from pathlib import Path
 
 from repro.report.claims import SCALES
 from repro.report.index import Index, Section
-from repro.report.page import with_unit
-from repro.report.render import CSS
-from repro.report.seeds import VERDICTS_TEXT, summary
+from repro.report.page import CHECKS_TITLE, with_unit
+from repro.report.render import CSS, verdict_class
+from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ CLAIM_HEADERS = [
     "claim",
     "statement",
     "published",
-    "ours (mean over seeds)",
+    "ours (mean over seeds, 95% CI)",
     "per seed",
     "verdict",
     "scale",
@@ -40,25 +40,27 @@ CLAIM_HEADERS = [
 ]
 
 
-def _claim_rows(sections: Sequence[Section]) -> list[list[Cell]]:
+def _claim_rows(sections: Sequence[Section], checks: bool = False) -> list[list[Cell]]:
+    """One row per outcome claim (per model check with `checks`) of every section."""
     rows: list[list[Cell]] = []
     for s in sections:
         link = Link(s.paper, s.where)
         if s.refused:
-            rows.append(
-                [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
-            )
+            if not checks:
+                rows.append(
+                    [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
+                )
             continue
-        for r in s.results:
+        for r in model_checks(s.results) if checks else outcomes(s.results):
             rows.append(
                 [
                     s.paper,
                     r.claim.id,
                     r.claim.statement,
                     with_unit(r.claim.published, r.claim.unit),
-                    with_unit(r.ours, r.claim.unit),
+                    r.ours_text(r.claim.unit),
                     r.per_seed_text(),
-                    r.verdict,
+                    r.verdict_text(),
                     s.scale,
                     link,
                 ]
@@ -81,6 +83,10 @@ def _tables(index: Index) -> list[tuple[str, list[str], list[list[Cell]], int | 
         if at_scale:
             title = f"Claims at scale {scale}"
             tables.append((title, CLAIM_HEADERS, _claim_rows(at_scale), VERDICT_COL))
+            checks = _claim_rows(at_scale, checks=True)
+            if checks:
+                title = f"{CHECKS_TITLE} at scale {scale}"
+                tables.append((title, CLAIM_HEADERS, checks, VERDICT_COL))
     if index.not_run:
         rows: list[list[Cell]] = [[p.paper, p.title, "not run", p.command] for p in index.not_run]
         tables.append(("Papers not run", ["paper", "title", "status", "run it with"], rows, 2))
@@ -135,7 +141,7 @@ def _html_table(
         cells = []
         for i, cell in enumerate(row):
             verdict = i == verdict_col and isinstance(cell, str)
-            cls = f' class="v-{e(cell.replace(" ", "-"))}"' if verdict else ""
+            cls = f' class="{e(verdict_class(cell))}"' if verdict else ""
             cells.append(f"<td{cls}>{_html_cell(cell)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return [*out, "</table>"]

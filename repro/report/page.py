@@ -2,9 +2,11 @@
 
 Every report states the scale, data set, model, worker count, network model, seeds and the
 clocks, so that a number in the claims table can be read against the setup that produced it.
-The claims table gives each claim's criterion (its band and the band's reason, or its
-direction rule), our mean over seeds, each seed's value, and the verdict over seeds
-(`repro.report.seeds`); the final-metrics table has one row per run and seed.
+The claims table gives each outcome claim's criterion (its band and the band's reason, or its
+direction rule), our mean over seeds with its 95% interval, each seed's value, and the
+verdict (`repro.report.seeds`); the model checks, which test our implementation against the
+paper's formulas rather than reproduce a result, have a table of their own and are not
+counted. The final-metrics table has one row per run and seed.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
 from repro.report.findings import findings_table
 from repro.report.render import FigureOut, Page, Table, fmt
-from repro.report.seeds import VERDICTS_TEXT, ClaimResult, summary
+from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
 from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
 from repro.sweep.tuned import tuning_table
+
+CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
 
 CLOCKS_TEXT = (
     "modeled: each worker's compute time (measured or sampled, compute.mode) plus every "
@@ -91,7 +95,7 @@ def with_unit(value: Any, unit: str) -> str:
     return f"{text} {unit}" if numeric and unit and text != "never reached" else text
 
 
-def claims_table(results: list[ClaimResult], scale: str) -> Table:
+def claims_table(results: list[ClaimResult], scale: str, title: str = "Claims") -> Table:
     rows = [
         [
             r.claim.id,
@@ -99,9 +103,9 @@ def claims_table(results: list[ClaimResult], scale: str) -> Table:
             r.claim.source,
             with_unit(r.claim.published, r.claim.unit),
             r.claim.criterion(),
-            with_unit(r.ours, r.claim.unit),
+            r.ours_text(r.claim.unit),
             r.per_seed_text(),
-            r.verdict,
+            r.verdict_text(),
             scale,
             r.note,
         ]
@@ -113,13 +117,13 @@ def claims_table(results: list[ClaimResult], scale: str) -> Table:
         "source",
         "published",
         "criterion",
-        "ours (mean over seeds)",
+        "ours (mean over seeds, 95% CI)",
         "per seed",
         "verdict",
         "scale",
         "how",
     ]
-    return Table("Claims", headers, rows, verdict_col=7)
+    return Table(title, headers, rows, verdict_col=7)
 
 
 def _last(run: Run, metric: str) -> Any:
@@ -179,7 +183,8 @@ def assemble(
     seeds = len(seeds_of(runs))
     tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
     tuning = tuning_table(claims.paper, scale) if tuned else None
-    why = findings_table(claims.findings, results, scale)
+    why = findings_table(claims.findings, results, scale, runs)
+    checks = model_checks(results)
     lines = [
         claims.citation,
         f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}.",
@@ -195,8 +200,9 @@ def assemble(
             setup_table(runs, scale),
             *([choices_table(claims.choices)] if claims.choices else []),
             *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
-            claims_table(results, scale),
+            claims_table(outcomes(results), scale),
             *([why] if why.rows else []),
+            *([claims_table(checks, scale, CHECKS_TITLE)] if checks else []),
         ],
         figures=figures,
         tables_after=[metrics_table(runs, claims.display_name)],

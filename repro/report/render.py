@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,13 @@ def fmt(value: Any) -> str:
             return "undefined"
         return f"{value:.4g}"
     return str(value)
+
+
+def verdict_class(verdict: str) -> str:
+    """The CSS class of a verdict cell: its verdict word(s), without the seeds, interval or
+    magnitude note that follow ("undecided at 3 seeds" -> "v-undecided")."""
+    word = re.split(r" at |;|,", verdict, maxsplit=1)[0].strip()
+    return "v-" + word.replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,7 @@ th { background: #f2f2f2; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #444; }
 .v-reproduced { background: #d8f0d8; } .v-partly { background: #fff1c4; }
-.v-unstable { background: #fbd9b0; }
+.v-undecided { background: #fbd9b0; } .v-inconclusive { background: #e6d4f0; }
 .v-not-reproduced { background: #f7d4d4; } .v-not-run, .v-not-measured,
 .v-not-assessed { background: #e8e8e8; }
 .missing { color: #a00; }
@@ -113,7 +121,7 @@ def _html_table(table: Table) -> list[str]:
     for row in table.rows:
         cells = []
         for i, cell in enumerate(row):
-            cls = f' class="v-{cell.replace(" ", "-")}"' if i == table.verdict_col else ""
+            cls = f' class="{e(verdict_class(cell))}"' if i == table.verdict_col else ""
             cells.append(f"<td{cls}>{e(cell)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return [*out, "</table>"]

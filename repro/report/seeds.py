@@ -1,31 +1,49 @@
-"""Claims judged per seed and on the mean of the seeds (issue 14: verdicts over seeds).
+"""Claims judged on the seeds' mean and its 95% bootstrap confidence interval.
 
 A reproduction runs every label for several seeds; the report holds its runs as
 label -> seed -> run (`Seeded`). A claim's calculator runs once per seed on that seed's runs
-(label -> run), and the claim's value is the mean of the per-seed values. Verdicts:
+(label -> run); the claim's value is the mean of the per-seed values, and its 95%
+percentile-bootstrap interval (`repro.report.bootstrap`) says how far other seeds could move
+that mean. An outcome claim's verdict places the interval against the band (or direction
+rule) and the wider partly rule:
 
-* "reproduced": the criterion (band or direction rule) holds on the mean and on every seed;
-* "unstable": the seeds disagree (their one-value verdicts differ), so one seed alone could
-  have told either story; the report lists each seed's value and verdict;
-* "partly" / "not reproduced": every seed agrees on it;
-* "not run" when a run a claim needs is absent for some seed, "not measured" when the runs lack
-  a metric or setting, "not assessed" when the claim does not apply to the report's scale
-  (its values are still computed and shown).
+* "reproduced": the interval lies inside the band;
+* "partly": outside the band and inside the partly rule;
+* "not reproduced": outside the band and outside the partly rule (or there is none);
+* "undecided at N seeds": it straddles an edge of either, and the claim's runs have fewer
+  seeds than its cap, so seeds are added (`repro reproduce`); "inconclusive at N seeds,
+  CI [a, b]" once they reach the cap. One seed has no interval: undecided (or inconclusive
+  at a cap of 1);
+* "not run" when a run a claim needs is absent for some seed, "not measured" when the runs
+  lack a metric or setting, "not assessed" when the claim does not apply to the report's
+  scale (its values are still computed and shown).
+
+A seed whose value is undefined (NaN: a ratio of two runs that both never reached the
+target) lies outside every band, so the claim is not reproduced. A model check (it follows
+from the modeled clock or the rule itself) is judged on every seed instead: its verdict is
+its worst seed's, and it is never counted among the reproductions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
+from repro.report.bootstrap import Interval, mean_interval
 from repro.report.claims import Claim
+from repro.report.reads import labels_read
 from repro.report.render import fmt
-from repro.report.series import MissingRun, NotMeasurable, Seeded, at_seed, seeds_of
+from repro.report.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed, seeds_of
+
+ORDER = ("not reproduced", "partly", "reproduced")
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """A claim with our value (the mean over seeds; None when not computed), its verdict, each
-    seed's value and one-value verdict, and how we got there."""
+    """A claim with our value (the mean over seeds; None when not computed), its interval,
+    its verdict, each seed's value, and how we got there. `edge` is the band or partly edge
+    an undecided interval straddles; `magnitude` what the claim's magnitude claims say when
+    one of them is not reproduced."""
 
     claim: Claim
     ours: float | None
@@ -33,31 +51,78 @@ class ClaimResult:
     note: str
     per_seed: dict[int, float] = field(default_factory=dict)
     seed_verdicts: dict[int, str] = field(default_factory=dict)
+    interval: Interval | None = None
+    edge: float | None = None
+    magnitude: str = ""
+
+    @property
+    def seeds(self) -> int:
+        return len(self.per_seed)
+
+    def ci_text(self) -> str:
+        if self.interval is None:
+            return "—"
+        return f"[{fmt(self.interval.low)}, {fmt(self.interval.high)}]"
+
+    def verdict_text(self) -> str:
+        """The verdict as the tables show it, with the seeds and interval where undecided,
+        and what a failed magnitude claim says."""
+        text = self.verdict
+        seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
+        if self.verdict == "undecided":
+            text = f"undecided at {seeds}"
+        elif self.verdict == "inconclusive":
+            text = f"inconclusive at {seeds}, CI {self.ci_text()}"
+        return f"{text}; {self.magnitude}" if self.magnitude else text
+
+    def ours_text(self, unit: str) -> str:
+        """The mean with its unit and 95% interval."""
+        if self.ours is None:
+            return "—"
+        text = fmt(self.ours)
+        if unit and text not in ("never reached", "undefined"):
+            text += f" {unit}"
+        return text + (f" (95% CI {self.ci_text()})" if self.interval else "")
 
     def per_seed_text(self) -> str:
-        """Each seed's value, with its verdict when the seeds disagree."""
+        """Each seed's value, with its verdict when a model check's seeds disagree."""
+        disagree = len(set(self.seed_verdicts.values())) > 1
         parts = []
         for seed, value in self.per_seed.items():
             text = f"seed {seed}: {fmt(value)}"
-            if self.verdict == "unstable":
+            if disagree:
                 text += f" ({self.seed_verdicts[seed]})"
             parts.append(text)
         return "; ".join(parts) or "—"
 
 
-def mean(values: list[float]) -> float:
-    """The mean of the per-seed values (inf when a seed never reached a target)."""
-    return sum(values) / len(values)
+def place(claim: Claim, low: float, high: float) -> tuple[str, float | None]:
+    """The verdict of an interval against the band and partly rule, and the edge it
+    straddles when undecided (see module doc)."""
+    for rule, verdict in ((claim.reproduced, "reproduced"), (claim.partly, "partly")):
+        if rule is None:
+            return "not reproduced", None
+        where = rule.place(low, high)
+        if where == "inside":
+            return verdict, None
+        if where == "straddles":
+            edge = next(e for e in rule.edges() if low <= e <= high)
+            return "undecided", edge
+    return "not reproduced", None
 
 
-def combine(seed_verdicts: list[str], mean_verdict: str) -> str:
-    """One verdict from each seed's and the mean's (see module doc)."""
-    if len(set(seed_verdicts)) > 1:
-        return "unstable"
-    agreed = seed_verdicts[0]
-    # every seed inside the band but the mean outside: only possible for a rule that is not
-    # an interval, and then the mean decides
-    return mean_verdict if agreed == "reproduced" else agreed
+def judge(claim: Claim, values: dict[int, float]) -> tuple[str, Interval | None, float | None]:
+    """An outcome claim's verdict from its per-seed values: (verdict, interval, edge)."""
+    if any(math.isnan(v) for v in values.values()):
+        return "not reproduced", None, None
+    interval = mean_interval(list(values.values()))
+    if interval is None:
+        verdict, edge = "undecided", None
+    else:
+        verdict, edge = place(claim, interval.low, interval.high)
+    if verdict == "undecided" and len(values) >= claim.cap:
+        verdict = "inconclusive"
+    return verdict, interval, edge
 
 
 def _measure(claim: Claim, runs: Seeded, seeds: list[int]) -> tuple[dict[int, float], str]:
@@ -75,41 +140,86 @@ def _measure(claim: Claim, runs: Seeded, seeds: list[int]) -> tuple[dict[int, fl
     return values, "; ".join(notes)
 
 
+def claim_seeds(claim: Claim, runs: Seeded) -> list[int]:
+    """The seeds a claim is judged on: those at which every run it reads exists. Seeds added
+    to other claims' runs, past this claim's last complete seed, are left out; a seed short
+    of a run below that is kept, so that the claim says which run is missing."""
+    params = claim.metric.get("params") or {}
+    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
+    has = {seed: [seed in runs.get(label, {}) for label in labels] for seed in seeds_of(runs)}
+    complete = [seed for seed, present in has.items() if all(present)]
+    partial = [seed for seed, present in has.items() if any(present) and not all(present)]
+    if not complete:
+        return partial or seeds_of(runs) or [0]
+    return sorted(complete + [seed for seed in partial if seed < complete[-1]])
+
+
+def _one(claim: Claim, runs: Seeded, scale: str) -> ClaimResult:
+    seeds = claim_seeds(claim, runs)
+    try:
+        values, note = _measure(claim, runs, seeds)
+    except MissingRun as err:
+        return ClaimResult(claim, None, "not run", str(err))
+    except NotMeasurable as err:
+        return ClaimResult(claim, None, "not measured", str(err))
+    ours = sum(values.values()) / len(values)  # inf when a seed never reached a target
+    if len(seeds) > 1:
+        note = f"mean of {len(seeds)} seeds; {note}"
+    if scale not in claim.scales:
+        note = f"applies to scale {', '.join(claim.scales)}, not {scale}; {note}"
+        return ClaimResult(claim, ours, "not assessed", note, values)
+    judged = {seed: claim.judge(value) for seed, value in values.items()}
+    if claim.kind == "model_check":
+        worst = min(judged.values(), key=ORDER.index)
+        return ClaimResult(claim, ours, worst, note, values, judged)
+    verdict, interval, edge = judge(claim, values)
+    return ClaimResult(claim, ours, verdict, note, values, {}, interval, edge)
+
+
+def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
+    """What the claim's magnitude claims say where one of them is not reproduced."""
+    failed = []
+    for other in result.claim.magnitude:
+        r = by_id[other]
+        if r.verdict in ("reproduced", "not assessed"):
+            continue
+        failed.append(
+            f"{other} {r.verdict_text()}: {r.ours_text(r.claim.unit)}, band "
+            f"{r.claim.reproduced.text()}"
+        )
+    return ("magnitude not reproduced: " + "; ".join(failed)) if failed else ""
+
+
 def evaluate(claims: list[Claim], runs: Seeded, scale: str) -> list[ClaimResult]:
     """Evaluate every claim on the runs of one reproduction at `scale` (never raises)."""
-    seeds = seeds_of(runs) or [0]
-    results = []
-    for claim in claims:
-        try:
-            values, note = _measure(claim, runs, seeds)
-        except MissingRun as err:
-            results.append(ClaimResult(claim, None, "not run", str(err)))
-            continue
-        except NotMeasurable as err:
-            results.append(ClaimResult(claim, None, "not measured", str(err)))
-            continue
-        ours = mean(list(values.values()))
-        if len(seeds) > 1:
-            note = f"mean of {len(seeds)} seeds; {note}"
-        if scale not in claim.scales:
-            note = f"applies to scale {', '.join(claim.scales)}, not {scale}; {note}"
-            results.append(ClaimResult(claim, ours, "not assessed", note, values))
-            continue
-        judged = {seed: claim.judge(value) for seed, value in values.items()}
-        verdict = combine(list(judged.values()), claim.judge(ours))
-        results.append(ClaimResult(claim, ours, verdict, note, values, judged))
-    return results
+    results = [_one(claim, runs, scale) for claim in claims]
+    by_id = {r.claim.id: r for r in results}
+    return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
+
+
+def outcomes(results: list[ClaimResult]) -> list[ClaimResult]:
+    return [r for r in results if r.claim.kind == "outcome"]
+
+
+def model_checks(results: list[ClaimResult]) -> list[ClaimResult]:
+    return [r for r in results if r.claim.kind == "model_check"]
 
 
 def summary(results: list[ClaimResult]) -> str:
-    """ "2 reproduced, 1 unstable, ..." in the order the verdicts first appear."""
-    verdicts = [r.verdict for r in results]
+    """ "2 reproduced, 1 undecided, ..." over the outcome claims, in the order the verdicts
+    first appear; model checks are not claims reproduced."""
+    verdicts = [r.verdict for r in outcomes(results)]
     return ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) or "none"
 
 
 VERDICTS_TEXT = (
-    "reproduced: the criterion holds on the mean of the seeds and on every seed; unstable: "
-    "the seeds disagree (each seed's value and verdict are listed); partly / not reproduced: "
-    "every seed agrees on it; not run / not measured / not assessed: a run or metric is "
-    "missing, or the claim is stated for another scale"
+    "each outcome claim is judged on the mean of its seeds and that mean's 95% percentile-"
+    "bootstrap confidence interval (10,000 resamples of the seeds; every seed's value is "
+    "listed). reproduced: the interval lies inside the band (or direction rule); partly: "
+    "outside it and inside the partly rule; not reproduced: outside both; undecided at N "
+    "seeds: the interval straddles an edge, so seeds are added to that claim's runs up to "
+    "the claim's seed cap, past which it is inconclusive at N seeds, with its interval; "
+    "not run / not measured / not assessed: a run or metric is missing, or the claim is "
+    "stated for another scale. Model checks (claims that follow from the modeled clock or "
+    "the rule itself) are listed apart, judged on their worst seed, and not counted"
 )

@@ -76,6 +76,12 @@ def at_seed(runs: Seeded, seed: int) -> dict[str, Run]:
     return {label: by_seed[seed] for label, by_seed in runs.items() if seed in by_seed}
 
 
+def any_seed(runs: Seeded) -> dict[str, Run]:
+    """One run of each label (its lowest seed's), for what every seed's run shares: the
+    label and the config a claim selects runs by."""
+    return {label: by_seed[min(by_seed)] for label, by_seed in runs.items() if by_seed}
+
+
 def every_run(runs: Seeded) -> list[tuple[str, int, Run]]:
     """(label, seed, run) of every run, by label in the set's order, then by seed."""
     return [

@@ -24,10 +24,10 @@ import wandb_workspaces.reports.v2 as wr
 
 from repro.report.claims import ClaimsFile, load_claims
 from repro.report.colours import colour_for
-from repro.report.page import CLOCKS_TEXT, claims_table, setup_table
+from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, claims_table, setup_table
 from repro.report.plots import FigureSpec, axis_label
 from repro.report.render import markdown_table
-from repro.report.seeds import ClaimResult, evaluate
+from repro.report.seeds import ClaimResult, evaluate, model_checks, outcomes
 from repro.report.series import Seeded, cfg, every_run, x_metric
 
 TITLE_MAX = 128  # wandb refuses longer report titles
@@ -96,7 +96,10 @@ def build_wandb_report(
     blocks: list = [
         wr.P(f"{claims.citation} Scale: {scale}; run group {group}."),
         wr.MarkdownBlock("\n".join(markdown_table(setup_table(runs, scale)))),
-        wr.MarkdownBlock("\n".join(markdown_table(claims_table(results, scale)))),
+        wr.MarkdownBlock("\n".join(markdown_table(claims_table(outcomes(results), scale)))),
+        wr.MarkdownBlock(
+            "\n".join(markdown_table(claims_table(model_checks(results), scale, CHECKS_TITLE)))
+        ),
         wr.H2("Curves"),
         wr.P(f"Clocks: {CLOCKS_TEXT}."),
         wr.PanelGrid(runsets=[runset(entity, project, group, runs)], panels=panels(claims.figures)),

@@ -137,6 +137,7 @@ def claim_dict(**over) -> dict:
     """AdaComm's headline claim as a claims file holds it; `over` replaces keys."""
     base = {
         "id": "headline",
+        "kind": "outcome",
         "source": "Abstract",
         "statement": "3x less time",
         "metric": {
@@ -152,4 +153,4 @@ def claim_dict(**over) -> dict:
 
 
 def claims_file(claims):
-    return ClaimsFile(paper="adacomm", title="t", citation="c", claims=claims)
+    return ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=claims)

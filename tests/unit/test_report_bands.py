@@ -3,7 +3,9 @@ when a claims file is loaded, and for each calculator the claims files use, a va
 its band is "reproduced" and one outside is "not reproduced" (synthetic runs whose values are
 known by hand)."""
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -148,6 +150,7 @@ CASES: dict[str, tuple[Callable[[], list], dict, float]] = {
 def banded(calculator: str, params: dict, published: float, low: float, high: float):
     claim = {
         "id": "c",
+        "kind": "outcome",
         "source": "s",
         "statement": "t",
         "metric": {"calculator": calculator, "params": params},
@@ -156,7 +159,7 @@ def banded(calculator: str, params: dict, published: float, low: float, high: fl
         "scales": ["small"],
         "band": {"at_least": low, "at_most": high, "reason": "by hand"},
     }
-    return ClaimsFile(paper="p", title="t", citation="c", claims=[claim]).claims
+    return ClaimsFile(paper="p", title="t", citation="c", seed_cap=10, claims=[claim]).claims
 
 
 def calculators_in_claims_files() -> set[str]:
@@ -174,7 +177,8 @@ def test_every_calculator_of_the_claims_files_has_a_band_case():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_value_inside_its_band_is_reproduced_and_outside_is_not(name):
     make, params, value = CASES[name]
-    runs = seeded(make())
+    # two seeds of equal runs: the interval is the one value, so the band alone decides
+    runs = seeded([*make(), *(replace(r, config={**r.config, "seed": 1}) for r in make())])
     margin = max(0.1 * abs(value), 0.05)
     inside = banded(name, params, value, value - margin, value + margin)
     (result,) = evaluate(inside, runs, "small")
@@ -187,6 +191,7 @@ def test_value_inside_its_band_is_reproduced_and_outside_is_not(name):
 
 CLAIM = {
     "id": "headline",
+    "kind": "outcome",
     "source": "Abstract",
     "statement": "3x less time",
     "metric": {"calculator": "final_metric", "params": {"run": "sync", "metric": "train/loss"}},
@@ -217,13 +222,34 @@ CLAIM = {
             {"at_least": 0.4, "at_most": 0.267, "reason": "published +- 20%"},
             "claim 'headline': band is inverted (at_least 0.4 > at_most 0.267); swap the bounds",
         ),
+        (
+            {"at_least": math.nan, "at_most": 0.4, "reason": "published +- 20%"},
+            "claim 'headline': band.at_least=nan must be a finite number; give a finite bound "
+            "or leave band.at_least out for no bound on that side",
+        ),
+        (
+            {"at_least": 0.2, "at_most": math.inf, "reason": "published +- 20%"},
+            "claim 'headline': band.at_most=inf must be a finite number; give a finite bound "
+            "or leave band.at_most out for no bound on that side",
+        ),
+        (
+            {"at_least": -math.inf, "reason": "published +- 20%"},
+            "claim 'headline': band.at_least=-inf must be a finite number; give a finite bound "
+            "or leave band.at_least out for no bound on that side",
+        ),
     ],
 )
 def test_a_bad_band_is_refused_when_the_file_is_loaded(tmp_path, band, message):
     claim = dict(CLAIM) if band is None else {**CLAIM, "band": band}
-    data = {"paper": "adacomm", "title": "t", "citation": "c", "claims": [claim]}
-    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
-    expected = f"{tmp_path / 'adacomm.yaml'}: claims[0]: {message}"
+    check_refused(tmp_path, claim, message)
+
+
+def check_refused(tmp_path, claim, message, seed_cap=10):
+    """The file is refused when loaded, and by `repro report`, with exactly `message` after
+    the file's path, on one line."""
+    data = {"paper": "adacomm", "title": "t", "citation": "c", "seed_cap": seed_cap}
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump({**data, "claims": [claim]}))
+    expected = f"{tmp_path / 'adacomm.yaml'}: {message}"
     with pytest.raises(UserError) as err:
         load_claims("adacomm", tmp_path)
     assert str(err.value) == expected and "\n" not in expected
@@ -240,3 +266,40 @@ def test_the_shipped_claims_files_band_every_published_number():
             assert (claim.band is not None) == numeric, (paper, claim.id)
             if numeric:
                 assert claim.reproduced.holds(claim.published), (paper, claim.id)
+
+
+BANDED = {**CLAIM, "band": {"at_least": 0.2, "at_most": 0.4, "reason": "published +- 20%"}}
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        (
+            {k: v for k, v in BANDED.items() if k != "kind"},
+            "claim 'headline': missing key(s) kind",
+        ),
+        (
+            {**BANDED, "kind": "outcomes"},
+            "claim 'headline': kind='outcomes' is not one of outcome, model_check; set kind: "
+            "outcome (a training result that could have come out otherwise) or kind: "
+            "model_check (follows from the modeled clock or the rule itself)",
+        ),
+        (
+            {**BANDED, "verdict": {"partly": {"at_most": math.nan}}},
+            "claim 'headline': verdict.partly: at_most=nan must be a finite number; give a "
+            "finite bound or leave at_most out for no bound on that side",
+        ),
+        (
+            {**BANDED, "seed_cap": 0},
+            "claim 'headline': seed_cap=0 must be an integer >= 1: the most seeds a claim's "
+            "runs get before an undecided verdict is called inconclusive (e.g. 10)",
+        ),
+        (
+            {**BANDED, "magnitude": ["headline"]},
+            "claim 'headline': magnitude names 'headline', which is not another claim of this "
+            "file; name claims among headline",
+        ),
+    ],
+)
+def test_a_bad_kind_partly_bound_cap_or_magnitude_is_refused_when_loaded(tmp_path, claim, message):
+    check_refused(tmp_path, claim, message)

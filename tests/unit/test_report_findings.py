@@ -13,7 +13,9 @@ WHY = "too few updates per parameter"
 
 def claims_file(findings) -> ClaimsFile:
     claims = [claim_dict(id="a"), claim_dict(id="b"), claim_dict(id="c"), claim_dict(id="d")]
-    return ClaimsFile(paper="adacomm", title="t", citation="c", claims=claims, findings=findings)
+    return ClaimsFile(
+        paper="adacomm", title="t", citation="c", seed_cap=10, claims=claims, findings=findings
+    )
 
 
 def test_rows_for_outcomes_that_ask_for_a_reason():
@@ -28,10 +30,10 @@ def test_rows_for_outcomes_that_ask_for_a_reason():
     results = [
         ClaimResult(a, 0.9, "not reproduced", ""),
         ClaimResult(b, 0.5, "partly", ""),
-        ClaimResult(c, 0.5, "unstable", ""),
+        ClaimResult(c, 0.5, "undecided", "", {0: 0.4, 1: 0.6}),
         ClaimResult(d, 0.33, "reproduced", ""),
     ]
-    table = findings_table(cf.findings, results, "small")
+    table = findings_table(cf.findings, results, "small", {})
     assert table.rows == [
         ["a", "not reproduced", WHY],
         [
@@ -40,7 +42,7 @@ def test_rows_for_outcomes_that_ask_for_a_reason():
             "the analysis on file was written for not reproduced, and the runs now give "
             "partly: not shown",
         ],
-        ["c", "unstable", "no analysis written for this outcome yet"],
+        ["c", "undecided at 2 seeds", "no analysis written for this outcome yet"],
     ]
 
 

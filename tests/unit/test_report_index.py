@@ -20,6 +20,7 @@ OTHER_PAPER = """
 paper: other
 title: Another paper
 citation: Someone, 2020.
+seed_cap: 10
 claims: []
 """
 
@@ -44,14 +45,16 @@ def _claims_tables(md: str) -> dict[str, list[list[str]]]:
 
 
 def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
+    # two seeds of equal runs: every interval is its one value
     runs = [*adacomm_set("small"), *adacomm_set("tiny")]
+    runs += [*adacomm_set("small", seed=1), *adacomm_set("tiny", seed=1)]
     out = tmp_path / "reports"
     index = collect_runs(runs, "runs", out, claims_dir, "repro report all")
     md = to_markdown(index, [["python", "3.x"]])
     tables = _claims_tables(md)
     assert set(tables) == {"small", "tiny"}
     for scale, rows in tables.items():
-        assert len(rows) == 6  # the six AdaComm claims, once per scale, never mixed
+        assert len(rows) == 3  # the three outcome claims, once per scale, never mixed
         assert all(row[7] == scale for row in rows)
         assert all(row[8] == f"[adacomm](adacomm/{scale}/report.html)" for row in rows)
     # claims are stated for small and paper: judged at small, computed but not judged at tiny
@@ -60,9 +63,18 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     # trailing means of 3: sync ends at (100/80 + 100/90 + 100/100)/3 = 1.120; adacomm
     # (80/s) first gets there at step 90, (80/70 + 80/80 + 80/90)/3 = 1.011, i.e. at
     # 90 * 0.25 s = 22.5 s against sync's 100 s: below the band 0.267 to 0.4, partly
-    assert headline[4] == "0.225 x sync's time" and headline[5] == "seed 0: 0.225"
-    assert headline[6] == "partly"
-    assert "unstable: the seeds disagree" in md
+    assert headline[4] == "0.225 x sync's time (95% CI [0.225, 0.225])"
+    assert headline[5] == "seed 0: 0.225; seed 1: 0.225" and headline[6] == "partly"
+    assert "the interval straddles an edge" in md
+    # the three model checks in a table of their own, per scale, not counted as claims
+    title = r"## Checks of the implementation .*? at scale (\w+)\n\n(.*?)\n\n"
+    checks = re.findall(title, md, re.S)
+    assert sorted((scale, len(body.splitlines()) - 2) for scale, body in checks) == [
+        ("small", 3),
+        ("tiny", 3),
+    ]
+    # the counts name the three outcome claims only
+    assert "Claims: 1 partly, 2 reproduced." in md
     assert "| other | Another paper | not run | repro reproduce other scale=small |" in md
     for scale in ("small", "tiny"):
         report = out / "adacomm" / scale

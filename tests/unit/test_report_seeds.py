@@ -11,7 +11,7 @@ from repro.report.build import render_report, select_runs
 from repro.report.claims import ClaimsFile, load_claims
 from repro.report.compare import curves
 from repro.report.plots import FigureSpec, draw_figure, seeds_sentence
-from repro.report.seeds import combine, evaluate
+from repro.report.seeds import evaluate
 from repro.report.series import at_seed, every_run, seeds_of
 from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
 
@@ -20,7 +20,7 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
 def headline() -> ClaimsFile:
     claim = claim_dict(verdict={"partly": {"at_most": 0.9}})
-    return ClaimsFile(paper="adacomm", title="t", citation="c", claims=[claim])
+    return ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=[claim])
 
 
 def three_seeds(crossings: list[int]):
@@ -37,11 +37,11 @@ def three_seeds(crossings: list[int]):
 @pytest.mark.parametrize(
     ("crossings", "verdict", "values"),
     [
-        ([60, 70, 80], "reproduced", [0.3, 0.35, 0.4]),
-        ([60, 70, 90], "unstable", [0.3, 0.35, 0.45]),  # seed 2 lands "partly"
+        ([60, 70, 80], "reproduced", [0.3, 0.35, 0.4]),  # interval within 0.3 .. 0.4
+        ([60, 70, 90], "undecided", [0.3, 0.35, 0.45]),  # it straddles the band's 0.4
         ([90, 90, 100], "partly", [0.45, 0.45, 0.5]),
         ([40, 40, 40], "partly", [0.2, 0.2, 0.2]),  # below the band, within partly
-        ([60, 60, 200], "unstable", [0.3, 0.3, math.inf]),  # seed 2 never gets there
+        ([60, 60, 200], "undecided", [0.3, 0.3, math.inf]),  # seed 2 never gets there
         ([200, 200, 200], "not reproduced", [math.inf] * 3),
     ],
 )
@@ -51,32 +51,49 @@ def test_verdict_over_seeds(crossings, verdict, values):
     assert list(result.per_seed) == [0, 1, 2]
     assert list(result.per_seed.values()) == pytest.approx(values)
     assert result.ours == pytest.approx(sum(values) / 3)
+    # a bootstrap mean of three values lies between their least and their greatest
+    assert min(values) <= result.interval.low <= result.interval.high <= max(values)
     assert result.note.startswith("mean of 3 seeds; seed 0: train/loss 1 reached by adacomm")
 
 
-def test_unstable_lists_each_seeds_value_and_verdict():
+def test_every_seed_is_listed_and_undecided_names_its_seeds():
     (result,) = evaluate(headline().claims, three_seeds([60, 70, 90]), "small")
-    assert result.per_seed_text() == (
-        "seed 0: 0.3 (reproduced); seed 1: 0.35 (reproduced); seed 2: 0.45 (partly)"
+    assert result.per_seed_text() == "seed 0: 0.3; seed 1: 0.35; seed 2: 0.45"
+    assert result.verdict_text() == "undecided at 3 seeds" and result.edge == 0.4
+
+
+def test_at_the_cap_an_undecided_claim_is_inconclusive_with_its_interval():
+    claims = ClaimsFile(
+        paper="adacomm",
+        title="t",
+        citation="c",
+        seed_cap=10,
+        claims=[claim_dict(verdict={"partly": {"at_most": 0.9}}, seed_cap=3)],
+    ).claims
+    (result,) = evaluate(claims, three_seeds([60, 70, 90]), "small")
+    low, high = result.interval.low, result.interval.high
+    assert result.verdict == "inconclusive"
+    assert result.verdict_text() == f"inconclusive at 3 seeds, CI [{low:.4g}, {high:.4g}]"
+
+
+def test_one_seed_has_no_interval_and_is_undecided():
+    runs = three_seeds([60])
+    (result,) = evaluate(headline().claims, runs, "small")
+    assert result.interval is None and result.verdict == "undecided"
+    assert result.ours_text("x") == "0.3 x"
+
+
+def test_an_undefined_seed_is_not_reproduced():
+    claim = claim_dict(
+        metric={
+            "calculator": "time_to_target_ratio",
+            "params": {"run": "adacomm", "reference": "sync", "target": 0.001},
+        }
     )
-    (agreed,) = evaluate(headline().claims, three_seeds([60, 70, 80]), "small")
-    assert agreed.per_seed_text() == "seed 0: 0.3; seed 1: 0.35; seed 2: 0.4"
-
-
-@pytest.mark.parametrize(
-    ("seeds", "mean", "verdict"),
-    [
-        (["reproduced"] * 3, "reproduced", "reproduced"),
-        (["reproduced", "reproduced", "partly"], "reproduced", "unstable"),
-        (["partly", "not reproduced"], "partly", "unstable"),
-        (["partly", "partly"], "reproduced", "partly"),  # the criterion fails on every seed
-        (["not reproduced"] * 2, "not reproduced", "not reproduced"),
-        (["reproduced", "reproduced"], "partly", "partly"),  # the mean fails the criterion
-        (["reproduced"], "reproduced", "reproduced"),
-    ],
-)
-def test_combine(seeds, mean, verdict):
-    assert combine(seeds, mean) == verdict
+    cf = ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=[claim])
+    (result,) = evaluate(cf.claims, three_seeds([60, 70, 80]), "small")
+    assert all(math.isnan(v) for v in result.per_seed.values())
+    assert result.verdict == "not reproduced" and result.interval is None
 
 
 def test_a_seed_missing_a_run_is_not_run_and_named():
@@ -127,8 +144,11 @@ def test_report_shows_per_seed_values_every_seed_run_and_figure_captions(tmp_pat
     md = (tmp_path / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| headline_time_to"))
     # seed 0: 0.225 as in the one-seed report; seed 1 reaches the target at step 90 at
-    # 0.5 s per step, 45 s of sync's 100: 0.45. Both "partly" (below, then above the band).
-    assert "| 0.3375 x sync's time | seed 0: 0.225; seed 1: 0.45 | partly |" in row
+    # 0.5 s per step, 45 s of sync's 100: 0.45. The bootstrap of two values resamples
+    # (a, a) and (b, b) a quarter of the time each, so its 2.5 and 97.5 percentiles are
+    # exactly the two values: the interval [0.225, 0.45] straddles the band's 0.267.
+    cells = "| 0.3375 x sync's time (95% CI [0.225, 0.45]) | seed 0: 0.225; seed 1: 0.45 |"
+    assert f"{cells} undecided at 2 seeds |" in row
     assert "band 0.267 to 0.4:" in row
     assert "Seeds: 2." in md and "| seeds | 2 (0, 1) |" in md
     metrics = md.split("## Final metrics per run and seed")[1]

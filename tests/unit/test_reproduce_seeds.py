@@ -110,7 +110,7 @@ def test_a_bad_claims_file_stops_reproduce_before_any_run(tmp_path, monkeypatch)
     (claims / "adacomm.yaml").write_text(inverted)
     monkeypatch.setattr("repro.report.build.default_claims_dir", lambda: claims)
     message = (
-        f"{claims / 'adacomm.yaml'}: claims[0]: claim 'headline_time_to_sync_loss': band is "
+        f"{claims / 'adacomm.yaml'}: claim 'headline_time_to_sync_loss': band is "
         "inverted (at_least 0.4 > at_most 0.267); swap the bounds"
     )
     with pytest.raises(UserError) as err:

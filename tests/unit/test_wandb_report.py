@@ -30,13 +30,17 @@ def test_report_has_the_claims_table_and_setup_as_markdown():
     assert report.title.startswith("Reproduction: Adaptive Communication Strategies")
     assert len(report.title) <= TITLE_MAX
     markdown = [b.text for b in report.blocks if isinstance(b, wr.MarkdownBlock)]
-    setup, table = markdown
+    setup, table, checks = markdown
     assert "| workers | 4 |" in setup and "| scale | small |" in setup
+    assert "## Checks of the implementation" in checks
     rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    rows += [ln for ln in checks.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == len(claims.claims) == len(results)
-    for row, result in zip(rows, results, strict=True):
+    # outcome claims first, then the model checks
+    ordered = sorted(results, key=lambda r: r.claim.kind != "outcome")
+    for row, result in zip(rows, ordered, strict=True):
         cells = [c.strip() for c in row.strip("|").split(" | ")]
-        assert cells[0] == result.claim.id and cells[7] == result.verdict
+        assert cells[0] == result.claim.id and cells[7] == result.verdict_text()
     assert any(r.verdict == "reproduced" for r in results)
 
 

@@ -1,0 +1,134 @@
+"""Numbers in a finding's text filled from the runs when the report is built.
+
+A finding's `why` quotes our numbers by placeholder, never typed, so that a re-run (another
+machine, more seeds) cannot contradict the claims table above it. A placeholder is
+`{ref}`, `{ref.field}` or either with a format spec (`{ref.mean:.2f}`):
+
+* `ref` is the finding's own claim when it is a field name alone (`{mean}`, `{ci}`), another
+  claim of the file by id, or a value the finding declares under `values`
+  (name -> {calculator, params}), computed per seed by the same calculators as claims, so a
+  finding can quote runs its claim does not read;
+* `field` is one of FIELDS; without one, `per_seed`: every seed's value, "a / b / c".
+
+A placeholder that names nothing computed is refused when the claims file loads.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from repro.errors import UserError
+from repro.report.bootstrap import mean_interval
+from repro.report.calculators import CALCULATORS, check_params
+from repro.report.render import fmt
+from repro.report.series import NotMeasurable, Seeded, at_seed, seeds_of
+
+FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
+PLACEHOLDER = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
+
+
+def references(text: str) -> list[tuple[str, str]]:
+    """(ref, field) of every placeholder in `text`; the own claim's ref is ''."""
+    out = []
+    for ref, name, _ in PLACEHOLDER.findall(text):
+        if not name and ref in FIELDS:
+            ref, name = "", ref
+        out.append((ref, name or "per_seed"))
+    return out
+
+
+def check_values(values: object) -> None:
+    """A finding's `values`: name -> {calculator, params}, each a registered calculator."""
+    if not isinstance(values, dict):
+        raise UserError("values must map a name to {calculator, params}")
+    for name, spec in values.items():
+        if not re.fullmatch(r"[a-z0-9_]+", str(name)) or name in FIELDS:
+            raise UserError(
+                f"values: name '{name}' must be lower-case letters, digits and _, "
+                f"and not one of {', '.join(FIELDS)}"
+            )
+        if not isinstance(spec, dict) or set(spec) - {"calculator", "params"}:
+            raise UserError(f"values.{name} must be {{calculator, params}}")
+        try:
+            check_params(spec.get("calculator"), spec.get("params") or {})
+        except UserError as err:
+            raise UserError(f"values.{name}: {err}") from None
+
+
+def check_placeholders(text: str, values: Mapping, claim_ids: list[str]) -> None:
+    """Refuse a placeholder that names no computed value (one line naming it and the fix)."""
+    for ref, name in references(text):
+        known = ref == "" or ref in claim_ids or ref in values
+        if not known or name not in FIELDS:
+            shown = "{" + (f"{ref}.{name}" if ref else name) + "}"
+            raise UserError(
+                f"placeholder {shown} names no computed value; use {{FIELD}} for the claim's "
+                f"own, {{CLAIM_ID.FIELD}} or {{NAME.FIELD}} for a name under values, FIELD one "
+                f"of {', '.join(FIELDS)}"
+            )
+
+
+@dataclass(frozen=True)
+class Computed:
+    """Per-seed values of one quantity (a claim's or a named value's), or why there are none."""
+
+    per_seed: dict[int, float] = field(default_factory=dict)
+    missing: str = ""
+
+    def get(self, name: str, spec: str) -> str:
+        if self.missing:
+            return f"(not measured: {self.missing})"
+        values = list(self.per_seed.values())
+
+        def show(v: float) -> str:
+            return format(v, spec) if spec and math.isfinite(v) else fmt(v)
+
+        if name == "seeds":
+            return str(len(values))
+        if name == "per_seed":
+            return " / ".join(show(v) for v in values)
+        if name in ("min", "max"):
+            return show((min if name == "min" else max)(values))
+        if any(math.isnan(v) for v in values):
+            return "undefined"
+        interval = mean_interval(values)
+        mean = sum(values) / len(values)
+        if name == "mean":
+            return show(mean)
+        if interval is None:
+            return "(no interval from one seed)"
+        if name == "ci":
+            return f"[{show(interval.low)}, {show(interval.high)}]"
+        return show(interval.low if name == "low" else interval.high)
+
+
+def compute_values(values: Mapping[str, Mapping], runs: Seeded) -> dict[str, Computed]:
+    """Each named value per seed, with the calculators claims use."""
+    out = {}
+    for name, spec in values.items():
+        fn = CALCULATORS[spec["calculator"]]
+        try:
+            per_seed = {
+                seed: float(fn(at_seed(runs, seed), **(spec.get("params") or {})).value)
+                for seed in seeds_of(runs)
+            }
+        except NotMeasurable as err:
+            out[name] = Computed(missing=str(err))
+            continue
+        out[name] = Computed(per_seed)
+    return out
+
+
+def fill(text: str, own: str, computed: Mapping[str, Computed]) -> str:
+    """`text` with every placeholder replaced; `own` is the finding's claim id."""
+
+    def one(match: re.Match) -> str:
+        ref, name, spec = match.group(1), match.group(2), match.group(3) or ""
+        if not name and ref in FIELDS:
+            ref, name = own, ref
+        return computed[ref].get(name or "per_seed", spec)
+
+    return PLACEHOLDER.sub(one, text)

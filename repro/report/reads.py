@@ -1,0 +1,41 @@
+"""The run labels a claim reads, derived from its calculator's params.
+
+Seeds are added to an undecided claim's runs only (`repro.cluster.more_seeds`), and a claim
+is judged on the seeds at which every run it reads exists (`repro.report.seeds`), so both
+need the labels a calculator will look at without running it. Calculators name their runs
+by a few params, whatever the calculator: `run` and `reference` (one label each),
+`pattern` (a regular expression over whole labels), `families` with `mild` and `harsh`
+(labels `<family><mild>` and `<family><harsh>`), `where` (runs whose config matches) and
+`include` (labels added to a `where` selection), each given or the calculator's default. A
+test checks, for every registered calculator, that these are exactly the labels whose
+metrics it reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from repro.report.by_setting import select_where
+from repro.report.calculators import CALCULATORS
+from repro.report.series import Run
+
+
+def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Run]) -> set[str]:
+    """The labels `calculator` with params `given` (its defaults filling the rest) reads
+    among `runs` (label -> a run of that label, for its config), plus the labels it names
+    that have no run yet."""
+    signature = inspect.signature(CALCULATORS[calculator]).parameters.values()
+    params = {p.name: p.default for p in signature if p.default is not inspect.Parameter.empty}
+    params.update(given)
+    labels = {str(params[key]) for key in ("run", "reference") if key in params}
+    if "pattern" in params:
+        labels |= {label for label in runs if re.fullmatch(params["pattern"], label)}
+    for family in params.get("families") or []:
+        labels |= {f"{family}{params['mild']}", f"{family}{params['harsh']}"}
+    if "where" in params:
+        labels |= set(select_where(runs, params["where"]))
+    labels |= set(params.get("include") or {})
+    return labels
