@@ -109,11 +109,12 @@ def launch_runs(
     title: str,
     then: str = "",
     minutes_per_run: float | None = None,
+    also: str = "",
 ) -> Launched:
     """Run or submit `(label, config)` runs where their `cluster` group says; `then` names
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
     run set's measured minutes per run, 0 when not measured) the expected time of the runs
-    left to do here is printed before any starts."""
+    left to do here is printed before any starts, followed by `also`."""
     from repro.train.entry import finished_summary
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
@@ -133,7 +134,7 @@ def launch_runs(
     elif runs_here(pending[0][1].cluster):
         if minutes_per_run is not None:
             line = expected_time(pending, minutes_per_run)
-            print(f"{title}: {line}", flush=True)
+            print(f"{title}: {line}{also}", flush=True)
         launched.summaries += _run_here(pending, title)
     else:
         from repro.cluster.submit import submit_runs

@@ -9,9 +9,12 @@ report can judge every claim per seed and on their mean (`repro.report.seeds`). 
 (runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
 skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.
 Before starting, the command prints the set's expected time from `experiment.expected_minutes`
-(one seed's runs one after another, measured on a 2-core machine). The runs go where the
-`cluster` group says (`repro.cluster.launcher`): here, after which the report is built, or as
-job arrays, after which `repro report PAPER` builds it once they end.
+(one seed's runs one after another, measured on a 2-core machine) and the most that seeds
+added for undecided claims can take. The runs go where the `cluster` group says
+(`repro.cluster.launcher`): here, after which the claims are evaluated, seeds are added to
+the runs of each claim whose interval straddles a band edge, up to its seed cap
+(`repro.cluster.more_seeds`), and the report is built; or as job arrays, after which
+`repro report PAPER` builds it once they end (and a repeated `repro reproduce` adds seeds).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
     p.add_argument("paper", help=f"one of {papers()}")
     p.add_argument("--no-report", action="store_true", help="run the set, skip the report")
     p.add_argument("--reports", default="reports", help="where reports are written")
+    p.add_argument("--claims", help="the claims directory (default: reports/claims)")
     p.add_argument(
         "overrides", nargs="*", help="scale=small|paper|tiny, seeds=N and Hydra overrides"
     )
@@ -99,23 +103,39 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
 def main(argv: list[str]) -> int:
     args, scale, seeds, extra = parse(argv)
     runs = run_set(args.paper, scale, extra, seeds)
+    experiment = runs[0][1].experiment
+    minutes = experiment.expected_minutes / len(experiment.runs)
+    claims, claims_dir, also = None, Path(args.claims or "."), ""
     if not args.no_report:
+        from repro.cluster.more_seeds import most_added
         from repro.report.build import default_claims_dir
+        from repro.report.claim_checks import check_seed_caps
         from repro.report.claims import load_claims
 
-        load_claims(args.paper, default_claims_dir())  # a bad claims file stops us before any run
-    experiment = runs[0][1].experiment
+        claims_dir = Path(args.claims) if args.claims else default_claims_dir()
+        # a bad claims file stops us before any run
+        claims = load_claims(args.paper, claims_dir)
+        name = f"{args.paper}_{scale}"
+        base = [f"experiment={name}", *extra]
+        default = experiment if seeds is None else compose(base).experiment
+        check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
+        also = most_added(claims, runs, scale, minutes)
     launched = launch_runs(
         runs,
         f"{args.paper} {scale}",
         then=f"`repro report {args.paper}` builds the report",
-        minutes_per_run=experiment.expected_minutes / len(experiment.runs),
+        minutes_per_run=minutes,
+        also=also,
     )
-    if launched.jobs or args.no_report:
+    if launched.jobs or claims is None:
         return 0
+    from repro.cluster.more_seeds import extend
     from repro.report.build import build_report
 
     root = Path(runs[0][1].runs_root)
-    out = build_report(args.paper, root, Path(args.reports) / args.paper, scale=scale)
+    extend(args.paper, scale, claims, lambda n: run_set(args.paper, scale, extra, n), root, minutes)
+    out = build_report(
+        args.paper, root, Path(args.reports) / args.paper, scale=scale, claims_dir=claims_dir
+    )
     print(f"report: {out}")
     return 0

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from repro.errors import UserError
+from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import SCALES, ClaimsFile, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure, seeds_sentence
@@ -167,5 +168,8 @@ def build_report(
     runs_root = Path(runs_root)
     found = find_runs(runs_root, None) if runs_root.is_dir() else []
     chosen_scale, runs, notes = select_runs(found, paper, scale, str(runs_root))
+    check_caps_for_scale(
+        claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
+    )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
     return render_report(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes)

@@ -9,6 +9,7 @@ direction holds while the size the paper reports does not.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repro.errors import UserError
@@ -54,3 +55,14 @@ def check_seed_caps(claims: ClaimsFile, default_seeds: int, experiment: str, pat
                 f"{experiment}'s default seeds ({default_seeds}); raise {whose} seed_cap to "
                 f"at least {default_seeds}"
             )
+
+
+def check_caps_for_scale(claims: ClaimsFile, scale: str, claims_path: Path) -> None:
+    """`check_seed_caps` against the default seeds of experiment `<paper>_<scale>`, where
+    that experiment exists (a report can be built from runs of any group)."""
+    from repro.config import CONFIG_DIR, compose
+
+    name = f"{claims.paper}_{scale}"
+    if (CONFIG_DIR / "experiment" / f"{name}.yaml").exists():
+        seeds = compose([f"experiment={name}"]).experiment.seeds
+        check_seed_caps(claims, seeds, name, str(claims_path))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from repro.errors import UserError
 from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
+from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import SCALES, ClaimsFile, known_papers, load_claims
 from repro.report.render import FigureOut
 from repro.report.seeds import ClaimResult
@@ -110,6 +111,7 @@ def collect_runs(
             not_run.append(NotRun(paper, claims.title, f"repro reproduce {paper} scale=small"))
             continue
         for scale in scales:
+            check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")
             sub = Path(paper) if len(scales) == 1 else Path(paper) / scale
             sections.append(_section(claims, scale, found, runs_root, out, sub))
     return Index(sections, not_run, runs_root, command)

@@ -3,7 +3,11 @@
 import re
 
 import pytest
+import yaml
 
+from repro.report.calculators import final_metric
+from repro.report.series import label_of, seed_of
+from repro.track.runs import find_runs
 from tests.helpers import repro_cli, reproduce_tiny_args
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
@@ -24,14 +28,16 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
         assert section in md
     for label in ("sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay"):
         assert f"| {label} |" in md
-    claims_part = md.split("## Claims")[1].split("## Figures")[0]
+    claims_part = md.split("## Claims")[1].split("\n## ")[0]
+    checks_part = md.split("## Checks of the implementation")[1].split("\n## ")[0]
     rows = [ln for ln in claims_part.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
-    assert len(rows) == 6
+    checks = [ln for ln in checks_part.splitlines() if ln.startswith("| ") and "---" not in ln]
+    assert (len(rows), len(checks[1:])) == (3, 3)  # outcome claims, then the model checks
     # the claims are stated for the small and paper scales: at tiny they are computed and shown
     # but not judged
-    assert all("| not assessed | tiny |" in r for r in rows)
+    assert all("| not assessed | tiny |" in r for r in rows + checks[1:])
     assert "Seeds: 1." in md and "| seeds | 1 (0) |" in md
-    assert re.search(r"method/tau 16 -> \d+", claims_part)
+    assert re.search(r"method/tau 16 -> \d+", checks_part)
     html = (report / "report.html").read_text()
     for img in re.findall(r'<img src="([^"]+)"', html):
         assert (report / img).exists()
@@ -41,6 +47,64 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished earlier") + second.stdout.count("finished earlier") == 5
     assert "expected time" not in second.stdout  # nothing left to run
+
+    added_seeds_where_undecided(tmp_path, args)
+
+
+def added_seeds_where_undecided(tmp_path, args):
+    """Seeds added to an undecided claim's runs only, up to its cap, from the runs above: a
+    claim banded exactly at sync's seed-0 final loss, so that any two seeds' interval
+    straddles its edge (undecided at 2 seeds, inconclusive at the cap of 3), and a claim on
+    AdaComm's final loss with a band no loss leaves, decided at 2 seeds."""
+    (run,) = [r for r in find_runs(tmp_path / "runs") if label_of(r) == "sync"]
+    v0 = final_metric({"sync": run}, run="sync", metric="train/loss").value
+
+    def claim(cid, run, low, high):
+        return {
+            "id": cid,
+            "kind": "outcome",
+            "source": "test",
+            "statement": "test",
+            "metric": {
+                "calculator": "final_metric",
+                "params": {"run": run, "metric": "train/loss"},
+            },
+            "published": 1.0,
+            "unit": "",
+            "scales": ["tiny"],
+            "band": {"at_least": low, "at_most": high, "reason": "placed for the test"},
+        }
+
+    head = {"paper": "adacomm", "title": "t", "citation": "c", "seed_cap": 10}
+    claims = [claim("sync_loss", "sync", v0, v0), claim("adacomm_loss", "adacomm", 0.0, 1e6)]
+    claims[0]["seed_cap"] = 3
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "adacomm.yaml").write_text(yaml.safe_dump({**head, "claims": claims}))
+    third = repro_cli(*args, "--claims", str(tmp_path / "claims"), cwd=tmp_path, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    added = [ln for ln in third.stdout.splitlines() if ": claim " in ln]
+    assert added[:2] == [
+        "adacomm tiny: claim sync_loss: one seed at 1 seed (cap 3): adding seed 1 of sync",
+        "adacomm tiny: claim adacomm_loss: one seed at 1 seed (cap 10): adding seed 1 of adacomm",
+    ]
+    assert re.fullmatch(
+        rf"adacomm tiny: claim sync_loss: 95% CI \[[^]]+\] straddles {v0:.4g} at 2 seeds "
+        r"\(cap 3\): adding seed 2 of sync",
+        added[2],
+    ), added
+    assert len(added) == 3  # adacomm_loss decided at 2 seeds, sync_loss at its cap at 3
+    made = sorted((label_of(r), seed_of(r)) for r in find_runs(tmp_path / "runs"))
+    labels = ("local_sgd_tau4", "local_sgd_tau16", "adacomm_lrdecay")
+    assert made == sorted(
+        [("sync", s) for s in (0, 1, 2)]
+        + [("adacomm", s) for s in (0, 1)]
+        + [(x, 0) for x in labels]
+    )
+    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    sync_row = next(ln for ln in md.splitlines() if ln.startswith("| sync_loss |"))
+    assert re.search(r"\| inconclusive at 3 seeds, CI \[[^]]+\] \|", sync_row), sync_row
+    assert "seed 0: " in sync_row and "seed 2: " in sync_row
+    assert "| reproduced |" in next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
 
 
 @pytest.mark.parametrize("seeds", ["0", "-2", "two"])

@@ -1,0 +1,109 @@
+"""Seeds added where a claim is undecided: `repro reproduce`'s step after the default seeds.
+
+A claim whose 95% interval straddles a band edge is undecided (`repro.report.seeds`); more
+seeds narrow the interval. After a set's default seeds have run here, the claims are
+evaluated on the runs read back from disk, and for each outcome claim undecided below its
+seed cap the next seed of only the runs that claim reads (`repro.report.reads`) is run; this
+repeats until every claim is decided or at its cap. Each addition is printed with its reason
+(claim, interval, edge, seed). The loop starts from what exists, so a later `repro
+reproduce` (for instance after a cluster's job array ended) continues it; with a cluster,
+the added runs are submitted and the next `repro reproduce` goes on from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+from repro.cluster.launcher import expected_time, launch_runs
+from repro.config import Config, as_dict
+from repro.report.claims import ClaimsFile
+from repro.report.reads import labels_read
+from repro.report.render import fmt
+from repro.report.seeds import ClaimResult, evaluate
+from repro.report.series import Seeded, any_seed, seeds_of
+from repro.track.runs import find_runs
+
+Composed = Sequence[tuple[str, Config]]
+
+
+def _reads(claim, runs) -> set[str]:
+    return labels_read(claim.metric["calculator"], claim.metric.get("params") or {}, runs)
+
+
+def most_added(claims: ClaimsFile, runs: Composed, scale: str, minutes_per_run: float) -> str:
+    """What the extension can add at most, for the expected-time line: every outcome claim
+    of this scale undecided up to its cap, each label run to the largest cap of the claims
+    that read it."""
+    first: dict[str, Config] = {}
+    for _, cfg in runs:
+        first.setdefault(cfg.experiment.label, cfg)
+    seeds = max(cfg.experiment.seeds for cfg in first.values())
+    configs = {label: SimpleNamespace(config=as_dict(cfg)) for label, cfg in first.items()}
+    cap: dict[str, int] = {}
+    for claim in claims.claims:
+        if claim.kind == "outcome" and scale in claim.scales:
+            for label in _reads(claim, configs) & set(first):
+                cap[label] = max(cap.get(label, 0), claim.cap)
+    extra = [(label, first[label]) for label, c in cap.items() for _ in range(c - seeds)]
+    if not extra:
+        return "; no claim here can add seeds"
+    line = expected_time(extra, minutes_per_run).removeprefix("expected time: ")
+    return f"; seeds added where a claim stays undecided: at most {line}"
+
+
+def wanted(results: list[ClaimResult], runs: Seeded) -> tuple[set[tuple[str, int]], list[str]]:
+    """(label, seed) pairs to run next and why: the next seed of each undecided outcome
+    claim's runs."""
+    pairs: set[tuple[str, int]] = set()
+    why = []
+    labels_now = any_seed(runs)
+    for r in results:
+        if r.claim.kind != "outcome" or r.verdict != "undecided":
+            continue
+        seed = max(r.per_seed) + 1
+        labels = sorted(_reads(r.claim, labels_now))
+        pairs |= {(label, seed) for label in labels}
+        where = f"95% CI {r.ci_text()} straddles {fmt(r.edge)}" if r.interval else "one seed"
+        why.append(
+            f"claim {r.claim.id}: {where} at {r.seeds} seed{'s' if r.seeds != 1 else ''} "
+            f"(cap {r.claim.cap}): adding seed {seed} of {', '.join(labels)}"
+        )
+    return pairs, why
+
+
+def extend(
+    paper: str,
+    scale: str,
+    claims: ClaimsFile,
+    make: Callable[[int], Composed],
+    root: Path,
+    minutes_per_run: float,
+) -> None:
+    """Add seeds until every outcome claim is decided or at its cap. `make(n)` composes the
+    set's runs for its first n seeds (`repro.cluster.runsets.run_set`)."""
+    from repro.report.build import select_runs
+
+    title = f"{paper} {scale}"
+    tried: set[tuple[str, int]] = set()
+    while True:
+        found = find_runs(root) if root.is_dir() else []
+        _, runs, _ = select_runs(found, paper, scale, str(root))
+        pairs, why = wanted(evaluate(claims.claims, runs, scale), runs)
+        if not pairs:
+            return
+        if pairs <= tried:  # the runs were made and the claim still cannot use them
+            print(f"{title}: added runs did not complete a seed; stopping the extension")
+            return
+        tried |= pairs
+        for line in why:
+            print(f"{title}: {line}", flush=True)
+        count = max(seed for _, seed in pairs) - min(seeds_of(runs)) + 1
+        chosen = [
+            (name, cfg) for name, cfg in make(count) if (cfg.experiment.label, cfg.seed) in pairs
+        ]
+        launched = launch_runs(chosen, f"{title} (added seeds)", minutes_per_run=minutes_per_run)
+        if launched.jobs:
+            print(f"{title}: run `repro reproduce {paper} scale={scale}` again once they end")
+            return
