@@ -30,13 +30,14 @@ FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
 PLACEHOLDER = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
 
 
-def references(text: str) -> list[tuple[str, str]]:
-    """(ref, field) of every placeholder in `text`; the own claim's ref is ''."""
+def references(text: str) -> list[tuple[str, str, str]]:
+    """(placeholder, ref, field) of every placeholder in `text`; the own claim's ref is ''."""
     out = []
-    for ref, name, _ in PLACEHOLDER.findall(text):
+    for match in PLACEHOLDER.finditer(text):
+        ref, name = match.group(1), match.group(2)
         if not name and ref in FIELDS:
             ref, name = "", ref
-        out.append((ref, name or "per_seed"))
+        out.append((match.group(0), ref, name or "per_seed"))
     return out
 
 
@@ -60,10 +61,9 @@ def check_values(values: object) -> None:
 
 def check_placeholders(text: str, values: Mapping, claim_ids: list[str]) -> None:
     """Refuse a placeholder that names no computed value (one line naming it and the fix)."""
-    for ref, name in references(text):
+    for shown, ref, name in references(text):
         known = ref == "" or ref in claim_ids or ref in values
         if not known or name not in FIELDS:
-            shown = "{" + (f"{ref}.{name}" if ref else name) + "}"
             raise UserError(
                 f"placeholder {shown} names no computed value; use {{FIELD}} for the claim's "
                 f"own, {{CLAIM_ID.FIELD}} or {{NAME.FIELD}} for a name under values, FIELD one "

@@ -1,0 +1,110 @@
+"""Findings quote computed numbers by placeholder: filled from the runs when the report is
+built, and refused when the claims file loads if they name nothing computed."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro.errors import UserError
+from repro.report.bootstrap import mean_interval
+from repro.report.claims import ClaimsFile, load_claims
+from repro.report.findings import findings_table
+from repro.report.seeds import evaluate
+from tests.unit.report_data import claim_dict, make_run, seeded
+
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
+STEPS = {
+    "calculator": "time_to_target_ratio",
+    "params": {"run": "adacomm", "reference": "sync", "clock": "step"},
+}
+
+
+def three_seeds(crossings):
+    """sync (loss 100/s, 1 s a step) and adacomm (loss c/s, 0.5 s a step) per seed: adacomm
+    reaches sync's final loss 1 at step c, at c / 200 of sync's time and c / 100 of its
+    steps."""
+    runs = []
+    for seed, c in enumerate(crossings):
+        runs.append(make_run("sync", seed=seed))
+        runs.append(make_run("adacomm", loss=lambda s, c=c: c / s, sec_per_step=0.5, seed=seed))
+    return seeded(runs)
+
+
+def claims(why, values=None):
+    finding = {"claim": "headline", "scale": "small", "verdicts": ["undecided"], "why": why}
+    if values is not None:
+        finding["values"] = values
+    other = claim_dict(id="other", verdict={"partly": {"at_most": 0.9}})
+    return ClaimsFile(
+        paper="adacomm",
+        title="t",
+        citation="c",
+        seed_cap=10,
+        claims=[claim_dict(), other],
+        findings=[finding],
+    )
+
+
+def test_placeholders_are_filled_with_the_claims_and_named_values_per_seed():
+    why = (
+        "{per_seed:.2f} | {mean:.3f} | {ci} | {seeds} | {steps:.1f} | {steps.max} | "
+        "{other.min} | {steps.mean:.2f}"
+    )
+    cf = claims(why, {"steps": STEPS})
+    runs = three_seeds([60, 70, 90])
+    results = evaluate(cf.claims, runs, "small")
+    assert results[0].verdict == "undecided"  # 0.3 .. 0.45 straddles the band's 0.4
+    row = findings_table(cf.findings, results, "small", runs).rows[0]
+    interval = mean_interval([0.3, 0.35, 0.45])
+    ci = f"[{interval.low:.4g}, {interval.high:.4g}]"
+    assert row == [
+        "headline",
+        "undecided at 3 seeds",
+        f"0.30 / 0.35 / 0.45 | 0.367 | {ci} | 3 | 0.6 / 0.7 / 0.9 | 0.9 | 0.3 | 0.73",
+    ]
+
+
+def test_a_named_value_that_cannot_be_computed_says_so():
+    lost = {"calculator": "final_metric", "params": {"run": "ghost", "metric": "train/loss"}}
+    cf = claims("ghost: {lost}", {"lost": lost})
+    runs = three_seeds([60, 70, 90])
+    row = findings_table(cf.findings, evaluate(cf.claims, runs, "small"), "small", runs).rows[0]
+    assert row[2].startswith("ghost: (not measured: no run labelled 'ghost'")
+
+
+@pytest.mark.parametrize(
+    ("why", "named"),
+    [
+        ("{median}", "{median}"),
+        ("{steps.median}", "{steps.median}"),
+        ("{nobody.mean}", "{nobody.mean}"),
+        ("{headline.per_seed} then {typo}", "{typo}"),
+    ],
+)
+def test_a_placeholder_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, named):
+    cf = claims("fine", {"steps": STEPS})
+    data = {
+        "paper": "adacomm",
+        "title": "t",
+        "citation": "c",
+        "seed_cap": 10,
+        "claims": [claim_dict(), claim_dict(id="other")],
+        "findings": [{**vars(cf.findings[0]), "why": why}],
+    }
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as err:
+        load_claims("adacomm", tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'adacomm.yaml'}: claim 'headline': finding at scale small: placeholder "
+        f"{named} names no computed value; use {{FIELD}} for the claim's own, "
+        "{CLAIM_ID.FIELD} or {NAME.FIELD} for a name under values, FIELD one of per_seed, "
+        "mean, low, high, ci, min, max, seeds"
+    )
+
+
+def test_shipped_findings_load_and_refer_to_nothing_outside_the_project():
+    for paper in ("adacomm", "topk", "adasum"):
+        for finding in load_claims(paper, CLAIMS_DIR).findings:
+            assert not re.search(r"\bissue\b|#\d", finding.why, re.I), (paper, finding.claim)
