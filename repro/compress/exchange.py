@@ -70,14 +70,16 @@ def ag_topk_exchange(
     compensated: torch.Tensor,
     k: int,
     layer_sizes: Sequence[int] | None = None,
+    shares: Sequence[int] | None = None,
 ) -> ExchangeResult:
     """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N.
 
     Every held worker gathers the same rows, so the sum is formed once from the first
-    held worker's copy and shared by all of them.
+    held worker's copy and shared by all of them. `layer_sizes` and `shares` make it
+    layer-wise (`repro.compress.topk.compress`).
     """
     idx_dtype = _index_dtype(compensated)
-    values, indices = compress(compensated, k, layer_sizes)
+    values, indices = compress(compensated, k, layer_sizes, shares)
     packed = torch.cat(
         [values, indices.to(idx_dtype).view(values.dtype), _norms(values, compensated)], dim=1
     )
@@ -98,6 +100,7 @@ def ar_topk_exchange(
     leader: int,
     algo: str = "ring",
     layer_sizes: Sequence[int] | None = None,
+    shares: Sequence[int] | None = None,
 ) -> ExchangeResult:
     """AR-Topk (Algorithm 1): average of every worker's G on the leader's Top-k indices.
 
@@ -110,7 +113,7 @@ def ar_topk_exchange(
     indices = torch.empty(n, k, dtype=_index_dtype(compensated), device=compensated.device)
     held = comm.local_index(leader)
     if held is not None:
-        indices[held] = compress(compensated[held : held + 1], k, layer_sizes)[1][0]
+        indices[held] = compress(compensated[held : held + 1], k, layer_sizes, shares)[1][0]
     records = [comm.broadcast(indices, leader)]
     chosen = indices.long()
     values = compensated.gather(1, chosen)
@@ -129,16 +132,19 @@ def dense_exchange(comm: Collectives, compensated: torch.Tensor, algo: str) -> E
 
 
 def star_leader(step: int, world_size: int) -> int:
-    """STAR-Topk: the leader goes round robin, step mod N."""
-    return step % world_size
+    """STAR-Topk: the leader goes round robin over the ranks from rank 0, as in the authors'
+    code (its global step counts from 0). The trainer counts steps from 1, so step s is led
+    by rank (s - 1) mod N."""
+    return (step - 1) % world_size
 
 
 def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, CommRecord]:
-    """VAR-Topk: allgather each worker's squared norm (N floats); the largest leads.
+    """VAR-Topk: allgather each worker's norm statistic (N floats); the largest leads.
 
-    `grad_sq_norms` holds the held workers' values: the paper's ||g||^2 of the gradient, or
-    ||G||^2 of the error-compensated one (`method.var_norm`). Every worker sees the same
-    gathered vector, and argmax breaks ties toward the lowest rank, so all workers agree.
+    `grad_sq_norms` holds the held workers' values (`method.var_norm`): the paper's ||g||^2
+    of the gradient, ||G||^2 of the error-compensated one, or the authors' smoothed ||g||
+    (`repro.compress.smoothed_norm`). Every worker sees the same gathered vector, and argmax
+    breaks ties toward the lowest rank, so all workers agree.
     """
     gathered, record = comm.allgather(grad_sq_norms.to(torch.float32).view(-1, 1))
     return int(torch.argmax(gathered[0].view(-1)).item()), record
@@ -146,8 +152,8 @@ def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, Com
 
 def var_sq_norms(var_norm: str, grads: dict[str, torch.Tensor], compensated: torch.Tensor):
     """Each held worker's squared norm that VAR-Topk ranks by (`method.var_norm`): of the
-    gradient g ("grad", the paper's ||g||^2), or of the flat compensated G = g + residual
-    ("grad_plus_residual")."""
+    gradient g ("grad", the paper's ||g||^2, and what "ewma_grad" smooths), or of the flat
+    compensated G = g + residual ("grad_plus_residual")."""
     if var_norm == "grad_plus_residual":
         return compensated.pow(2).sum(1)
     return sum(g.pow(2).sum(1) for g in grads.values())

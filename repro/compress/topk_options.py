@@ -3,8 +3,9 @@
 Kept apart from the strategy so the rules of `method=topk` read in one place and can be
 tested without torch or a process group: which ratio controller (`fixed`, or the paper's
 multi-objective `moo`, Eq. 6), which collective (`repro.compress.policy.COLLECTIVES`), which
-AR-Topk leader (STAR round robin or VAR largest norm, Algorithm 1) and which norm VAR ranks
-by. The MOO controller's own settings are checked by `repro.compress.ratio`'s `check_*`.
+AR-Topk leader (STAR round robin or VAR largest norm, Algorithm 1), which norm VAR ranks
+by (and the authors' smoothing window), and how layer-wise Top-k sizes each tensor's k.
+The MOO controller's own settings are checked by `repro.compress.ratio`'s `check_*`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
 CONTROLLERS = ("fixed", "moo")
 LEADERS = ("star", "var")
-VAR_NORMS = ("grad", "grad_plus_residual")
+VAR_NORMS = ("grad", "grad_plus_residual", "ewma_grad")
+LAYER_SPLITS = ("per_tensor", "exact_budget")
 
 
 def check_options(cfg: TopKConfig) -> None:
@@ -36,6 +38,13 @@ def check_options(cfg: TopKConfig) -> None:
     require_choice("method.collective", cfg.collective, COLLECTIVES)
     require_choice("method.leader", cfg.leader, LEADERS)
     require_choice("method.var_norm", cfg.var_norm, VAR_NORMS)
+    if cfg.var_window < 1:
+        raise UserError(f"method.var_window={cfg.var_window} must be at least 1 (the authors' 25)")
+    if not 0 <= cfg.var_smoothing < 1:
+        raise UserError(
+            f"method.var_smoothing={cfg.var_smoothing} must be in [0, 1) (the authors' 0.001)"
+        )
+    require_choice("method.layer_split", cfg.layer_split, LAYER_SPLITS)
     if cfg.cr == 1 and cfg.cr_controller == "fixed" and cfg.collective == "allgather":
         raise UserError(
             "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"

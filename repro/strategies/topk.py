@@ -53,9 +53,14 @@ class TopKConfig(MethodConfig):
     """`method=topk`. `bytes_scale` mirrors network.bytes_scale (interpolated in the yaml) so
     the policy compares costs for the same message sizes the modeled clock charges.
 
-    `var_norm`: what VAR-Topk ranks workers by, the squared norm of the gradient g ("grad",
-    the paper's ||g||^2) or of the error-compensated G = g + residual whose Top-k the leader
-    sends ("grad_plus_residual").
+    `var_norm`: what VAR-Topk ranks workers by: ||g||^2 ("grad", the paper's), ||G||^2 of
+    the error-compensated G = g + residual ("grad_plus_residual"), or the authors' code's
+    smoothed ||g|| ("ewma_grad": last `var_window` norms, weights (1 - `var_smoothing`)^j;
+    `repro.compress.smoothed_norm`).
+
+    `layer_split` (with `layerwise`): max(1, int(numel * cr)) entries per tensor
+    ("per_tensor", the authors' and GRACE's) or the model's k shared by largest remainder
+    ("exact_budget"; a small tensor's share may be 0).
 
     The MOO controller's settings (Eq. 6), each defaulting to the paper's value:
     `candidates` (ratios probed), `weights` (time, gain) of the Pareto pick,
@@ -69,7 +74,10 @@ class TopKConfig(MethodConfig):
     collective: str = "auto"
     leader: str = "star"
     var_norm: str = "grad"
+    var_window: int = 25
+    var_smoothing: float = 0.001
     layerwise: bool = False
+    layer_split: str = "per_tensor"
     candidates: list[float] = field(default_factory=lambda: list(DEFAULT_CANDIDATES))
     weights: list[float] = field(default_factory=lambda: list(DEFAULT_WEIGHTS))
     ratio_bounds: list[float] = field(default_factory=lambda: list(DEFAULT_BOUNDS))
@@ -94,10 +102,12 @@ class TopKStrategy:
         # torch and the tensor code are imported in the methods that run: discovery
         # imports this module to compose a config (`repro.strategies.base`).
         from repro.compress.memory import ErrorFeedback
+        from repro.compress.smoothed_norm import WindowedNorm
 
         self.cfg = cfg
         self.world_size = world_size
         self.memory = ErrorFeedback()
+        self.var_norms = WindowedNorm(cfg.var_window, cfg.var_smoothing)  # used by ewma_grad
         self.policy = CollectivePolicy(cfg.collective)
         self.controller: FixedRatio | MOORatioController = (
             FixedRatio(cfg.cr)
@@ -126,8 +136,6 @@ class TopKStrategy:
         self.nbytes = self.numel * element * self.cfg.bytes_scale
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        from repro.compress.topk import k_for
-
         records: list[CommRecord] = []
         link_changed = self._link is not None and info.link != self._link
         self._link = info.link
@@ -145,7 +153,7 @@ class TopKStrategy:
             "method/cr": cr,
             "method/collective": self.policy.last,
             "method/gain": result.gain,
-            "method/k": self.numel if cr == 1 else k_for(self.numel, cr),
+            "method/k": self._ks(cr)[0],
             "method/leader": self._leader,
             "method/probes": self._probes,
         }
@@ -157,6 +165,17 @@ class TopKStrategy:
 
     def metrics(self) -> dict:
         return dict(self._metrics)
+
+    def _ks(self, cr: float) -> tuple[int, list[int] | None]:
+        """Entries kept per worker at ratio `cr`, and per tensor when layer-wise."""
+        from repro.compress.topk import k_for, layer_shares
+
+        if cr == 1:
+            return self.numel, None
+        if not self.cfg.layerwise:
+            return k_for(self.numel, cr), None
+        shares = layer_shares(self.sizes, cr, self.cfg.layer_split)
+        return sum(shares), shares
 
     def _exchange(
         self, step: int, cr: float, link: Link
@@ -172,28 +191,32 @@ class TopKStrategy:
             var_leader,
             var_sq_norms,
         )
-        from repro.compress.topk import k_for, residual_after
+        from repro.compress.topk import residual_after
 
         grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
         compensated = self.memory.compensate(grads)
         flat = torch.cat([compensated[name] for name, _ in self.params], dim=1)
         collective = self.policy.choose(link, self.nbytes, cr, self.comm.world_size)
         algo = "tree" if collective == "ar_tree" else "ring"
-        layers = self.sizes if self.cfg.layerwise else None
+        k, shares = self._ks(cr)
+        layers = self.sizes if shares is not None else None
         records: list[CommRecord] = []
         self._leader = -1  # no leader: a dense or allgather exchange
         if cr == 1:
             result = dense_exchange(self.comm, flat, algo)
         elif collective == "allgather":
-            result = ag_topk_exchange(self.comm, flat, k_for(self.numel, cr), layers)
+            result = ag_topk_exchange(self.comm, flat, k, layers, shares)
         else:
             if self.cfg.leader == "var":
-                leader, record = var_leader(self.comm, var_sq_norms(self.cfg.var_norm, grads, flat))
+                ranks_by = var_sq_norms(self.cfg.var_norm, grads, flat)
+                if self.cfg.var_norm == "ewma_grad":
+                    ranks_by = self.var_norms.update(ranks_by)
+                leader, record = var_leader(self.comm, ranks_by)
                 records.append(record)
             else:
                 leader = star_leader(step, self.comm.world_size)
             self._leader = leader
-            result = ar_topk_exchange(self.comm, flat, k_for(self.numel, cr), leader, algo, layers)
+            result = ar_topk_exchange(self.comm, flat, k, leader, algo, layers, shares)
         records += result.records
         if result.sent is None:
             residual = torch.zeros_like(flat)
@@ -216,11 +239,12 @@ class TopKStrategy:
     def _probe_and_solve(self, info: StepInfo) -> list[CommRecord]:
         """Probe every candidate ratio from the same snapshot, then solve Eq. 6."""
         live_grads = [p.grad.clone() for _, p in self.params]
-        residuals = self.memory.state_dict()
+        residuals, norms = self.memory.state_dict(), self.var_norms.state_dict()
         records: list[CommRecord] = []
         probes: dict[float, tuple[float, float]] = {}
         for c in self.controller.candidates:
             self.memory.load_state_dict(residuals)
+            self.var_norms.load_state_dict(norms)
             gains: list[float] = []
 
             def per_step(i: int, c: float = c, gains: list[float] = gains) -> None:
@@ -231,6 +255,7 @@ class TopKStrategy:
             self.rehearsal.rehearse(self.cfg.probe_steps, per_step)
             probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
         self.memory.load_state_dict(residuals)
+        self.var_norms.load_state_dict(norms)
         for (_, p), grad in zip(self.params, live_grads, strict=True):
             p.grad.copy_(grad)
         self.controller.solve(probes)
@@ -259,6 +284,7 @@ class TopKStrategy:
             "probe_due": self._probe_due,
             "probes": self._probes,
             "link": link,
+            "var_norms": self.var_norms.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -268,3 +294,4 @@ class TopKStrategy:
         self._probe_due = state["probe_due"]
         self._probes = state["probes"]
         self._link = None if state["link"] is None else Link(*state["link"])
+        self.var_norms.load_state_dict(state["var_norms"])

@@ -58,6 +58,16 @@ VARIANTS = {
         "method.leader=var",
         *SGD,
     ],
+    "topk_var_ewma": [  # the authors' smoothed-norm leader, a window that fills mid-run
+        "method=topk",
+        "method.cr=0.05",
+        "method.collective=ar_tree",
+        "method.leader=var",
+        "method.var_norm=ewma_grad",
+        "method.var_window=3",
+        "method.var_smoothing=0.1",
+        *SGD,
+    ],
     "topk_auto": ["method=topk", "method.cr=0.05", "network=flex_c1", *SGD],
     "topk_moo": [
         "method=topk",

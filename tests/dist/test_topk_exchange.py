@@ -85,7 +85,7 @@ def test_ar_topk_star_equals_mean_on_leader_indices(world, engine):
     n, engines = world
     results = engines[engine]
     leader = results[0]["star"]
-    assert leader == (n + 1) % n
+    assert leader == (n + 1) % n  # step n + 2; steps count from 1, rank 0 leads step 1
     expected, indices = ar_reference(n, leader)
     for rank, out in enumerate(results):
         average, sent, _, ops = out["ar_star"]

@@ -31,15 +31,18 @@ def world(request):
 
 def simulate(n, cr, leader_rule, layerwise):
     """One-process Algorithm 1 (or AG-Topk when leader_rule is None) over STEPS steps,
-    written per worker on one-row vectors (no worker axis beyond that). VAR ranks workers by
-    ||g||^2 ("var", the paper's) or by ||g + residual||^2 ("var_residual")."""
+    written per worker on one-row vectors (no worker axis beyond that). STAR's first leader
+    is rank 0 (the authors' code). VAR ranks workers by ||g||^2 ("var", the paper's) or by
+    ||g + residual||^2 ("var_residual"). Layer-wise, every tensor keeps
+    max(1, int(numel * cr)) entries (the authors' and GRACE's count)."""
     model = tiny_model()
     params = list(model.parameters())
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for p in params]
     sizes = [p.numel() for p in params]
     numel = sum(sizes)
-    k = numel if cr == 1 else k_for(numel, cr)
+    shares = [max(1, int(size * cr)) for size in sizes] if layerwise else None
+    k = numel if cr == 1 else sum(shares) if layerwise else k_for(numel, cr)
     layers = sizes if layerwise else None
     residuals = [torch.zeros(1, numel) for _ in range(n)]
     steps, leaders = [], []
@@ -52,7 +55,7 @@ def simulate(n, cr, leader_rule, layerwise):
             avg = sum(comp) / n
             sent = [torch.arange(numel).view(1, -1)] * n
         elif leader_rule is None:
-            picks = [compress(c, k, layers) for c in comp]
+            picks = [compress(c, k, layers, shares) for c in comp]
             avg = sum(decompress(v, i, numel) for v, i in picks) / n
             sent = [i for _, i in picks]
         else:
@@ -62,13 +65,13 @@ def simulate(n, cr, leader_rule, layerwise):
                 ranked = grads if leader_rule == "var" else comp
                 leader = max(range(n), key=lambda r: ranked[r].pow(2).sum().item())
             leaders.append(leader)
-            _, idx = compress(comp[leader], k, layers)
+            _, idx = compress(comp[leader], k, layers, shares)
             avg = decompress((sum(comp) / n).gather(1, idx), idx, numel)
             sent = [idx] * n
         residuals = [residual_after(comp[r], sent[r]) for r in range(n)]
         steps.append(avg[0])
     final = [dict(zip(names, res[0].split(sizes), strict=True)) for res in residuals]
-    return steps, final, sizes, leaders
+    return steps, final, k, leaders
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -85,7 +88,7 @@ def simulate(n, cr, leader_rule, layerwise):
 def test_strategy_matches_reference(world, engine, name, cr, leader_rule, layerwise):
     n, engines = world
     results = engines[engine]
-    steps, residuals, sizes, leaders = simulate(n, cr, leader_rule, layerwise)
+    steps, residuals, k, leaders = simulate(n, cr, leader_rule, layerwise)
     for rank, out in enumerate(results):
         history, final = out["strategy"][name]
         if leaders:
@@ -95,7 +98,7 @@ def test_strategy_matches_reference(world, engine, name, cr, leader_rule, layerw
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
             metrics = history[step]["metrics"]
             assert metrics["method/cr"] == cr
-            assert metrics["method/k"] == (sum(sizes) if cr == 1 else k_for(sum(sizes), cr))
+            assert metrics["method/k"] == k
         for key, value in residuals[rank].items():
             torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6)
     collectives = {out["strategy"][name][0][0]["metrics"]["method/collective"] for out in results}

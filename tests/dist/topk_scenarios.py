@@ -67,7 +67,7 @@ def run_strategy(comm, cfg, steps):
         per_rank = [grads_of(r, step, shapes) for r in comm.ranks]
         for i, p in enumerate(replicas.parameters()):
             p.grad.copy_(torch.stack([grads[i] for grads in per_rank]))
-        records = strategy.after_backward(_info(comm, step))
+        records = strategy.after_backward(_info(comm, step + 1))  # the trainer counts from 1
         for row in range(rows):
             history[row].append(
                 {
@@ -166,7 +166,7 @@ def scenarios(comm) -> list[dict]:
     g = torch.cat([compensated_of(r) for r in comm.ranks])
     ag = ag_topk_exchange(comm, g, K)
     ag_layers = ag_topk_exchange(comm, g, K, LAYERS)
-    star = star_leader(world + 1, world)
+    star = star_leader(world + 2, world)
     ar_star = ar_topk_exchange(comm, g, K, star, "tree")
     leader, var_record = var_leader(comm, g.pow(2).sum(1))
     ar_var = ar_topk_exchange(comm, g, K, leader, "ring", LAYERS)

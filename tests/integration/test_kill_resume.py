@@ -3,7 +3,7 @@
 Under both engines, for every method that keeps state of its own: local SGD's period
 position, AdaComm's interval and tau (the checkpoint falls mid-interval: 40 is no multiple
 of the 7-step interval), Top-k's residuals, ratio controller and probing (a probe round
-every 10-step gain window), Adasum's local Adam state.
+every 10-step gain window) and VAR's smoothed-norm window, Adasum's local Adam state.
 """
 
 import json
@@ -46,6 +46,13 @@ CASES = {
         "method.gain_window=10",
     ],
     "adasum_adam": ["method=adasum", "optim.name=adam", "optim.lr=0.01"],
+    "topk_var_ewma": [  # the checkpoint at step 40 holds 24 norms of the 25-step window
+        "method=topk",
+        "method.cr=0.1",
+        "method.collective=ar_tree",
+        "method.leader=var",
+        "method.var_norm=ewma_grad",
+    ],
 }
 # The process engine's cases cost a spawn per segment; local SGD and Top-k cover it.
 ENGINE_CASES = [
@@ -54,6 +61,7 @@ ENGINE_CASES = [
     ("simulated", "local_sgd"),
     ("simulated", "adacomm"),
     ("simulated", "topk_moo"),
+    ("simulated", "topk_var_ewma"),
     ("simulated", "adasum_adam"),
 ]
 

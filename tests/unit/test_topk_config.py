@@ -17,7 +17,9 @@ def test_moo_settings_default_to_the_paper_and_reach_the_controller():
     assert cfg.weights == [0.6, 0.4]
     assert cfg.ratio_bounds == [0.001, 0.1]
     assert cfg.reprobe_change == 0.1
-    assert cfg.var_norm == "grad"
+    assert cfg.var_norm == "grad"  # the paper's; the authors' smoothing is an option
+    assert (cfg.var_window, cfg.var_smoothing) == (25, 0.001)  # the authors' defaults
+    assert cfg.layer_split == "per_tensor"
     custom = TopKConfig(
         cr_controller="moo",
         candidates=[0.2, 0.05, 0.01],
@@ -52,6 +54,10 @@ def test_moo_settings_default_to_the_paper_and_reach_the_controller():
         ({"gain_window": 0}, "method.gain_window=0"),
         ({"bytes_scale": 0.0}, "method.bytes_scale=0.0"),
         ({"var_norm": "residual"}, "method.var_norm='residual'"),
+        ({"var_window": 0}, "method.var_window=0 must be at least 1"),
+        ({"var_smoothing": 1.0}, "method.var_smoothing=1.0 must be in [0, 1)"),
+        ({"var_smoothing": -0.1}, "method.var_smoothing=-0.1"),
+        ({"layer_split": "remainder"}, "method.layer_split='remainder'"),
         ({"ratio_bounds": [0.1, 0.001]}, "method.ratio_bounds=[0.1, 0.001] must be two ratios"),
         ({"ratio_bounds": [0.0, 0.1]}, "method.ratio_bounds=[0.0, 0.1]"),
         ({"ratio_bounds": [0.01, 1.5]}, "method.ratio_bounds=[0.01, 1.5]"),

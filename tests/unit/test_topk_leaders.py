@@ -1,0 +1,113 @@
+"""AR-Topk's leaders: STAR's round robin from rank 0, and VAR's smoothed-norm option
+(`method.var_norm=ewma_grad`) against a plain-Python rendering of the authors' rule: keep
+the last W norms, and once W are there, take their mean weighted by (1 - a)^j, j = 1 for the
+newest; 0 before, so rank 0 leads the first W - 1 steps."""
+
+import math
+
+import pytest
+import torch
+
+from repro.compress.exchange import star_leader
+from repro.compress.smoothed_norm import WindowedNorm
+from repro.dist.axis_collectives import AxisCollectives
+from repro.netmodel.cost import Link
+from repro.strategies.base import StepInfo
+from repro.strategies.topk import TopKConfig, TopKStrategy
+from repro.train.replicas import Replicas
+
+
+def test_star_starts_at_rank_0_and_goes_round_robin():
+    # the trainer's steps count from 1; the authors' global step from 0 picks rank 0 first
+    assert [star_leader(step, 3) for step in range(1, 8)] == [0, 1, 2, 0, 1, 2, 0]
+    assert star_leader(1, 8) == 0
+
+
+def authors_smoothed(norms: list[float], window: int, a: float) -> list[float]:
+    """The smoothed value after each step for one worker, by the rule in the module doc."""
+    out, kept, value = [], [], 0.0
+    for x in norms:
+        kept.append(x)
+        if len(kept) == window:
+            weights = [math.pow(1 - a, len(kept) - i) for i in range(len(kept))]
+            value = sum(w * v for w, v in zip(weights, kept, strict=True)) / sum(weights)
+            kept.pop(0)
+        out.append(value)
+    return out
+
+
+@pytest.mark.parametrize(("window", "a"), [(25, 0.001), (4, 0.3), (1, 0.0)])
+def test_windowed_norm_matches_the_authors_rule(window, a):
+    gen = torch.Generator().manual_seed(window)
+    norms = torch.rand(40, 3, generator=gen, dtype=torch.float64) * 10
+    meter = WindowedNorm(window, a)
+    got = torch.stack([meter.update(step.pow(2)) for step in norms])
+    for worker in range(3):
+        expected = authors_smoothed(norms[:, worker].tolist(), window, a)
+        torch.testing.assert_close(got[:, worker].tolist(), expected, rtol=1e-12, atol=0)
+
+
+def test_windowed_norm_resumes_from_its_state():
+    norms = torch.rand(30, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    straight = WindowedNorm(5, 0.1)
+    expected = [straight.update(n) for n in norms]
+    first = WindowedNorm(5, 0.1)
+    for n in norms[:3]:  # mid-window: the saved history is not yet full
+        first.update(n)
+    resumed = WindowedNorm(5, 0.1)
+    resumed.load_state_dict(first.state_dict())
+    for n, want in zip(norms[3:], expected[3:], strict=True):
+        assert torch.equal(resumed.update(n), want)
+
+
+def _strategy(var_norm: str, window: int = 3):
+    comm = AxisCollectives(2)
+    torch.manual_seed(0)
+    replicas = Replicas(torch.nn.Linear(4, 2), 2, "loop")
+    cfg = TopKConfig(
+        cr=0.25,
+        collective="ar_tree",
+        leader="var",
+        var_norm=var_norm,
+        var_window=window,
+        var_smoothing=0.0,
+    )
+    strategy = TopKStrategy(cfg, 2)
+    strategy.setup(replicas, torch.optim.SGD(replicas.parameters(), lr=0.1), comm, None)
+    return strategy, replicas
+
+
+# per-entry gradient value of worker 0 and worker 1 at each step
+SCALES = [(5, 1), (5, 1), (5, 1), (1, 6), (1, 6), (1, 6), (4, 1)]
+
+
+def _leaders(strategy, replicas, steps) -> list[int]:
+    leaders = []
+    for step in steps:
+        for p in replicas.parameters():
+            w0, w1 = SCALES[step - 1]
+            p.grad = torch.stack(
+                [torch.full(p.shape[1:], float(w0)), torch.full(p.shape[1:], float(w1))]
+            )
+        strategy.after_backward(StepInfo(step, 0.0, torch.zeros(2), 0.1, 0.0, Link(1e-3, 1e9)))
+        leaders.append(strategy.metrics()["method/leader"])
+    return leaders
+
+
+def test_var_ewma_ranks_by_the_smoothed_norm_and_resumes():
+    numel = 4 * 2 + 2
+    norms = [[w * math.sqrt(numel) for w in pair] for pair in SCALES]
+    smoothed = [authors_smoothed([n[r] for n in norms], 3, 0.0) for r in range(2)]
+    # ties (0 before the window is full) go to the lowest rank, as torch.argmax and the
+    # authors' list.index(max(...)) both break them
+    expected = [0 if s0 >= s1 else 1 for s0, s1 in zip(*smoothed, strict=True)]
+    strategy, replicas = _strategy("ewma_grad")
+    assert _leaders(strategy, replicas, range(1, 8)) == expected
+    per_step, replicas_g = _strategy("grad")
+    assert _leaders(per_step, replicas_g, range(1, 8)) != expected  # the option matters
+    # the window is in the strategy's state: a restart at step 4 ranks as before
+    first, replicas_a = _strategy("ewma_grad")
+    _leaders(first, replicas_a, range(1, 4))
+    resumed, replicas_b = _strategy("ewma_grad")
+    resumed.load_state_dict(first.state_dict())
+    assert _leaders(resumed, replicas_b, range(4, 8)) == expected[3:]
