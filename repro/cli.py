@@ -10,13 +10,17 @@
   repro tune PAPER [scale=..]             equal-budget tuning of a run set's arms
   repro jobs [--watch]                    SLURM jobs of reproductions and sweeps
 
-Any `UserError` ends the command with one line on stderr and exit code 2.
+Any `UserError` ends the command with one line on stderr and exit code 2. A closed pipe on
+stdout (`repro runs ls | head -1`) ends it quietly with exit code 141, as a Unix tool that
+SIGPIPE ends.
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
+import os
+import select
 import sys
 
 from repro.errors import UserError
@@ -54,13 +58,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {cmd!r}; choose one of {sorted(commands)}", file=sys.stderr)
         return 2
     try:
-        return importlib.import_module(commands[cmd]).main(rest) or 0
+        try:
+            return importlib.import_module(commands[cmd]).main(rest) or 0
+        finally:  # argparse's --help exits: flush here, where a closed pipe is caught
+            sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # as a Unix tool killed by SIGPIPE: quiet, 128 + 13; nothing more reaches stdout
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of stdout has gone (`repro ... | head -1`): a pipe whose read end
+    is closed polls as an error. A broken pipe elsewhere (a socket) is not this one."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def expand_sweep(overrides: list[str]) -> list[list[str]]:

@@ -47,6 +47,7 @@ NON_IDENTITY_KEYS = (
     "cluster",
     "trainer.progress",
     "trainer.collective_timeout_s",
+    "trainer.keep_checkpoints",
     "trainer.divergence",
     "experiment.runs",
     "experiment.seeds",
@@ -121,6 +122,7 @@ class TrainerConfig:
     device: str = "auto"
     progress: bool = True
     collective_timeout_s: float = 60.0
+    keep_checkpoints: int = 2
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
 
     def __post_init__(self):
@@ -136,6 +138,11 @@ class TrainerConfig:
             raise UserError(f"trainer.target_acc={self.target_acc} must be in (0, 1] (0 = none)")
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
+        if self.keep_checkpoints < 1:
+            raise UserError(
+                f"trainer.keep_checkpoints={self.keep_checkpoints} must be at least 1 (2 lets a "
+                "run fall back to the one before a damaged checkpoint)"
+            )
         if not self.collective_timeout_s > 0:
             raise UserError(f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0")
         require_choice(
@@ -267,7 +274,12 @@ def identity(cfg: Config) -> dict:
 
 
 def config_hash(cfg: Config) -> str:
-    blob = json.dumps(identity(cfg), sort_keys=True, default=str)
+    return hash_of(identity(cfg))
+
+
+def hash_of(identity_dict: dict) -> str:
+    """The run identity's hash, from `identity(cfg)` or a run directory's config.yaml."""
+    blob = json.dumps(identity_dict, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,28 +52,72 @@ class JobRecord:
         return str(self.paths().stderr)
 
 
+def _crc(fields: dict) -> int:
+    return zlib.crc32(json.dumps(fields, sort_keys=True).encode())
+
+
 def append_records(runs_root: str | Path, records: list[JobRecord]) -> Path:
     """Add `records` to `<runs_root>/jobs.jsonl` (created if needed); one line each, with the
-    log paths spelt out so that the file alone tells where to look."""
+    log paths spelt out so that the file alone tells where to look, and a `crc` of the
+    line's other fields, so that a damaged line is told from a good one."""
     path = Path(runs_root) / JOBS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         for r in records:
-            f.write(json.dumps({**asdict(r), "stdout": r.stdout, "stderr": r.stderr}) + "\n")
+            fields = {**asdict(r), "stdout": r.stdout, "stderr": r.stderr}
+            f.write(json.dumps({**fields, "crc": _crc(fields)}) + "\n")
     return path
 
 
+def _parse(line: str) -> JobRecord:
+    """One line's record; ValueError when the line is damaged."""
+    raw = json.loads(line)
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    crc = raw.pop("crc", None)
+    if crc is not None and crc != _crc(raw):
+        raise ValueError("its checksum does not match")
+    known = set(JobRecord.__dataclass_fields__)
+    try:
+        return JobRecord(**{k: v for k, v in raw.items() if k in known})
+    except TypeError:
+        raise ValueError("a field is missing") from None
+
+
 def read_records(runs_root: str | Path) -> list[JobRecord]:
+    """The good records of `<runs_root>/jobs.jsonl` (see `scan_records`)."""
+    return scan_records(runs_root)[0]
+
+
+def scan_records(runs_root: str | Path) -> tuple[list[JobRecord], list[str], bool]:
+    """(the good records, one line per damaged line, whether any line is damaged rather
+    than torn). A torn last line, with no newline after it, is what a submission cut short
+    leaves: it is skipped, and said; a damaged line is skipped, and its line names it and
+    the fix."""
     path = Path(runs_root) / JOBS_FILE
     if not path.is_file():
         raise UserError(f"no jobs recorded under {runs_root} ({path} does not exist)")
-    known = set(JobRecord.__dataclass_fields__)
-    records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            raw = json.loads(line)
-            records.append(JobRecord(**{k: v for k, v in raw.items() if k in known}))
-    return records
+    lines = path.read_bytes().split(b"\n")
+    records, notes, inner = [], [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(_parse(line.decode()))
+        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError too
+            if i == len(lines) - 1:  # no newline after it: its write was cut short
+                notes.append(f"note: {path} line {i + 1} is torn (skipped): {_why(e)}")
+            else:
+                inner = True
+                notes.append(
+                    f"error: {path} line {i + 1} is damaged ({_why(e)}); skipped it, remove "
+                    "that line to list the rest without this error"
+                )
+    return records, notes, inner
+
+
+def _why(e: ValueError) -> str:
+    return type(e).__name__ if isinstance(e, UnicodeDecodeError | json.JSONDecodeError) else str(e)
 
 
 def _local_state(record: JobRecord) -> str:

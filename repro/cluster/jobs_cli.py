@@ -4,15 +4,18 @@ One line per job from `<root>/jobs.jsonl` with its state (SLURM accounting throu
 submitit) and its stdout log; a failed job also shows each task's stderr path and last
 lines, so the cause is on screen without a search through the job folder. `--watch`
 redraws every `--interval` seconds until no job is pending or running (a job sacct does not
-list yet, UNKNOWN, counts as pending), then exits 1 if any failed and 0 otherwise.
+list yet, UNKNOWN, counts as pending), then exits 1 if any failed and 0 otherwise. A torn
+last line of the file (a submission cut short) is skipped with a note; a line damaged
+elsewhere is skipped with an error line, the others are listed, and the exit code is 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, read_records
+from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, scan_records
 
 
 def render(records: list[JobRecord], states: dict[str, str]) -> str:
@@ -39,13 +42,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--watch", action="store_true", help="redraw until every job has ended")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between redraws")
     args = p.parse_args(argv)
-    records = read_records(args.root)
+    records, notes, damaged = scan_records(args.root)
+    for note in notes:
+        print(note, file=sys.stderr)
+    if damaged and not records:
+        return 2
     while True:
         states = job_states(records)
         print(render(records, states))
         print(summary_line(states), flush=True)
         if not args.watch:
-            return 0
+            return 2 if damaged else 0
         if not any(s in ACTIVE or s == "UNKNOWN" for s in states.values()):
             return 1 if any(s in FAILED for s in states.values()) else 0
         time.sleep(args.interval)

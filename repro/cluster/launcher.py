@@ -115,20 +115,29 @@ def launch_runs(
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
     run set's measured minutes per run, 0 when not measured) the expected time of the runs
     left to do here is printed before any starts, followed by `also`."""
-    from repro.train.entry import finished_summary
+    from repro.train.entry import finished_or_resumable
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
     if len(kinds) > 1:
         raise UserError(f"{title}: cluster differs between runs ({sorted(kinds)}); use one")
     launched = Launched()
-    pending = []
+    pending, damaged = [], []
     for label, cfg in runs:
-        done = finished_summary(cfg)
+        try:
+            done = finished_or_resumable(cfg)
+        except UserError as err:  # one run's directory: the set goes on with the others
+            if len(runs) == 1:
+                raise
+            print(f"damaged {label}: {err}", file=sys.stderr, flush=True)
+            damaged.append(label)
+            continue
         if done is None:
             pending.append((label, cfg))
         else:
             print(f"skip {label}: finished earlier", flush=True)
             launched.summaries.append(done)
+    if damaged and not pending:
+        raise UserError(f"{title}: {len(damaged)} run(s) need the fix above: {', '.join(damaged)}")
     if not pending:
         print(f"{title}: every run has finished", flush=True)
     elif runs_here(pending[0][1].cluster):
@@ -143,6 +152,8 @@ def launch_runs(
         for r in launched.jobs:
             print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
         _announce(launched.jobs, "runs", title, pending[0][1].runs_root, then)
+    if damaged:
+        raise UserError(f"{title}: {len(damaged)} run(s) need the fix above: {', '.join(damaged)}")
     return launched
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
-from repro.track.wandb_file import records
+from repro.track.wandb_file import DamagedLog, records
 
 
 @dataclass
@@ -180,13 +180,66 @@ def _unique(files: Iterator[Path]) -> list[Path]:
     return sorted({p.resolve(): p for p in files if p.is_file()}.values())
 
 
-def _grouped(files: list[Path]) -> dict[str, list[_Segment]]:
+def _flag(line: str, damaged: list[str] | None) -> None:
+    """End the read with `line`, or, given a `damaged` list, add it there and go on."""
+    if damaged is None:
+        raise UserError(line)
+    damaged.append(line)
+
+
+def _finished_last(file: Path) -> bool:
+    """Whether `file` is the newest segment (`wandb/latest-run`) of a finished run."""
+    run_dir = _run_dir(file)
+    latest = run_dir / "wandb" / "latest-run" / file.name
+    return (run_dir / "summary.json").exists() and latest.resolve() == file.resolve()
+
+
+def _grouped(files: list[Path], damaged: list[str] | None = None) -> dict[str, list[_Segment]]:
+    """Segments by run id. A damaged file, or a finished run's last segment cut short
+    (which only damage does: the run waits for its exit record), is flagged and left out."""
     by_id: dict[str, list[_Segment]] = {}
     for file in files:
-        seg = _read_segment(file)
-        if seg is not None:
+        try:
+            seg = _read_segment(file)
+        except DamagedLog as e:
+            _flag(f"{e}; {_relog_fix(file)}", damaged)
+            continue
+        if seg is not None and (seg.exit_code is not None or not _finished_last(file)):
             by_id.setdefault(seg.run_id, []).append(seg)
+        elif seg is not None or _finished_last(file):
+            summary = _run_dir(file) / "summary.json"
+            _flag(
+                f"{file} ends before its exit record though {summary} says the run finished: "
+                f"it was cut short; {_relog_fix(file)}",
+                damaged,
+            )
     return by_id
+
+
+def _check_logged(root: Path, by_id: dict, damaged: list[str] | None) -> None:
+    """A finished run whose tracker run (`run_id`, written when it opened) left no file:
+    its log was deleted, which is damage too, not a run that was never tracked."""
+    for id_file in root.rglob("run_id"):
+        summary = id_file.parent / "summary.json"
+        run_id = id_file.read_text(errors="replace").strip()
+        logs = id_file.parent.glob(f"wandb/*/run-{run_id}.wandb")
+        if summary.exists() and run_id not in by_id and next(logs, None) is None:
+            _flag(
+                f"{id_file.parent / 'wandb'} holds no log of run {run_id} though {summary} "
+                f"says the run finished; remove {summary}, then run the run again to log it anew",
+                damaged,
+            )
+
+
+def _relog_fix(file: Path) -> str:
+    """How to get a damaged segment's points back: a resumed segment re-logs every point
+    of the run (the checkpoint keeps them), so a later segment already holds them all, and
+    the last one is written anew by finishing the run again from its checkpoint."""
+    run_dir = _run_dir(file)
+    return (
+        f"remove {file.parent}, and if it was the run's last segment also "
+        f"{run_dir / 'summary.json'}, then run the run again to log it anew"
+    )
 
 
 def read_run(path: str | Path) -> RunData:
@@ -210,13 +263,18 @@ def read_run(path: str | Path) -> RunData:
     return _merge(latest)
 
 
-def find_runs(root: str | Path, group: str | None = None) -> list[RunData]:
+def find_runs(
+    root: str | Path, group: str | None = None, damaged: list[str] | None = None
+) -> list[RunData]:
     """Every run with a `.wandb` file anywhere under `root` (in `group` if given), oldest
-    first. Segments of one run id are merged wherever they lie."""
+    first. Segments of one run id are merged wherever they lie. A damaged file ends the
+    search with one line naming it, or, given a `damaged` list, is reported there and the
+    search goes on with the others."""
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"runs root {root} is not a directory")
-    by_id = _grouped(_unique(root.rglob("run-*.wandb")))
+    by_id = _grouped(_unique(root.rglob("run-*.wandb")), damaged)
+    _check_logged(root, by_id, damaged)
     ordered = sorted(by_id.values(), key=lambda segs: (min(s.start for s in segs), segs[0].run_id))
     runs = [_merge(segs) for segs in ordered]
     return [r for r in runs if group is None or r.group == group]

@@ -4,13 +4,15 @@
   repro runs show RUN [--root ROOT] [--json]  one run: config, summary, last points
 
 RUN is a run directory (or an `offline-run-*` directory, or a `.wandb` file) or a run id
-found under ROOT.
+found under ROOT. `ls` lists the readable runs and then names each damaged file on a line of
+its own, with the fix, and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -65,8 +67,8 @@ def _last_step(run: RunData) -> str:
     return str(run.history[-1]["step"]) if run.history else "-"
 
 
-def _ls(root: str, group: str | None) -> str:
-    runs = find_runs(root, group)
+def _ls(root: str, group: str | None, damaged: list[str]) -> str:
+    runs = find_runs(root, group, damaged)
     if not runs:
         where = f" in group {group!r}" if group else ""
         return f"no runs under {root}{where}"
@@ -92,9 +94,12 @@ def _find(run: str, root: str) -> RunData:
         return read_run(run)
     if not Path(root).is_dir():
         raise UserError(f"repro runs show: {run} is neither a path nor a run under {root}")
-    for found in find_runs(root):
+    damaged: list[str] = []
+    for found in find_runs(root, damaged=damaged):
         if found.run_id == run:
             return found
+    if damaged:  # the run asked for may be the damaged one
+        raise UserError(f"repro runs show: no readable run {run!r} under {root}; {damaged[0]}")
     raise UserError(f"repro runs show: no run {run!r} under {root} (`repro runs ls {root}`)")
 
 
@@ -137,8 +142,12 @@ def main(argv: list[str]) -> int:
     if args.command == "show" and args.last < 0:
         raise UserError(f"repro runs show: --last={args.last} must be >= 0")
     if args.command == "ls":
-        print(_ls(args.root, args.group))
-        return 0
+        damaged: list[str] = []
+        print(_ls(args.root, args.group, damaged))
+        sys.stdout.flush()  # the table first, then what was left out of it
+        for line in damaged:
+            print(f"error: {line}", file=sys.stderr)
+        return 2 if damaged else 0
     run = _find(args.run, args.root)
     if args.json:
         print(json.dumps(asdict(run) | {"path": str(run.path)}, indent=1, default=str))

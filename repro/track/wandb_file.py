@@ -9,14 +9,17 @@ run for a `wandb leet inspect --json` subprocess, which matters when a report sc
 of runs; `repro.track.runs` turns the records into runs.
 
 A run that was killed or is still running ends in a torn chunk or none at all; reading
-stops at the first chunk that does not fit (checksums are not verified: a torn tail is the
-failure a kill produces, and the length check catches it), so such a run reads up to its
-last complete record.
+stops at the first chunk that does not fit, so such a run reads up to its last complete
+record. A complete chunk whose checksum (zlib's CRC-32 of its type byte and payload, as
+wandb writes it) does not match, or whose header cannot be one, was damaged after it was
+written (a bad sector, a copy cut short, a hand edit): reading it ends with `DamagedLog`,
+one line naming the file and the byte, rather than a history silently cut short there.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +31,22 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 FILE_HEADER_LEN = 7
 
 
+class DamagedLog(UserError):
+    """A `.wandb` file with a chunk that cannot be what wandb wrote."""
+
+    def __init__(self, file: Path, offset: int, why: str = "a record fails its checksum"):
+        self.file, self.offset = file, offset
+        super().__init__(f"{file} is damaged at byte {offset} ({why})")
+
+
+class _BadChunk(Exception):
+    def __init__(self, offset: int):
+        self.offset = offset
+
+
 def _chunks(data: bytes, pos: int = FILE_HEADER_LEN) -> Iterator[bytes]:
-    """Whole record payloads of a LevelDB-framed log from `pos`, stopping at a torn tail.
+    """Whole record payloads of a LevelDB-framed log from `pos`, stopping at a torn tail
+    or zero fill; `_BadChunk` at a complete chunk that fails its checksum.
 
     `data` must start at a block boundary; chunks continuing a record that began before
     `data` are skipped."""
@@ -41,11 +58,18 @@ def _chunks(data: bytes, pos: int = FILE_HEADER_LEN) -> Iterator[bytes]:
             continue
         if pos + CHUNK_HEADER.size > len(data):
             return
-        _, length, kind = CHUNK_HEADER.unpack_from(data, pos)
+        crc, length, kind = CHUNK_HEADER.unpack_from(data, pos)
         start = pos + CHUNK_HEADER.size
-        if kind not in (FULL, FIRST, MIDDLE, LAST) or start + length > len(data):
+        if crc == length == kind == 0:
+            return  # zero fill past the last record
+        if kind not in (FULL, FIRST, MIDDLE, LAST) or length > room - CHUNK_HEADER.size:
+            raise _BadChunk(pos)
+        if start + length > len(data):
             return
-        payload, pos = data[start : start + length], start + length
+        payload = data[start : start + length]
+        if zlib.crc32(payload, zlib.crc32(bytes([kind]))) != crc:
+            raise _BadChunk(pos)
+        pos = start + length
         if kind == FULL:
             yield payload
         elif kind == FIRST:
@@ -73,8 +97,11 @@ def _parsed(payloads: Iterator[bytes]):
 def records(file: Path):
     data = file.read_bytes()
     if not data.startswith(b":W&B"):
-        raise UserError(f"{file} is not a wandb transaction log (no ':W&B' header)")
-    yield from _parsed(_chunks(data))
+        raise DamagedLog(file, 0, "no ':W&B' header: not a wandb transaction log")
+    try:
+        yield from _parsed(_chunks(data))
+    except _BadChunk as bad:
+        raise DamagedLog(file, bad.offset) from None
 
 
 def has_exit_record(file: Path) -> bool:
@@ -90,4 +117,7 @@ def has_exit_record(file: Path) -> bool:
         f.seek(start)
         tail = f.read()
     payloads = _chunks(tail, FILE_HEADER_LEN if start == 0 else 0)
-    return any(r.WhichOneof("record_type") == "exit" for r in _parsed(payloads))
+    try:
+        return any(r.WhichOneof("record_type") == "exit" for r in _parsed(payloads))
+    except _BadChunk:
+        return False

@@ -11,20 +11,22 @@ set RANK and WORLD_SIZE.
 from __future__ import annotations
 
 import functools
-import json
 import os
+import sys
 
 import torch
 
-from repro.config import Config, identity, run_dir_of
+from repro.config import Config, config_hash, identity, run_dir_of
 from repro.dist import launch
 from repro.dist.axis_collectives import AxisCollectives
 from repro.dist.collectives import ProcessCollectives
 from repro.dist.devices import pick_device
 from repro.errors import UserError
 from repro.train import checkpoint
+from repro.train.checkpoint_pick import choose
 from repro.train.divergence import Diverged
-from repro.train.engine_checks import check_memory
+from repro.train.engine_checks import check_memory, check_process_memory
+from repro.train.run_lock import run_lock
 from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
@@ -41,11 +43,34 @@ _RENDEZVOUS_VARS = (
 
 def finished_summary(cfg: Config) -> dict | None:
     """The summary of this config's finished run, or None; a run directory holding another
-    config is refused (one line) rather than taken for this run's."""
+    config is refused (one line) rather than taken for this run's. A damaged summary is
+    removed, saying so: the run then ends again from its last checkpoint and writes it anew
+    (the same numbers, the run being deterministic from a checkpoint)."""
     run_dir = run_dir_of(cfg)
     checkpoint.check_run_dir(run_dir, identity(cfg))
     path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        done = checkpoint.read_checked_json(path)
+    except checkpoint.Damaged as e:
+        print(
+            f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
+            file=sys.stderr,
+        )
+        path.unlink(missing_ok=True)
+        return None
+    checkpoint.repair_config(run_dir, identity(cfg))
+    return done
+
+
+def finished_or_resumable(cfg: Config) -> dict | None:
+    """`finished_summary`, and for a run not finished, the refusal its checkpoints would
+    meet at the start (none good), so that a run set can report it before any run starts."""
+    done = finished_summary(cfg)
+    if done is None:
+        choose(run_dir_of(cfg), config_hash(cfg))
+    return done
 
 
 def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
@@ -78,21 +103,45 @@ def run_simulated(cfg: Config, device: str) -> dict:
 
 
 def run_training(cfg: Config) -> dict:
-    """Run (or resume, or skip if finished) one training run; return its summary."""
-    run_dir = run_dir_of(cfg)
+    """Run (or resume, or skip if finished) one training run; return its summary.
+
+    The launcher (or rank 0 of an external launch) holds the run directory's lock for the
+    run's life, so a second launch of the same run is refused rather than run twice."""
     done = finished_summary(cfg)
     if done is not None:
         return done
     device = worker_device(cfg)  # a GPU request without CUDA fails before anything is written
     prepare(cfg.workload, cfg.data, cfg.seed)
-    simulated = cfg.trainer.engine == "simulated"
-    if simulated:
+    check_memory_of(cfg, device)
+    external = launch.env_rank_world()
+    if external is not None and external[0] != 0:
+        return _train(cfg, device, external)
+    run_dir = run_dir_of(cfg)
+    checkpoint.make_run_dir(run_dir)
+    with run_lock(run_dir):
+        # a run that held the lock a moment ago may have finished it
+        return finished_summary(cfg) or _train(cfg, device, external)
+
+
+def check_memory_of(cfg: Config, device: str) -> None:
+    """Refuse, before the run directory is written, workers that would not fit here."""
+    if cfg.trainer.engine == "simulated":
         check_simulated_memory(cfg, device)
+    elif cfg.trainer.world_size > 1 and launch.env_rank_world() is None:
+        workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), "cpu")
+        sample = workload.arrays.x_train[: cfg.trainer.batch_size]
+        check_process_memory(cfg, workload.model_factory(), sample)
+
+
+def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
+    run_dir = run_dir_of(cfg)
+    fallback = choose(run_dir, config_hash(cfg)).line(run_dir)  # refuses before any write
+    if fallback and (external is None or external[0] == 0):
+        print(fallback, file=sys.stderr, flush=True)
     checkpoint.record_run_dir(run_dir, identity(cfg))
-    if simulated:
+    if cfg.trainer.engine == "simulated":
         return run_simulated(cfg, device)
     world = cfg.trainer.world_size
-    external = launch.env_rank_world()
     if external is not None:
         rank, ext_world = external
         if ext_world != world:

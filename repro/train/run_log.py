@@ -58,7 +58,7 @@ class RunLog:
                 self.tracker.set_summary(summary)
             self.tracker.finish(exit_code=exit_code)
         if summary is not None and self.first_process:
-            checkpoint.write_json(self.run_dir / "summary.json", summary)
+            checkpoint.write_checked_json(self.run_dir / "summary.json", summary)
 
     def state_dict(self) -> dict:
         return {"run_id": self.run_id, "last_point": self.last_point, "points": self.points}

@@ -161,7 +161,8 @@ class Trainer:
         self.comm.barrier()
         if self.comm.ranks[0] == 0:
             processes = self.comm.world_size // len(self.comm.ranks)
-            checkpoint.commit(self.run_dir, step, self.hash, processes)
+            keep = self.cfg.trainer.keep_checkpoints
+            checkpoint.commit(self.run_dir, step, self.hash, processes, keep)
         self.comm.barrier()
 
     def restore(self) -> int:

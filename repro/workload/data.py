@@ -176,7 +176,23 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
     )
 
 
+def check_root(root: str) -> None:
+    """Refuse a `data.root` that is (or lies under) something other than a directory,
+    which the writers would otherwise report as a disk fault ("file exists")."""
+    at = Path(root)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if at.exists() and not at.is_dir():
+        what = "is" if at == Path(root) else f"lies under {at}, which is"
+        raise UserError(
+            f"data.root={root} {what} a regular file, not a directory; set data.root to a "
+            "directory (it is created if missing)"
+        )
+
+
 def load(dataset: str, root: str, download: bool, num_samples: int, seed: int) -> Arrays:
+    if dataset == "mnist1d" or dataset in _CIFAR_STATS:
+        check_root(root)
     if dataset == "mnist1d":
         return mnist1d(root, num_samples, seed)
     if dataset == "synthetic":

@@ -1,0 +1,107 @@
+"""Which checkpoint a restart loads: the newest whose files all match the checksums
+recorded when they were written.
+
+A damaged newest checkpoint (a bad sector, a copy cut short, a hand edit) or a damaged
+`latest.json` must not lock a run for good, least of all under a SLURM requeue that would
+fail the same way forever: the run falls back to the newest good checkpoint, kept for
+this (`trainer.keep_checkpoints`), and says in one line which step and why. A run is
+deterministic from any checkpoint, so it still ends exactly as an uninterrupted run
+would. With none good it stops with one line naming the directory and the fix, rather
+than starting over on its own, which would throw away a long run's progress unasked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.errors import UserError
+from repro.train.checkpoint import COMMIT, Damaged, read_checked_json, step_dirs
+
+
+@dataclass
+class Choice:
+    """The step a restart resumes from (0 and no directory: the beginning), and why the
+    newer checkpoints, if any, were passed over."""
+
+    step: int = 0
+    step_dir: Path | None = None
+    passed_over: list[str] = field(default_factory=list)
+
+    def line(self, run_dir: Path) -> str:
+        """The one line saying that the run falls back, or "" when it does not."""
+        if not self.passed_over or self.step_dir is None:
+            return ""
+        return (
+            f"note: {run_dir / 'checkpoints'}: resuming from step {self.step}, the newest good "
+            f"checkpoint ({'; '.join(self.passed_over)})"
+        )
+
+
+def _pointer(ckpt: Path) -> tuple[int | None, str]:
+    """(the step latest.json names or None, why it cannot be read or "")."""
+    path = ckpt / "latest.json"
+    if not path.exists():
+        return None, ""
+    try:
+        return int(read_checked_json(path)["step"]), ""
+    except (OSError, Damaged, KeyError, TypeError, ValueError) as e:
+        return None, f"{path.name}: {e}" if isinstance(e, Damaged) else f"{path.name} unreadable"
+
+
+def _verify(step_dir: Path, config_hash: str) -> None:
+    """Raise `Damaged` unless every rank file of the committed `step_dir` matches its
+    recorded checksum; a commit of another config is refused outright."""
+    record = read_checked_json(step_dir / COMMIT)
+    try:
+        written_for, ranks, files = record["hash"], int(record["world_size"]), record["files"]
+    except (KeyError, TypeError, ValueError):
+        raise Damaged(f"{COMMIT} lacks its fields") from None
+    if written_for != config_hash:
+        raise UserError(
+            f"the checkpoint in {step_dir} was written by another config (hash {written_for}, "
+            f"this run {config_hash}); use a new run_dir or delete that one"
+        )
+    for rank in range(ranks):
+        name = f"rank{rank}.pt"
+        try:
+            data = (step_dir / name).read_bytes()
+        except FileNotFoundError:
+            raise Damaged(f"{name} is missing") from None
+        if hashlib.sha256(data).hexdigest() != files.get(name):
+            raise Damaged(f"{name} does not match the checksum recorded when it was written")
+
+
+def choose(run_dir: Path, config_hash: str) -> Choice:
+    """The newest good checkpoint of `run_dir`; UserError when checkpoints were committed
+    and none is good. Reads every rank's file of the steps it tries, so every process of
+    a run, reading the same files, picks the same step."""
+    ckpt = run_dir / "checkpoints"
+    pointed, pointer_damage = _pointer(ckpt)
+    passed_over = [pointer_damage] if pointer_damage else []
+    committed = pointed is not None or bool(pointer_damage)
+    for step, step_dir in step_dirs(run_dir):
+        if not (step_dir / COMMIT).exists():
+            if step == pointed:
+                passed_over.append(f"step {step}: its {COMMIT} is missing")
+            continue  # cut short before its commit: never a checkpoint
+        committed = True
+        try:
+            _verify(step_dir, config_hash)
+        except (OSError, Damaged) as e:
+            passed_over.append(f"step {step}: {e}")
+            continue
+        if (
+            pointed is not None
+            and pointed > step
+            and not any(f"step {pointed}:" in p for p in passed_over)
+        ):
+            passed_over.append(f"latest.json names step {pointed}, which is gone")
+        return Choice(step, step_dir, passed_over)
+    if committed:
+        why = "; ".join(passed_over) or "none is complete"
+        raise UserError(
+            f"{ckpt} holds no good checkpoint ({why}); remove {ckpt} to start the run over"
+        )
+    return Choice()

@@ -1,0 +1,127 @@
+"""One live run per run directory, closed pipes, and the guards that refuse a run before
+it starts: each refusal one line naming the setting, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.cluster.launcher import launch_runs
+from repro.config import compose, run_dir_of
+from repro.errors import UserError
+from repro.train.run_lock import run_lock
+from tests.helpers import TINY, repro_cli
+from tests.integration.test_state_faults import cli
+
+REPRO = str(Path(sys.executable).parent / "repro")
+
+
+def _env() -> dict:
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def _one_line(code: int, err: str, *needles: str) -> str:
+    line = err.strip()
+    assert code == 2 and len(line.splitlines()) == 1 and line.startswith("error: "), err
+    assert all(n in line for n in needles), (needles, line)
+    return line
+
+
+def test_second_launch_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [*TINY, "trainer.steps=100000", "tracking=disabled", f"data.root={tmp_path}/data"]
+    first = subprocess.Popen(
+        [REPRO, "train", *args, f"run_dir={run_dir}"],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    lock = run_dir / ".lock"
+    deadline = time.time() + 120
+    while not (lock.exists() and lock.read_text().strip()) and first.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGSTOP)  # holds the lock, and cannot finish meanwhile
+    try:
+        code, _, err = cli("train", *args, f"run_dir={run_dir}")
+        _one_line(code, err, f"pid {first.pid} on host {socket.gethostname()}", str(run_dir))
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    with run_lock(run_dir):  # the kernel dropped the killed run's lock
+        assert lock.read_text().split() == [str(os.getpid()), socket.gethostname()]
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """The reader goes before the command writes: its first write meets a broken pipe."""
+    commands = [["train", "--help"], ["runs", "ls", str(tmp_path)], ["jobs", "--root", "x"]]
+    for command in commands:
+        proc = subprocess.Popen(
+            [REPRO, *command], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait()
+        if command[0] == "jobs":  # nothing on stdout: its one error line still shows
+            assert code == 2 and err.startswith("error: no jobs recorded"), err
+        else:
+            assert code == 141 and err == "", (command, err)
+
+
+@pytest.mark.parametrize(
+    "override,needles",
+    [
+        (
+            "experiment.label=" + "x" * 300,
+            ("311 bytes", "at most 255", "experiment.label", "run_dir"),
+        ),
+        ("run_dir={tmp}/" + "y" * 256, ("256 bytes", "run_dir")),
+        ("data.root={tmp}/afile", ("data.root=", "is a regular file", "directory")),
+        ("data.root={tmp}/afile/below", ("lies under", "is a regular file")),
+    ],
+)
+def test_names_the_file_system_cannot_hold_and_a_file_for_data_root(tmp_path, override, needles):
+    (tmp_path / "afile").write_text("not a directory")
+    override = override.format(tmp=tmp_path)
+    code, _, err = cli("train", "trainer.steps=2", f"runs_root={tmp_path}/runs", override)
+    _one_line(code, err, *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path):
+    world = 4 * (os.cpu_count() or 1) + 1
+    proc = repro_cli(
+        "train",
+        *TINY,
+        "trainer.engine=processes",
+        f"trainer.world_size={world}",
+        "trainer.batch_size=2",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/data",
+    )
+    _one_line(proc.returncode, proc.stderr, f"trainer.world_size={world}", "engine=simulated")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_set_reports_a_damaged_run_and_runs_the_others(tmp_path):
+    base = [*TINY, "tracking=disabled", f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/d"]
+    runs = [(seed, compose([*base, f"seed={seed}"])) for seed in ("0", "1")]
+    damaged = run_dir_of(runs[0][1])
+    damaged.mkdir(parents=True)
+    (damaged / "config.yaml").write_bytes(b"\xff\xfe not yaml")
+    with pytest.raises(UserError, match=r"1 run\(s\) need the fix above: 0"):
+        launch_runs(runs, "set")
+    assert (run_dir_of(runs[1][1]) / "summary.json").exists()
+    assert sorted(p.name for p in damaged.iterdir()) == ["config.yaml"]
+    (damaged / "config.yaml").unlink()  # the fix the line names
+    launched = launch_runs(runs, "set")
+    assert [s["step"] for s in launched.summaries] == [40, 40]

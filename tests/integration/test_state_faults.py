@@ -1,0 +1,222 @@
+"""Damaged run state: every file a run or a run set keeps, truncated, flipped or deleted at
+seeded random points, then the next command, as a user would run it.
+
+Each trial must end one of two ways: the command recovers and its result is exactly the
+uninterrupted run's (summary, final model, logged history), or it ends with exit code 2
+and one line naming the damaged file (or its checkpoint directory); then the fix that line
+names makes the next command give the uninterrupted result. The run is tiny (40 steps,
+checkpoints every 10, the last two kept) and runs in this process, so the whole file
+takes seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.cli import main as repro
+from repro.cluster.jobs import JOBS_FILE, JobRecord, append_records
+from repro.track.runs import find_runs
+from repro.train.checkpoint import read_checked_json
+
+ARGS = [
+    "train",
+    "workload=synthetic_mlp",
+    "trainer.batch_size=16",
+    "trainer.steps=40",
+    "trainer.eval_every=10",
+    "trainer.checkpoint_every=10",
+    "trainer.progress=false",
+    "optim.name=sgd",
+    "compute.mode=sampled",
+]
+# what differs between two runs of one config: the wall clock and the run's place and name
+VOLATILE = {"time/wall_s", "throughput/samples_per_s", "comm/measured_s", "run_id", "run_dir"}
+KINDS = ("truncate", "flip", "delete")
+POINTS = 2  # seeded random points per truncation and per flip
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = repro(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def train(run_dir: Path, data: Path, tracking: str = "disabled") -> tuple[int, str, str]:
+    return cli(*ARGS, f"run_dir={run_dir}", f"data.root={data}", f"tracking={tracking}")
+
+
+def damage(path: Path, kind: str, rng: random.Random) -> None:
+    data = bytearray(path.read_bytes())
+    if kind == "delete":
+        path.unlink()
+    elif kind == "truncate":
+        path.write_bytes(data[: rng.randrange(len(data))])
+    else:
+        data[rng.randrange(len(data))] ^= rng.randrange(1, 256)
+        path.write_bytes(bytes(data))
+
+
+def trials() -> list[tuple[str, int]]:
+    return [(k, seed) for k in KINDS for seed in range(1 if k == "delete" else POINTS)]
+
+
+def metrics(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k not in VOLATILE}
+
+
+def same_run(run_dir: Path, base: Path) -> None:
+    got, want = (
+        read_checked_json(run_dir / "summary.json"),
+        read_checked_json(base / "summary.json"),
+    )
+    assert metrics(got) == metrics(want)
+    assert (run_dir / "config.yaml").read_text() == (base / "config.yaml").read_text()
+    a, b = torch.load(run_dir / "final_model.pt"), torch.load(base / "final_model.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
+
+
+def one_error_line(err: str, names: Path) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(names) in lines[0], err
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """The uninterrupted run (tracked, wandb offline) and the data it read."""
+    os.environ["WANDB_SILENT"] = "true"
+    root = tmp_path_factory.mktemp("base")
+    code, _, err = train(root / "run", root / "data", "wandb_offline")
+    assert code == 0, err
+    return root
+
+
+def _copy(base: Path, to: Path, finished: bool) -> Path:
+    """The run as it was left: finished, or cut short after its step-30 checkpoint."""
+    run_dir = to / "run"
+    shutil.copytree(base / "run", run_dir, symlinks=True)
+    if not finished:
+        (run_dir / "summary.json").unlink()
+        (run_dir / "final_model.pt").unlink()
+    return run_dir
+
+
+RUN_FILES = [
+    # (file, cut-short run or finished one, what the one line names, the fix it names)
+    ("checkpoints/step_00000030/rank0.pt", False, "checkpoints", "checkpoints"),
+    ("checkpoints/step_00000030/commit.json", False, "checkpoints", "checkpoints"),
+    ("checkpoints/step_00000020/rank0.pt", False, "checkpoints", "checkpoints"),
+    ("checkpoints/latest.json", False, "checkpoints", "checkpoints"),
+    ("config.yaml", False, "config.yaml", "config.yaml"),
+    ("config.yaml", True, "config.yaml", "config.yaml"),
+    ("summary.json", True, "summary.json", "summary.json"),
+]
+
+
+@pytest.mark.parametrize("name,finished,named,fix", RUN_FILES)
+def test_damaged_run_file_recovers_or_names_it(base, tmp_path, name, finished, named, fix):
+    for kind, seed in trials():
+        run_dir = _copy(base, tmp_path / f"{kind}{seed}", finished)
+        damage(run_dir / name, kind, random.Random(f"{name}{finished}{kind}{seed}"))
+        code, _, err = train(run_dir, base / "data")
+        if code != 0:
+            assert code == 2, err
+            one_error_line(err, run_dir / named)
+            target = run_dir / fix
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+            code, _, err = train(run_dir, base / "data")
+            assert code == 0, err
+        same_run(run_dir, base / "run")
+
+
+def _history(run) -> list[dict]:
+    return [metrics(row) for row in run.history]
+
+
+def test_damaged_wandb_file_is_named_and_logged_again(base, tmp_path):
+    (want,) = find_runs(base / "run")
+    for kind, seed in trials():
+        root = tmp_path / f"{kind}{seed}"
+        run_dir = _copy(base, root, finished=True)
+        (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+        damage(log, kind, random.Random(f"wandb{kind}{seed}"))
+        code, _, err = cli("runs", "ls", str(root))
+        if code != 0:
+            assert code == 2, err
+            one_error_line(err, run_dir / "wandb" if kind == "delete" else log)
+            shutil.rmtree(log.parent)  # the fix the line names: the segment, the summary
+            (run_dir / "summary.json").unlink()
+            code, _, err = train(run_dir, base / "data", "wandb_offline")
+            assert code == 0, err
+            code, _, err = cli("runs", "ls", str(root))
+            assert code == 0, err
+        (got,) = find_runs(root)
+        assert got.exit_code == 0 and _history(got) == _history(want), (kind, seed)
+
+
+def test_damaged_jobs_file_lists_the_rest(tmp_path):
+    records = [
+        JobRecord(
+            job_id=str(2**22 + i),
+            kind="run",
+            label=f"run{i}",
+            cluster="submitit_local",
+            folder=str(tmp_path / "jobs"),
+        )
+        for i in range(3)
+    ]
+    append_records(tmp_path / "clean", records)
+    code, want, err = cli("jobs", "--root", str(tmp_path / "clean"))
+    assert code == 0 and "run2" in want, err
+    for kind, seed in trials():
+        root = tmp_path / f"{kind}{seed}"
+        shutil.copytree(tmp_path / "clean", root)
+        path = root / JOBS_FILE
+        damage(path, kind, random.Random(f"jobs{kind}{seed}"))
+        code, out, err = cli("jobs", "--root", str(root))
+        if kind == "delete":
+            assert code == 2
+            one_error_line(err, path)
+            append_records(root, records)  # the next submission records anew
+            assert cli("jobs", "--root", str(root))[:2] == (0, want)
+            continue
+        listed = [r.label for r in records if f" {r.label} " in out]
+        lines = err.strip().splitlines()
+        if code == 0:  # nothing lost, or a torn last line skipped and said
+            assert listed == [r.label for r in records][: len(listed)]
+            assert lines == [] or (len(lines) == 1 and "is torn (skipped)" in lines[0]), err
+        else:
+            assert code == 2
+            one_error_line(err, path)
+            bad = int(lines[0].split(" line ")[1].split()[0])
+            kept = path.read_bytes().split(b"\n")
+            path.write_bytes(b"\n".join(kept[: bad - 1] + kept[bad:]))  # the fix it names
+            code, out, err = cli("jobs", "--root", str(root))
+            assert code == 0 and err == "", err
+            assert len(listed) == sum(f" {r.label} " in out for r in records)
+
+
+def test_no_good_checkpoint_is_one_line_and_removing_them_starts_over(base, tmp_path):
+    run_dir = _copy(base, tmp_path, finished=False)
+    for step in (20, 30):
+        damage(run_dir / f"checkpoints/step_{step:08d}/rank0.pt", "flip", random.Random(step))
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    code, _, err = train(run_dir, base / "data")
+    assert code == 2
+    one_error_line(err, run_dir / "checkpoints")
+    assert "step 30: rank0.pt" in err and "step 20: rank0.pt" in err and "remove" in err
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+    shutil.rmtree(run_dir / "checkpoints")
+    code, _, err = train(run_dir, base / "data")
+    assert code == 0, err
+    same_run(run_dir, base / "run")
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["latest.json", "step_00000020", "step_00000030"]
