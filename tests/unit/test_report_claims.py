@@ -102,3 +102,25 @@ def test_adacomm_claims_file_on_a_full_run_set():
     assert all(r.verdict in ("reproduced", "partly", "not reproduced") for r in res.values())
     tiny = evaluate(cf.claims, seeded(adacomm_set("tiny")), "tiny")
     assert {r.verdict for r in tiny} == {"not assessed"}
+
+
+def test_shipped_claims_name_their_kind_cap_and_magnitudes():
+    files = {paper: load_claims(paper, CLAIMS_DIR) for paper in ("adacomm", "topk", "adasum")}
+    checks = {p: {c.id for c in f.claims if c.kind == "model_check"} for p, f in files.items()}
+    assert checks == {
+        "adacomm": {"speedup_bound", "larger_tau_faster_per_step", "tau_decreases"},
+        "topk": {
+            "topk_faster_than_dense",
+            "var_leader_cost",
+            "ar_at_low_bandwidth_low_compression",
+            "ag_at_high_bandwidth_high_compression",
+        },
+        "adasum": set(),  # the cost claim times real gloo collectives: an outcome
+    }
+    assert {f.seed_cap for f in files.values()} == {10}
+    larger = next(c for c in files["topk"].claims if c.id == "larger_loss_at_c0001")
+    assert larger.magnitude == [
+        "ar_topk_loss_at_c0001",
+        "ag_topk_loss_at_c0001",
+        "small_loss_at_c01",
+    ]

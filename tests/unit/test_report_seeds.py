@@ -186,3 +186,42 @@ def test_compare_names_the_seed_of_runs_that_share_a_label():
         "Fully synchronous SGD, seed 1",
         "AdaComm",
     ]
+
+
+def test_a_direction_claim_row_names_a_failed_magnitude_claim():
+    """A direction claim (AdaComm at most sync's time) holds on every seed while the banded
+    magnitude claim on the same runs lies above its band: the row says so with that claim's
+    value and band."""
+    direction = claim_dict(
+        id="faster",
+        published="faster than sync",
+        band=None,
+        verdict={"reproduced": {"at_most": 1.0}},
+        magnitude=["headline"],
+    )
+    cf = ClaimsFile(
+        paper="adacomm",
+        title="t",
+        citation="c",
+        seed_cap=10,
+        claims=[claim_dict(verdict={"partly": {"at_most": 0.9}}), direction],
+    )
+    headline, faster = evaluate(cf.claims, three_seeds([90, 90, 100]), "small")
+    assert (headline.verdict, faster.verdict) == ("partly", "reproduced")
+    interval = headline.interval
+    assert faster.verdict_text() == (
+        "reproduced; magnitude not reproduced: headline partly: 0.4667 x sync's time "
+        f"(95% CI [{interval.low:.4g}, {interval.high:.4g}]), band 0.267 to 0.4"
+    )
+    decided = evaluate(cf.claims, three_seeds([60, 70, 80]), "small")[1]
+    assert decided.verdict_text() == "reproduced"  # the magnitude claim reproduced: nothing
+
+
+def test_a_model_check_is_judged_on_its_worst_seed_and_lists_each_seeds_verdict():
+    check = claim_dict(kind="model_check", verdict={"partly": {"at_most": 0.9}})
+    cf = ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=[check])
+    (result,) = evaluate(cf.claims, three_seeds([60, 70, 90]), "small")
+    assert result.verdict == "partly" and result.interval is None
+    assert result.per_seed_text() == (
+        "seed 0: 0.3 (reproduced); seed 1: 0.35 (reproduced); seed 2: 0.45 (partly)"
+    )
