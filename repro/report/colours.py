@@ -1,4 +1,4 @@
-"""One colour per method in every report and comparison (issue 9: consistent colours).
+"""One colour per method in every report and comparison.
 
 Colours are keyed by run label only, never by which other runs a figure shows, so a method
 has the same colour in the AdaComm, Flexible Top-k and Adasum reports, the index and

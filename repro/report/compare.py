@@ -1,4 +1,4 @@
-"""`repro report compare RUN_OR_GROUP ...`: one metric of any runs, overlaid (issue 9 item 5).
+"""`repro report compare RUN_OR_GROUP ...`: one metric of any runs, overlaid.
 
 Each argument is a run directory (or a directory of runs, or a `.wandb` file), a run id, or
 a run group under `--runs` (every run of that group: a reproduction, a sweep). This puts,

@@ -1,4 +1,4 @@
-"""`repro report all`: every paper's report, then one index page over all of them (issue 9).
+"""`repro report all`: every paper's report, then one index page over all of them.
 
 The index (`index.html` and `index.md` in the reports directory) has one claims table per
 scale over all papers, a link to each paper's report, each report's figures inline with the

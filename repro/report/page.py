@@ -117,7 +117,7 @@ def claims_table(results: list[ClaimResult], scale: str, title: str = "Claims") 
         "source",
         "published",
         "criterion",
-        "ours (mean over seeds, 95% CI)",
+        "ours (mean over seeds, 95% CI)" if title == "Claims" else "ours (mean over seeds)",
         "per seed",
         "verdict",
         "scale",

@@ -1,4 +1,4 @@
-"""A sweep's Pareto front drawn in a paper's report (issue 7: the CR front beside the
+"""A sweep's Pareto front drawn in a paper's report (the CR front beside the
 compression ratios the Flexible Top-k paper's controller chose).
 
 A claims file lists `sweep_fronts`: each names a sweep spec, the two objectives to plot, the

@@ -91,7 +91,7 @@ def reach_interpolated(xs: Sequence[float], ys: Sequence[float], target: float, 
 
     A run evaluated every k steps stops at the first evaluation that reaches the target, so
     `first_reach` alone is up to k - 1 steps late; interpolating reads the crossing to the
-    step (Adasum's steps-to-target claims, issue 14). When the first logged point already
+    step (Adasum's steps-to-target claims). When the first logged point already
     reaches the target there is no earlier point to interpolate from, and that point's x is
     returned, as `first_reach` does; `inf` when never reached.
     """

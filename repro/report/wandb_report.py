@@ -1,4 +1,4 @@
-"""A paper's reproduction as a wandb Report (`repro report PAPER --publish`, issue 9 item 4).
+"""A paper's reproduction as a wandb Report (`repro report PAPER --publish`).
 
 The Report shows what the local report shows, over the reproduction's run group
 (`<paper>_<scale>`) on the server: the setup and claims tables as Markdown, then one line

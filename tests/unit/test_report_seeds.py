@@ -1,5 +1,5 @@
-"""Claims judged per seed and on the mean: "reproduced" only when the criterion holds on the
-mean and on every seed, "unstable" when the seeds disagree; reports list every seed."""
+"""Claims judged on the seeds' mean and its 95% bootstrap interval: reproduced inside the
+band, undecided across an edge (inconclusive at the seed cap); reports list every seed."""
 
 import math
 import re
