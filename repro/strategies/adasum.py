@@ -1,14 +1,21 @@
-"""method=adasum: Horovod's delta flow with an Adasum (or sum / mean) combiner.
+"""method=adasum: Adasum and Horovod's own baselines, `op=Average` and `op=Sum`.
 
-Maleki et al., "Scaling Distributed Training with Adaptive Summation" (MLSys 2021), as run
-by Horovod's DistributedOptimizer with op=Adasum: each worker remembers its parameters,
-takes a local optimizer step on its own gradient (momentum, Adam or LAMB state never leaves
-the worker), and the per-tensor deltas p - start are combined across workers; every worker
-then sets p = start + combined. The learning rate is not scaled with the worker count (the
-Horovod docs suggest tuning it near 2-2.5x the best single-worker value instead).
+Maleki et al., "Scaling Distributed Training with Adaptive Summation" (MLSys 2021, Sec. 3 and
+5), as run by Horovod's DistributedOptimizer:
 
-`combiner=sum|mean` runs the very same flow with a plain allreduce of the deltas, so that
-the comparison with Adasum changes nothing but the combining operator.
+- `combiner=adasum` (op=Adasum) takes the delta flow: each worker remembers its parameters,
+  takes a local optimizer step on its own gradient (momentum, Adam or LAMB state never
+  leaves the worker), and the per-tensor deltas p - start are Adasum-combined; every worker
+  then sets p = start + combined. The learning rate is not scaled with the worker count
+  (Horovod's docs suggest about 2-2.5x the best single-worker rate instead).
+- `combiner=mean` (op=Average, the paper's baselines) and `combiner=sum` (op=Sum) take the
+  gradient flow: the workers' gradients are averaged (summed) by one allreduce and every
+  worker takes one optimizer step on the result, exactly as synchronous SGD does.
+
+`flow=delta` with sum or mean is this suite's own arm, not Horovod's: the local steps'
+deltas averaged (summed) by a plain allreduce, the Adasum flow with only the operator
+changed. For momentum SGD it equals the gradient flow (the step is linear in the gradient);
+for Adam and LAMB it does not.
 
 The pure reference operator lives in `adasum_op` and is re-exported here.
 """
@@ -22,6 +29,7 @@ from repro.dist.adasum_rules import ZERO_NORM_GUARDS, check_world_size
 from repro.errors import UserError
 from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import MethodConfig, StepInfo, no_grad, register
+from repro.strategies.sync import allreduce_gradients
 
 if TYPE_CHECKING:
     import torch
@@ -39,11 +47,17 @@ __all__ = [
 ]
 
 COMBINERS = ("adasum", "sum", "mean")
+FLOWS = ("delta", "gradient")
 
 
 @dataclass
 class AdasumConfig(MethodConfig):
-    """`combiner`: how the workers' deltas are merged (adasum, sum, or mean).
+    """`combiner`: how the workers' contributions are merged (adasum, sum, or mean).
+
+    `flow`: what is combined. null (the default) is Horovod's: the deltas of local optimizer
+    steps for adasum, the gradients (then one optimizer step) for sum and mean. "delta" with
+    sum or mean is this suite's averaged-/summed-delta arm; "gradient" with adasum is
+    refused (Adasum weighs each worker's update, which for Adam and LAMB is the delta).
 
     `gather_below_kb`: an Adasum combination of at most this many KiB per worker gathers
     every worker's deltas once and applies the tree locally (`repro.dist.adasum_gather`,
@@ -53,21 +67,34 @@ class AdasumConfig(MethodConfig):
     measured on gloo over loopback, where the two paths meet between 256 KiB and 1 MiB.
 
     `zero_norm_guard`: below which squared norm a tensor's Adasum coefficient stays 1 (the
-    operator is undefined at a zero vector). "tiny": sqrt of float64's smallest normal
-    (about 1.5e-154), so only a numerically zero delta is left out of the weighting;
-    "horovod": Horovod's 1e-8, under which a small real delta is also summed plainly (and
-    two such deltas give their sum). Both paths apply it alike.
+    operator is undefined at a zero vector). "horovod": Horovod's released C++ rule,
+    sqrt(DBL_MIN) (about 1.5e-154), so only a numerically zero delta is left out of the
+    weighting; "fixed_1e-8": a fixed 1e-8, this suite's earlier choice, under which a small
+    real delta is also summed plainly (and two such deltas give their sum). Both paths apply
+    it alike.
     """
 
     name: str = "adasum"
     combiner: str = "adasum"
+    flow: str | None = None
     gather_below_kb: int = 256
-    zero_norm_guard: str = "tiny"
+    zero_norm_guard: str = "horovod"
 
     def __post_init__(self) -> None:
         if self.combiner not in COMBINERS:
             raise UserError(
                 f"method.combiner={self.combiner!r} must be one of {', '.join(COMBINERS)}"
+            )
+        if self.flow is not None and self.flow not in FLOWS:
+            raise UserError(
+                f"method.flow={self.flow!r} must be one of {', '.join(FLOWS)} (or null: "
+                "delta for adasum, gradient for sum and mean)"
+            )
+        if self.combiner == "adasum" and self.flow == "gradient":
+            raise UserError(
+                "method.flow=gradient does not apply to method.combiner=adasum (Adasum "
+                "combines each worker's optimizer delta); drop method.flow or use "
+                "method.combiner=sum|mean"
             )
         if self.gather_below_kb < 0:
             raise UserError(
@@ -79,6 +106,13 @@ class AdasumConfig(MethodConfig):
                 f"method.zero_norm_guard={self.zero_norm_guard!r} must be one of "
                 f"{', '.join(ZERO_NORM_GUARDS)}"
             )
+
+    @property
+    def combines(self) -> str:
+        """The flow in force: "delta" or "gradient"."""
+        if self.flow is not None:
+            return self.flow
+        return "delta" if self.combiner == "adasum" else "gradient"
 
     def validate_world_size(self, world_size: int) -> None:
         """Refuse, before any worker starts, a worker count the combiner cannot serve.
@@ -92,11 +126,12 @@ class AdasumConfig(MethodConfig):
 
 @register(AdasumConfig)
 class AdasumStrategy:
-    """Local optimizer step, then per-tensor combination of the parameter deltas.
+    """Delta flow: local optimizer step, then per-tensor combination of the parameter
+    deltas. Gradient flow: one allreduce of the gradients before the optimizer step.
 
-    The start copy and the flat delta buffer are allocated once in `setup`: the deltas are
-    written straight into the buffer the allreduce works on, so a step allocates nothing
-    of the model's size.
+    The delta flow's start copy and flat delta buffer are allocated once in `setup`: the
+    deltas are written straight into the buffer the allreduce works on, so a step allocates
+    nothing of the model's size.
     """
 
     def __init__(self, cfg: AdasumConfig, world_size: int):
@@ -133,6 +168,8 @@ class AdasumStrategy:
         if len({(p.dtype, p.device) for p in self._params}) > 1:
             raise ValueError("method=adasum needs every parameter in one dtype on one device")
         self._comm = comm
+        if self.cfg.combines == "gradient":
+            return
         self._start = [torch.empty_like(p) for p in self._params]
         if self.world_size > 1 and self._params:
             first = self._params[0]
@@ -145,7 +182,18 @@ class AdasumStrategy:
 
     @no_grad
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        """Remember where this step starts; gradients stay local."""
+        """Gradient flow: sum or average the gradients. Delta flow: remember where this step
+        starts; gradients stay local."""
+        if self.cfg.combines == "gradient":
+            if self._comm is None:
+                raise RuntimeError("after_backward needs setup() first")
+            if self.world_size == 1:
+                # as the delta flow: a lone worker's combination is the identity
+                return []
+            trained = [p for p in self._params if p.requires_grad]
+            records = [allreduce_gradients(trained, self._comm, self.cfg.combiner == "mean")]
+            self._last_bytes = records[0].nbytes
+            return records
         for s, p in zip(self._start, self._params, strict=True):
             s.copy_(p)
         self._pending = True
@@ -153,9 +201,11 @@ class AdasumStrategy:
 
     @no_grad
     def after_step(self, info: StepInfo) -> list[CommRecord]:
-        """Combine the local deltas and move every worker to start + combined."""
+        """Delta flow: combine the local deltas and move every worker to start + combined."""
         import torch
 
+        if self.cfg.combines == "gradient":
+            return []
         if not self._pending or self._comm is None:
             raise RuntimeError("after_step needs setup() and after_backward() first")
         self._pending = False
@@ -180,7 +230,11 @@ class AdasumStrategy:
 
     def metrics(self) -> dict[str, float | str]:
         """`method/bytes`: payload bytes this worker contributed to the last combination."""
-        return {"method/combiner": self.cfg.combiner, "method/bytes": float(self._last_bytes)}
+        return {
+            "method/combiner": self.cfg.combiner,
+            "method/flow": self.cfg.combines,
+            "method/bytes": float(self._last_bytes),
+        }
 
     def state_dict(self) -> dict:
         # Between steps the strategy holds nothing a resumed run would need: the start copy

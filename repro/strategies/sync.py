@@ -17,6 +17,16 @@ if TYPE_CHECKING:
     from repro.dist.collectives import Collectives, CommRecord
 
 
+def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommRecord:
+    """Replace every worker's gradients by their sum (or mean) over the workers, in one
+    allreduce of one flat buffer; the optimizer then takes one step on the result."""
+    grads = [p.grad for p in params]
+    flat = flatten(grads)
+    rec = comm.allreduce(flat, average=average)
+    copy_into(grads, flat)
+    return rec
+
+
 @dataclass
 class SyncConfig(MethodConfig):
     name: str = "sync"
@@ -32,11 +42,7 @@ class SyncStrategy:
         self.comm = comm
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        grads = [p.grad for p in self.params]
-        flat = flatten(grads)
-        rec = self.comm.allreduce(flat, average=True)
-        copy_into(grads, flat)
-        return [rec]
+        return [allreduce_gradients(self.params, self.comm, average=True)]
 
     def after_step(self, info: StepInfo) -> list[CommRecord]:
         return []

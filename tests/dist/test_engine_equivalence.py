@@ -83,6 +83,15 @@ VARIANTS = {
     "adasum_lamb": ["method=adasum", "optim.name=lamb", "optim.lr=0.01"],
     "sum_sgd": ["method=adasum", "method.combiner=sum", *SGD],
     "mean_sgd": ["method=adasum", "method.combiner=mean", *SGD],
+    "mean_adam": ["method=adasum", "method.combiner=mean", "optim.name=adam", "optim.lr=0.002"],
+    "mean_lamb": ["method=adasum", "method.combiner=mean", "optim.name=lamb", "optim.lr=0.01"],
+    "mean_adam_delta": [
+        "method=adasum",
+        "method.combiner=mean",
+        "method.flow=delta",
+        "optim.name=adam",
+        "optim.lr=0.002",
+    ],
 }
 DECISIONS = (
     "method/tau",

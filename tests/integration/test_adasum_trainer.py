@@ -1,7 +1,7 @@
 """method=adasum through the real trainer: one worker is the plain optimizer bit for bit,
-2 and 4 workers train with SGD-momentum, Adam and LAMB and move the bytes the VHDD
-allreduce (or, for a small model, the one allgather) should, and bad settings end
-`repro train` with one line."""
+Horovod's Average is synchronous training bit for bit, 2 and 4 workers train with
+SGD-momentum, Adam and LAMB and move the bytes the VHDD allreduce (or, for a small model,
+the one allgather) should, and bad settings end `repro train` with one line."""
 
 from pathlib import Path
 
@@ -39,6 +39,22 @@ def test_one_worker_equals_the_plain_optimizer(tmp_path, opt):
         assert model.keys() == reference.keys()
         assert all(torch.equal(model[k], reference[k]) for k in reference), (opt, combiner)
         assert got["train/loss"] == plain["train/loss"] and got["comm/bytes"] == 0
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_average_trains_as_synchronous_sgd_does(tmp_path, opt):
+    # Horovod's op=Average is one optimizer step on the mean gradient: synchronous training
+    common = ["trainer.world_size=2", *OPTIMIZERS[opt]]
+    sync = train(tmp_path, "method=sync", *common, "experiment.label=sync")
+    average = train(
+        tmp_path, "method=adasum", "method.combiner=mean", *common, "experiment.label=average"
+    )
+    reference, model = _final_model(sync), _final_model(average)
+    assert model.keys() == reference.keys()
+    assert all(torch.equal(model[k], reference[k]) for k in reference), opt
+    assert average["train/loss"] == sync["train/loss"]
+    assert average["comm/bytes"] == sync["comm/bytes"] == 40 * N_PARAMS * 4
+    assert average["method/flow"] == "gradient"
 
 
 def _adasum_bytes_per_step(world: int) -> tuple[int, int]:
@@ -97,6 +113,9 @@ BAD = [
     (["optim.name=rmsprop"], "optim.name"),
     (["method=adasum", "trainer.world_size=3"], "power-of-two"),
     (["method=adasum", "method.gather_below_kb=-1"], "method.gather_below_kb"),
+    (["method=adasum", "method.flow=gradient"], "method.flow=gradient"),
+    (["method=adasum", "method.combiner=mean", "method.flow=both"], "method.flow"),
+    (["method=adasum", "method.zero_norm_guard=tiny"], "method.zero_norm_guard"),
     (["trainer.target_acc=1.5"], "trainer.target_acc"),
     (["trainer.target_acc=-0.1"], "trainer.target_acc"),
 ]

@@ -1,5 +1,6 @@
 """The Adasum reference operator against values worked out independently."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 from repro.dist.adasum_rules import ZERO_NORM_GUARDS
 from repro.errors import UserError
 from repro.strategies.adasum import (
+    COMBINERS,
     AdasumConfig,
     adasum_pair,
     adasum_per_tensor,
@@ -83,34 +85,62 @@ def test_zero_vector_leaves_the_other_unchanged():
     assert torch.equal(adasum_pair(z, z), z)
 
 
-HOROVOD = ZERO_NORM_GUARDS["horovod"]
+FIXED = ZERO_NORM_GUARDS["fixed_1e-8"]
+# Horovod's C++ Adasum (ops/adasum/adasum.h) weighs an input only when its squared norm is
+# at least sqrt(DBL_MIN); DBL_MIN = 2^-1022, the smallest normal double.
+HOROVOD_BOUND = math.sqrt(2.0**-1022)
 
 
-def test_horovod_guard_sums_small_inputs_that_the_tiny_guard_weighs():
-    # |a|^2 = 1e-10 and |b|^2 = 2.5e-9, both under Horovod's 1e-8, far over the tiny bound.
+@pytest.mark.parametrize(
+    "guard, bound", [("horovod", HOROVOD_BOUND), ("fixed_1e-8", 1e-8)], ids=["horovod", "1e-8"]
+)
+@pytest.mark.parametrize("side", [1 - 1e-6, 1 + 1e-6], ids=["below", "above"])
+def test_each_guard_switches_at_its_own_bound(guard, bound, side):
+    # a = (x, 0) with |a|^2 = x^2 just below or above the bound; b = (0.6, 0.8), |b|^2 = 1,
+    # a.b = 0.6 x. Below: a keeps weight 1, so the result is (x + 0.6 cb, 0.8 cb) with
+    # cb = 1 - 0.3 x; above: a's weight is 1 - 0.3 / x, giving (x - 0.3 + 0.6 cb, 0.8 cb).
+    x = math.sqrt(bound * side)
+    assert (x * x < bound) == (side < 1)
+    a = torch.tensor([x, 0.0], dtype=torch.float64)
+    b = torch.tensor([0.6, 0.8], dtype=torch.float64)
+    cb = 1 - 0.3 * x
+    first = x + 0.6 * cb if side < 1 else x - 0.3 + 0.6 * cb
+    expected = torch.tensor([first, 0.8 * cb], dtype=torch.float64)
+    torch.testing.assert_close(
+        adasum_pair(a, b, ZERO_NORM_GUARDS[guard]), expected, rtol=1e-12, atol=0
+    )
+
+
+def test_default_guard_is_horovods():
+    assert AdasumConfig().zero_norm_guard == "horovod"
+    assert ZERO_NORM_GUARDS["horovod"] == pytest.approx(HOROVOD_BOUND, rel=1e-15)
+
+
+def test_fixed_guard_sums_small_inputs_that_horovods_guard_weighs():
+    # |a|^2 = 1e-10 and |b|^2 = 2.5e-9, both under 1e-8, far over Horovod's bound.
     a = torch.tensor([1e-5, 0.0, 0.0], dtype=torch.float64)
     b = torch.tensor([3e-5, 4e-5, 0.0], dtype=torch.float64)
-    assert torch.equal(adasum_pair(a, b, HOROVOD), a + b)
+    assert torch.equal(adasum_pair(a, b, FIXED), a + b)
     # a.b = 3e-10: weights 1 - 3e-10 / 2e-10 = -0.5 and 1 - 3e-10 / 5e-9 = 0.94.
     expected = torch.tensor([-0.5e-5 + 0.94 * 3e-5, 0.94 * 4e-5, 0.0], dtype=torch.float64)
     torch.testing.assert_close(adasum_pair(a, b), expected, rtol=1e-14, atol=0)
-    torch.testing.assert_close(adasum_pair(a, b, ZERO_NORM_GUARDS["tiny"]), expected)
+    torch.testing.assert_close(adasum_pair(a, b, ZERO_NORM_GUARDS["horovod"]), expected)
 
 
-def test_horovod_guard_keeps_only_the_small_inputs_weight_at_one():
+def test_fixed_guard_keeps_only_the_small_inputs_weight_at_one():
     small = torch.tensor([1e-5, 0.0], dtype=torch.float64)  # |small|^2 = 1e-10
     big = torch.tensor([2.0, 1.0], dtype=torch.float64)  # |big|^2 = 5, a.b = 2e-5
-    # Horovod: 1 * small + (1 - 2e-5 / 10) * big; without the guard the small input's
+    # 1e-8: 1 * small + (1 - 2e-5 / 10) * big; under Horovod's bound the small input's
     # weight is 1 - 2e-5 / 2e-10 = -99999, which nearly cancels big's first entry.
-    horovod = adasum_pair(small, big, HOROVOD)
-    torch.testing.assert_close(horovod, small + (1 - 2e-6) * big, rtol=1e-15, atol=0)
-    tiny = adasum_pair(small, big)
+    fixed = adasum_pair(small, big, FIXED)
+    torch.testing.assert_close(fixed, small + (1 - 2e-6) * big, rtol=1e-15, atol=0)
+    horovod = adasum_pair(small, big)
     naive = torch.tensor(_naive_pair(small.tolist(), big.tolist()), dtype=torch.float64)
-    torch.testing.assert_close(tiny, naive)
-    assert abs(tiny[0].item() - 1.0) < 0.01 and abs(horovod[0].item() - 2.0) < 1e-4
+    torch.testing.assert_close(horovod, naive)
+    assert abs(horovod[0].item() - 1.0) < 0.01 and abs(fixed[0].item() - 2.0) < 1e-4
 
 
-def test_horovod_guard_through_the_tree_and_per_tensor():
+def test_fixed_guard_through_the_tree_and_per_tensor():
     g = _gen(11)
     # Layer 0 small on every worker (sums of up to 4 stay under 1e-8), layer 1 normal.
     workers = [
@@ -118,7 +148,7 @@ def test_horovod_guard_through_the_tree_and_per_tensor():
         for _ in range(4)
     ]
     workers = [[w[0], w[1].double()] for w in workers]
-    guarded = adasum_per_tensor(workers, HOROVOD)
+    guarded = adasum_per_tensor(workers, FIXED)
     assert torch.equal(
         guarded[0], (workers[0][0] + workers[1][0]) + (workers[2][0] + workers[3][0])
     )
@@ -195,10 +225,26 @@ def test_config_validates_combiner_and_world_size():
     with pytest.raises(UserError, match="method.gather_below_kb=-1"):
         AdasumConfig(gather_below_kb=-1)
     with pytest.raises(
-        UserError, match="method.zero_norm_guard='1e-8' must be one of tiny, horovod"
+        UserError, match="method.zero_norm_guard='tiny' must be one of horovod, fixed_1e-8"
     ):
-        AdasumConfig(zero_norm_guard="1e-8")
-    assert AdasumConfig().zero_norm_guard == "tiny"
+        AdasumConfig(zero_norm_guard="tiny")
+    with pytest.raises(UserError, match="method.flow=gradient does not apply"):
+        AdasumConfig(flow="gradient")
+    with pytest.raises(UserError, match="method.flow='sum' must be one of delta, gradient"):
+        AdasumConfig(combiner="mean", flow="sum")
+    flows = {
+        (c, f): AdasumConfig(combiner=c, flow=f).combines
+        for c in COMBINERS
+        for f in (None, "delta")
+    }
+    assert flows == {
+        ("adasum", None): "delta",
+        ("adasum", "delta"): "delta",
+        ("sum", None): "gradient",
+        ("sum", "delta"): "delta",
+        ("mean", None): "gradient",
+        ("mean", "delta"): "delta",
+    }
 
 
 def test_method_config_composes_with_its_schema(tmp_path):
