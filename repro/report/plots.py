@@ -4,16 +4,16 @@ A `FigureSpec` (from a claims file's `figures:`) says what to draw; `draw_figure
 runs (label -> seed -> run) and writes the PNG. Kinds: `curves` (a metric against step or a
 clock), `steps` (a piecewise-constant metric such as tau, or a categorical one such as the
 chosen collective, drawn as a step plot), `points` (one number per run, computed by a
-calculator, against a config value such as the effective batch; one series per setting).
-Every seed is drawn (issue 14): curves as one thin line per seed in the method's colour,
-points as a small dot per seed with the mean over seeds joined by a line; `seeds_sentence`
-says so in the caption. Colours and line styles come from `colours` (keyed by run label), so
-a method looks the same in every report.
+calculator, against a config value such as the effective batch; one series per setting),
+`drops` (accuracy drop below a reference run against c x steps; both `point_plots`).
+Every seed is drawn: curves as one thin line per seed in the method's colour, points and
+drops as a small dot per seed with the mean over seeds joined by a line (`seeds_sentence`
+says so). Colours and line styles come from `colours` (keyed by run label), so a method
+looks the same in every report.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from repro.errors import UserError
 from repro.report import by_setting, time_to_target  # noqa: F401  (registers their calculators)
-from repro.report.calculators import CALCULATORS, check_params
+from repro.report.calculators import check_params
 from repro.report.colours import colour_for, line_style
 from repro.report.series import (
     NotMeasurable,
-    Run,
     Seeded,
-    cfg,
     points,
     seeds_of,
     trailing_mean,
@@ -38,7 +36,7 @@ from repro.report.series import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-KINDS = ("curves", "steps", "points")
+KINDS = ("curves", "steps", "points", "drops")
 
 AXIS_LABELS = {
     "step": "step (optimizer steps)",
@@ -60,6 +58,7 @@ AXIS_LABELS = {
     "throughput/samples_per_s": "throughput (samples/s, wall clock)",
     "throughput/modeled_samples_per_s": "throughput (samples/s, modeled clock)",
     "effective_batch": "effective batch (workers x batch per worker)",
+    "sends_per_parameter": "c x steps (times each parameter is sent, on average)",
 }
 
 CLOCK_SENTENCES = {
@@ -67,6 +66,7 @@ CLOCK_SENTENCES = {
     "network model), seconds.",
     "time/wall_s": "x axis: measured wall clock on this machine, seconds.",
     "step": "x axis: optimizer steps (no clock).",
+    "sends_per_parameter": "x axis: c x steps, the fraction kept times the steps (no clock).",
 }
 
 
@@ -78,12 +78,13 @@ def axis_label(name: str) -> str:
 class FigureSpec:
     """One figure of a report: what to plot, over which runs, and how to scale the axes.
 
-    `x` is "step", a clock ("modeled", "wall"), a metric, or for `points` a config path
-    ("trainer.batch_size") or "effective_batch". `runs` is "all" or a list of labels.
-    `reference` lines/markers: {y: v} horizontal, {x: v} vertical, {x, y} a marker; each
-    with a `label` saying where the published value comes from. A published value stated
-    relative to a run ("a third of sync's time") is {run: sync, x_times: 0.333}: a vertical
-    line at that multiple of the run's last logged x (y_times: of its last logged y).
+    `x` is "step", a clock ("modeled", "wall"), a metric, for `points` a config path
+    ("trainer.batch_size") or "effective_batch", for `drops` "sends_per_parameter". `runs`
+    is "all" or a list of labels. `reference` lines/markers: {y: v} horizontal, {x: v}
+    vertical, {x, y} a marker; each with a `label` saying where the published value comes
+    from. A published value stated relative to a run ("a third of sync's time") is
+    {run: sync, x_times: 0.333}: a vertical line at that multiple of the run's last logged x
+    (y_times: of its last logged y).
     """
 
     id: str
@@ -124,6 +125,8 @@ class FigureSpec:
                     f"reference {ref!r} must be a mapping of x and/or y, or of run and "
                     "x_times and/or y_times (+ label)"
                 )
+        if self.kind == "drops" and not (self.series and self.measure.get("reference")):
+            raise UserError("kind 'drops' needs series (run-label prefixes) and measure.reference")
         if self.kind == "points":
             params = {"run": "", "metric": self.y, **(self.measure.get("params") or {})}
             check_params(self.measure.get("calculator"), params)
@@ -180,7 +183,7 @@ def seeds_sentence(kind: str, runs: Seeded) -> str:
     listed = ", ".join(map(str, seeds))
     if len(seeds) <= 1:
         return f"One seed ({listed or 'none'})."
-    if kind == "points":
+    if kind in ("points", "drops"):
         return (
             f"{len(seeds)} seeds ({listed}): a small dot per seed, the mean over the seeds "
             "joined by a line (no mean where a seed never got there)."
@@ -248,51 +251,11 @@ def _draw_lines(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path
     return _finish(fig, ax, spec, runs, path)
 
 
-def _setting(run: Run, x: str) -> float | None:
-    if x == "effective_batch":
-        world, batch = cfg(run, "trainer.world_size"), cfg(run, "trainer.batch_size")
-        return None if world is None or batch is None else float(world) * float(batch)
-    value = cfg(run, x)
-    return None if value is None else float(value)
-
-
-def _draw_points(spec: FigureSpec, runs: Seeded, path: Path) -> Path:
-    fig, ax = _axes(spec, spec.x)
-    calc = CALCULATORS[spec.measure["calculator"]]
-    params = {"metric": spec.y, **(spec.measure.get("params") or {})}
-    # series -> x -> each seed's value (inf: that seed never got there)
-    groups: dict[str, dict[float, list[float]]] = {}
-    for label in spec.selected(list(runs)):
-        for run in runs[label].values():
-            x = _setting(run, spec.x)
-            try:
-                y = float(calc({label: run}, run=label, **params).value)
-            except NotMeasurable:
-                continue
-            if x is None:
-                continue
-            key = " / ".join(str(cfg(run, s)) for s in spec.series) or spec.y
-            groups.setdefault(key, {}).setdefault(x, []).append(y)
-    finite = {
-        key: [(x, y) for x, ys in by_x.items() for y in ys if not math.isinf(y)]
-        for key, by_x in groups.items()
-    }
-    if not any(finite.values()):
-        raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
-    for key, by_x in sorted(groups.items()):
-        colour = colour_for(key)
-        if finite[key]:
-            ax.plot(*zip(*finite[key], strict=True), ".", color=colour, alpha=0.5, markersize=5)
-        means = sorted((x, sum(ys) / len(ys)) for x, ys in by_x.items())
-        means = [(x, y) for x, y in means if not math.isinf(y)]
-        if means:
-            ax.plot(*zip(*means, strict=True), "o-", color=colour, label=key)
-    return _finish(fig, ax, spec, runs, path)
-
-
 def draw_figure(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path:
     """Draw `spec` over runs (label -> seed -> run) into `path`; NotMeasurable when nothing
     to draw."""
-    if spec.kind == "points":
-        return _draw_points(spec, runs, path)
+    if spec.kind in ("points", "drops"):
+        from repro.report import point_plots  # imported here: it draws on this module's axes
+
+        return point_plots.draw(spec, runs, name, path)
     return _draw_lines(spec, runs, name, path)

@@ -7,6 +7,7 @@ import re
 import pytest
 import yaml
 
+from repro.cluster.runsets import run_set
 from repro.config import CONFIG_DIR
 from repro.report.page import CHECKS_TITLE
 from tests.helpers import REPO, repro_cli, reproduce_tiny_args
@@ -30,20 +31,50 @@ def _table(md: str, title: str) -> list[dict[str, str]]:
     return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
 
 
+HORIZON = (
+    "trainer.steps=",
+    "optim.milestones=",
+    "trainer.eval_every=",
+    "trainer.checkpoint_every=",
+)
+
+
+def _settings(overrides: list[str]) -> list[str]:
+    """A run's overrides less its horizon, which each scale sets for itself."""
+    return [o for o in overrides if not o.startswith(HORIZON)]
+
+
 def test_tiny_and_paper_sets_run_the_small_sets_labels_and_settings():
     small, paper = _experiment("topk_small"), _experiment("topk_paper")
     runs = small["experiment"]["runs"]
-    assert paper["experiment"]["runs"] == runs
-    assert list(TINY["experiment"]["runs"]) == list(runs)
+    assert list(paper["experiment"]["runs"]) == list(TINY["experiment"]["runs"]) == list(runs)
     # the tiny set adds only what its shortness needs: its compressed C1 schedule dropped at
     # Table IV's fixed link, and shorter MOO probes
     extras = ("network.schedule=[]", "method.probe_steps=2")
     for label, overrides in TINY["experiment"]["runs"].items():
-        assert [o for o in overrides if o not in extras] == runs[label], label
+        assert paper["experiment"]["runs"][label] == _settings(runs[label]), label
+        assert [o for o in _settings(overrides) if o not in extras] == _settings(runs[label])
         fixed_link = "network=table4_4ms_20g" in overrides
         assert ("network.schedule=[]" in overrides) == fixed_link, label
     sizes = [e["trainer"]["world_size"] for e in (TINY, small, paper)]
     assert sizes == [8, 8, 8]  # the paper's worker count
+
+
+@pytest.mark.parametrize("scale", ["small", "paper"])
+def test_rows_read_at_c0001_send_each_parameter_as_often_as_the_paper(scale):
+    """c x steps >= the paper's 0.001 x 9,766 for every run a c = 0.001 accuracy claim reads,
+    with the lr decays at the same fractions of the run as the small set's 1,300 steps."""
+    read = {label for label in LABELS if re.fullmatch(r"(ag|star|var)_topk_c0\.001", label)}
+    assert len(read) == 3
+    for label, cfg in run_set("topk", scale, [], seeds=1):
+        sends = cfg.method.cr * cfg.trainer.steps
+        if label in read:
+            assert sends >= 0.001 * 9766, label
+            epochs = cfg.trainer.steps * 8 * 32 / (8000 if scale == "small" else 50_000)
+            fractions = [round(m / epochs, 3) for m in cfg.optim.milestones]
+            assert fractions == ([0.361, 0.721] if scale == "small" else [0.3, 0.6, 0.9])
+        elif cfg.method.cr_controller == "fixed" and not label.startswith("flex"):
+            assert sends >= 0.001 * 9766 or cfg.method.cr == 1, label
 
 
 @pytest.mark.slow
