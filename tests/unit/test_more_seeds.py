@@ -3,11 +3,14 @@ below the experiment's default seeds refused by `repro reproduce` and `repro rep
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from repro.cluster.launcher import expected_time
 from repro.cluster.more_seeds import most_added, wanted
 from repro.cluster.runsets import run_set
+from repro.errors import UserError
+from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import ClaimsFile
 from repro.report.seeds import evaluate
 from tests.helpers import repro_cli
@@ -84,3 +87,18 @@ def test_a_seed_cap_below_the_default_seeds_is_one_line_before_any_run(tmp_path)
     proc = repro_cli("reproduce", "adacomm", f"runs_root={runs}", "--claims", str(tmp_path))
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
     assert not runs.exists()
+
+
+def test_a_report_refuses_a_seed_cap_below_its_scales_default_seeds():
+    data = yaml.safe_load((REPO / "reports" / "claims" / "adacomm.yaml").read_text())
+    cf = ClaimsFile(**{**data, "seed_cap": 2})
+    check_caps_for_scale(cf, "tiny", Path("adacomm.yaml"))  # the tiny scale runs one seed
+    with pytest.raises(UserError) as err:
+        check_caps_for_scale(cf, "small", Path("adacomm.yaml"))
+    assert str(err.value) == (
+        "adacomm.yaml: claim 'headline_time_to_sync_loss': seed_cap 2 is below experiment "
+        "adacomm_small's default seeds (3); raise the file's seed_cap to at least 3"
+    )
+    own = {**data, "claims": [{**data["claims"][0], "seed_cap": 1}, *data["claims"][1:]]}
+    with pytest.raises(UserError, match="raise the claim's seed_cap to at least 3"):
+        check_caps_for_scale(ClaimsFile(**own), "small", Path("adacomm.yaml"))
