@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 
 
 def check_cap(cap: Any, where: str) -> None:
+    if cap is None:
+        raise UserError(
+            f"{where} is missing; add {where.rsplit(' ', 1)[-1]}: N (e.g. 10), the most seeds a "
+            "claim's runs get before an undecided verdict is called inconclusive, written "
+            "before any result"
+        )
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise UserError(
             f"{where}={cap!r} must be an integer >= 1: the most seeds a claim's runs get "

@@ -88,7 +88,7 @@ class Claim:
     published: Any
     unit: str
     scales: list
-    kind: str
+    kind: str = ""  # required: refused below, naming the choices, when missing
     verdict: dict = field(default_factory=dict)
     band: dict | None = None
     magnitude: list = field(default_factory=list)
@@ -133,8 +133,9 @@ class Claim:
 
     def _check_kind(self) -> None:
         if self.kind not in KINDS:
+            said = "has no kind" if self.kind == "" else f"kind={self.kind!r} is not one of "
             raise UserError(
-                f"claim '{self.id}': kind={self.kind!r} is not one of {', '.join(KINDS)}; set "
+                f"claim '{self.id}': {said}{', '.join(KINDS) if self.kind else ''}; set "
                 "kind: outcome (a training result that could have come out otherwise) or "
                 "kind: model_check (follows from the modeled clock or the rule itself)"
             )
@@ -183,8 +184,8 @@ class ClaimsFile:
     paper: str
     title: str
     citation: str
-    seed_cap: int
     claims: list
+    seed_cap: int | None = None  # required: refused below, saying what it is, when missing
     figures: list = field(default_factory=list)
     methods: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)

@@ -276,7 +276,9 @@ BANDED = {**CLAIM, "band": {"at_least": 0.2, "at_most": 0.4, "reason": "publishe
     [
         (
             {k: v for k, v in BANDED.items() if k != "kind"},
-            "claim 'headline': missing key(s) kind",
+            "claim 'headline': has no kind; set kind: outcome (a training result that could "
+            "have come out otherwise) or kind: model_check (follows from the modeled clock or "
+            "the rule itself)",
         ),
         (
             {**BANDED, "kind": "outcomes"},
@@ -303,3 +305,15 @@ BANDED = {**CLAIM, "band": {"at_least": 0.2, "at_most": 0.4, "reason": "publishe
 )
 def test_a_bad_kind_partly_bound_cap_or_magnitude_is_refused_when_loaded(tmp_path, claim, message):
     check_refused(tmp_path, claim, message)
+
+
+def test_a_file_without_a_seed_cap_is_refused_when_loaded(tmp_path):
+    data = {"paper": "adacomm", "title": "t", "citation": "c", "claims": [BANDED]}
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as err:
+        load_claims("adacomm", tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'adacomm.yaml'}: seed_cap is missing; add seed_cap: N (e.g. 10), the "
+        "most seeds a claim's runs get before an undecided verdict is called inconclusive, "
+        "written before any result"
+    )

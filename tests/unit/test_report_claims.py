@@ -65,7 +65,7 @@ def test_duplicate_ids_and_bad_figures():
         claims_file([claim_dict(), claim_dict()])
     with pytest.raises(UserError, match="kind 'pie'"):
         ClaimsFile(
-            "adacomm", "t", "c", 10, [], [{"id": "f", "title": "t", "y": "a", "kind": "pie"}]
+            "adacomm", "t", "c", [], 10, [{"id": "f", "title": "t", "y": "a", "kind": "pie"}]
         )
 
 
