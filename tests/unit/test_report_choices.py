@@ -17,7 +17,8 @@ CHOICE = {
 
 
 def _file(choices: list) -> dict:
-    return {"paper": "x", "title": "t", "citation": "c", "seed_cap": 10, "claims": [], "choices": choices}
+    head = {"paper": "x", "title": "t", "citation": "c", "seed_cap": 10}
+    return {**head, "claims": [], "choices": choices}
 
 
 def test_choices_load_and_render_row_by_row() -> None:
