@@ -215,8 +215,11 @@ def record_run_dir(run_dir: Path, identity: dict) -> None:
     process of a run calls this before the rendezvous, so no worker is saving yet."""
     make_run_dir(run_dir)
     repair_config(run_dir, identity)
-    for _, step_dir in step_dirs(run_dir):
-        if not (step_dir / COMMIT).exists():
+    from repro.train.checkpoint_pick import legacy_step
+
+    legacy = legacy_step(run_dir)
+    for step, step_dir in step_dirs(run_dir):
+        if not (step_dir / COMMIT).exists() and step != legacy:
             shutil.rmtree(step_dir, ignore_errors=True)
 
 

@@ -13,6 +13,7 @@ than starting over on its own, which would throw away a long run's progress unas
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,33 @@ def _verify(step_dir: Path, config_hash: str) -> None:
             raise Damaged(f"{name} does not match the checksum recorded when it was written")
 
 
+def legacy_step(run_dir: Path) -> int | None:
+    """The step a `latest.json` written before checksums were recorded names (it has no
+    `sha256`; it was written once every rank's file was in place): a run cut short then
+    still resumes from it, unverified. None for any other pointer."""
+    try:
+        meta = json.loads((run_dir / "checkpoints" / "latest.json").read_bytes())
+        return None if "sha256" in meta else int(meta["step"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _check_legacy(ckpt: Path, step_dir: Path, config_hash: str) -> None:
+    """A checkpoint of the format before checksums: its config and its rank files."""
+    meta = read_checked_json(ckpt / "latest.json")
+    if meta.get("hash") != config_hash:
+        raise UserError(
+            f"the checkpoint in {ckpt} was written by another config (hash {meta.get('hash')}, "
+            f"this run {config_hash}); use a new run_dir or delete that one"
+        )
+    ranks = int(meta.get("world_size", 1))
+    missing = [r for r in range(ranks) if not (step_dir / f"rank{r}.pt").exists()]
+    if missing:
+        raise UserError(
+            f"{step_dir} lacks rank{missing[0]}.pt; remove {ckpt} to start the run over"
+        )
+
+
 def choose(run_dir: Path, config_hash: str) -> Choice:
     """The newest good checkpoint of `run_dir`; UserError when checkpoints were committed
     and none is good. Reads every rank's file of the steps it tries, so every process of
@@ -81,7 +109,11 @@ def choose(run_dir: Path, config_hash: str) -> Choice:
     pointed, pointer_damage = _pointer(ckpt)
     passed_over = [pointer_damage] if pointer_damage else []
     committed = pointed is not None or bool(pointer_damage)
+    legacy = legacy_step(run_dir)
     for step, step_dir in step_dirs(run_dir):
+        if step == legacy and not (step_dir / COMMIT).exists():
+            _check_legacy(ckpt, step_dir, config_hash)
+            return Choice(step, step_dir, passed_over)
         if not (step_dir / COMMIT).exists():
             if step == pointed:
                 passed_over.append(f"step {step}: its {COMMIT} is missing")

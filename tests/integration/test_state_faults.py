@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import random
 import shutil
@@ -220,3 +221,15 @@ def test_no_good_checkpoint_is_one_line_and_removing_them_starts_over(base, tmp_
     same_run(run_dir, base / "run")
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert kept == ["latest.json", "step_00000020", "step_00000030"]
+
+
+def test_a_checkpoint_written_before_checksums_still_resumes(base, tmp_path):
+    """The earlier layout: one step directory and a latest.json without a checksum."""
+    run_dir = _copy(base, tmp_path, finished=False)
+    latest = read_checked_json(run_dir / "checkpoints/latest.json")
+    shutil.rmtree(run_dir / "checkpoints/step_00000020")
+    (run_dir / "checkpoints/step_00000030/commit.json").unlink()
+    (run_dir / "checkpoints/latest.json").write_text(json.dumps({**latest, "world_size": 1}))
+    code, _, err = train(run_dir, base / "data")
+    assert code == 0 and err == "", err
+    same_run(run_dir, base / "run")
