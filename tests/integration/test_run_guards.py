@@ -125,3 +125,21 @@ def test_a_run_set_reports_a_damaged_run_and_runs_the_others(tmp_path):
     (damaged / "config.yaml").unlink()  # the fix the line names
     launched = launch_runs(runs, "set")
     assert [s["step"] for s in launched.summaries] == [40, 40]
+
+
+def test_a_requeued_job_waits_for_the_lock_a_dead_node_held(tmp_path, monkeypatch):
+    """On NFS a dead node's lock lingers until its lease runs out; the requeued job waits
+    for it (here another open file holds it for 2 s) where a fresh launch is refused."""
+    import fcntl
+    import threading
+
+    tmp_path.joinpath(".lock").write_text("1 elsewhere\n")
+    held = (tmp_path / ".lock").open("a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    with pytest.raises(UserError, match="pid 1 on host elsewhere"), run_lock(tmp_path):
+        pass
+    threading.Timer(2.0, held.close).start()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    started = time.monotonic()
+    with run_lock(tmp_path):
+        assert 1.5 < time.monotonic() - started < 30

@@ -92,10 +92,14 @@ def one_error_line(err: str, names: Path) -> None:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """The uninterrupted run (tracked, wandb offline) and the data it read."""
+    """The uninterrupted run (tracked, wandb offline), the data it read, and another run
+    (seed 1) to stand beside a damaged one."""
     os.environ["WANDB_SILENT"] = "true"
     root = tmp_path_factory.mktemp("base")
     code, _, err = train(root / "run", root / "data", "wandb_offline")
+    assert code == 0, err
+    other = [f"run_dir={root / 'other'}", f"data.root={root / 'data'}", "seed=1"]
+    code, _, err = cli(*ARGS, *other, "tracking=wandb_offline")
     assert code == 0, err
     return root
 
@@ -144,12 +148,15 @@ def _history(run) -> list[dict]:
 
 def test_damaged_wandb_file_is_named_and_logged_again(base, tmp_path):
     (want,) = find_runs(base / "run")
+    (other,) = find_runs(base / "other")
     for kind, seed in trials():
         root = tmp_path / f"{kind}{seed}"
         run_dir = _copy(base, root, finished=True)
+        shutil.copytree(base / "other", root / "other", symlinks=True)
         (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
         damage(log, kind, random.Random(f"wandb{kind}{seed}"))
-        code, _, err = cli("runs", "ls", str(root))
+        code, out, err = cli("runs", "ls", str(root))
+        assert other.run_id in out  # the others are listed whatever happened to this one
         if code != 0:
             assert code == 2, err
             one_error_line(err, run_dir / "wandb" if kind == "delete" else log)
@@ -159,7 +166,7 @@ def test_damaged_wandb_file_is_named_and_logged_again(base, tmp_path):
             assert code == 0, err
             code, _, err = cli("runs", "ls", str(root))
             assert code == 0, err
-        (got,) = find_runs(root)
+        (got,) = [r for r in find_runs(root) if r.path == run_dir]
         assert got.exit_code == 0 and _history(got) == _history(want), (kind, seed)
 
 
