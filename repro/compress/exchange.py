@@ -119,7 +119,9 @@ def ar_topk_exchange(
     values = compensated.gather(1, chosen)
     message = torch.cat([values, _norms(values, compensated)], dim=1)
     records.append(replace(comm.allreduce(message), algo=algo))
-    average = decompress(message[:, :k] / comm.group_size, chosen, compensated.shape[1])
+    # every held row holds the same sums at the same indices: one dense row, shared
+    first = decompress(message[:1, :k] / comm.group_size, chosen[:1], compensated.shape[1])
+    average = first.expand_as(compensated)
     gain = gain_from_norms(message[0, k].item(), message[0, k + 1].item())
     return ExchangeResult(average, chosen, gain, records)
 

@@ -5,6 +5,12 @@ send this step is added to its next gradient, G = grad + residual, so that no gr
 is lost, only delayed. Residuals are keyed by parameter name, so a checkpoint stays readable
 whatever order the parameters are flattened in.
 
+A training step uses the flat form: `compensate_flat` writes every G end to end into one
+(workers, total) buffer, the vector Top-k compresses, and `keep` zeroes the sent entries of
+that very buffer, which becomes the residual (the per-name residuals are its column views).
+Two buffers alternate across steps, so a step allocates and copies nothing of the model's
+size for error feedback: one fused pass forms G, one scatter forms the residual.
+
 Compression gain (GraVAC, used by Flexible Top-k as its statistical-efficiency measure):
 ||g_c||^2 / ||g_e||^2, the squared norm of the part sent over that of the error-compensated
 gradient it was taken from. It is 1 when nothing is dropped and falls as compression loses
@@ -19,23 +25,55 @@ import torch
 
 
 class ErrorFeedback:
-    """Per-parameter residuals: compensate before compressing, update after sending."""
+    """Per-parameter residuals: compensate before compressing, keep what was not sent."""
 
     def __init__(self) -> None:
         self.residuals: dict[str, torch.Tensor] = {}
+        self._kept: torch.Tensor | None = None  # the flat buffer the residuals are views of
+        self._spare: torch.Tensor | None = None  # the previous one, free for the next G
+        self._widths: list[tuple[str, int]] = []
 
-    def compensate(self, name_grads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """G = grad + residual for every named gradient (a parameter with no residual yet has 0)."""
-        out = {}
+    def compensate_flat(self, name_grads: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """G = grad + residual for every named gradient, (workers, width) each (a parameter
+        with no residual yet has 0), end to end in one (workers, total) buffer."""
+        grads = list(name_grads.values())
+        first = grads[0]
+        shape = (first.shape[0], sum(g.shape[1] for g in grads))
+        out = self._spare
+        if (
+            out is None
+            or out.shape != shape
+            or (out.dtype, out.device) != (first.dtype, first.device)
+        ):
+            out = torch.empty(shape, dtype=first.dtype, device=first.device)
+        self._spare = None
+        self._widths = [(name, g.shape[1]) for name, g in name_grads.items()]
+        offset = 0
         for name, grad in name_grads.items():
+            part = out[:, offset : offset + grad.shape[1]]
             residual = self.residuals.get(name)
-            out[name] = grad.clone() if residual is None else grad + residual
+            if residual is None:
+                part.copy_(grad)
+            else:
+                torch.add(grad, residual, out=part)
+            offset += grad.shape[1]
         return out
 
-    def update(self, name_residuals: Mapping[str, torch.Tensor]) -> None:
-        """Keep what was not sent this step, replacing the previous residuals of those names."""
-        for name, residual in name_residuals.items():
-            self.residuals[name] = residual.detach().clone()
+    def keep(self, compensated: torch.Tensor, sent: torch.Tensor | None) -> None:
+        """The residual after each row's entries at `sent` went out (None: all of them):
+        `compensated` from `compensate_flat` with those entries zeroed, in place. Zeroing
+        rather than subtracting makes residual + sent part equal G bit for bit. The buffer
+        becomes the residual store; read nothing else from it afterwards."""
+        if sent is None:
+            compensated.zero_()
+        else:
+            compensated.scatter_(1, sent, 0.0)
+        self._spare, self._kept = self._kept, compensated
+        self.residuals = {}
+        offset = 0
+        for name, width in self._widths:
+            self.residuals[name] = compensated[:, offset : offset + width]
+            offset += width
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: r.clone() for name, r in self.residuals.items()}

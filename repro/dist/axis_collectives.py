@@ -55,6 +55,10 @@ class AxisCollectives(Collectives):
             )
 
     def _reduce_(self, t: torch.Tensor) -> None:
+        if len(self.parts) == 1:
+            # one group of every rank in order: its rows are t's own, no gathered copy
+            t.copy_(_ordered_sum(t).expand_as(t))
+            return
         for part in self.parts:
             total = _ordered_sum(t[part])
             t[part] = total

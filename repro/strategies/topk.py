@@ -181,8 +181,6 @@ class TopKStrategy:
         self, step: int, cr: float, link: Link
     ) -> tuple[ExchangeResult, list[CommRecord]]:
         """One exchange of the compensated gradients in `p.grad`; averages written back."""
-        import torch
-
         from repro.compress.exchange import (
             ag_topk_exchange,
             ar_topk_exchange,
@@ -191,11 +189,9 @@ class TopKStrategy:
             var_leader,
             var_sq_norms,
         )
-        from repro.compress.topk import residual_after
 
         grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
-        compensated = self.memory.compensate(grads)
-        flat = torch.cat([compensated[name] for name, _ in self.params], dim=1)
+        flat = self.memory.compensate_flat(grads)
         collective = self.policy.choose(link, self.nbytes, cr, self.comm.world_size)
         algo = "tree" if collective == "ar_tree" else "ring"
         k, shares = self._ks(cr)
@@ -218,13 +214,9 @@ class TopKStrategy:
             self._leader = leader
             result = ar_topk_exchange(self.comm, flat, k, leader, algo, layers, shares)
         records += result.records
-        if result.sent is None:
-            residual = torch.zeros_like(flat)
-        else:
-            residual = residual_after(flat, result.sent)
-        self.memory.update(dict(zip(grads, residual.split(self.sizes, dim=1), strict=True)))
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
             p.grad.copy_(avg.reshape(p.shape))
+        self.memory.keep(flat, result.sent)  # flat becomes the residual: read last
         return result, records
 
     def _sync_seconds(self, cr: float, link: Link) -> float:

@@ -37,12 +37,35 @@ def conv1d(
     out_len = (length + 2 * padding - k) // stride + 1
     span = stride * (out_len - 1) + 1
     cols = torch.cat([padded[:, :, j : j + span : stride] for j in range(k)], dim=3)
-    w = weight.permute(0, 3, 2, 1).reshape(workers, k * c_in, c_out)
-    out = torch.baddbmm(bias.unsqueeze(1), cols.reshape(workers, batch * out_len, k * c_in), w)
+    w = weight.permute(0, 1, 3, 2).reshape(workers, c_out, k * c_in)
+    out = linear(cols.reshape(workers, batch * out_len, k * c_in), w, bias)
     return out.view(workers, batch, out_len, c_out)
 
 
 def linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Every worker's `F.linear`: h (workers, batch, in), weight (workers, out, in), bias
     (workers, out) -> (workers, batch, out)."""
-    return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+    return _WorkerLinear.apply(h, weight, bias)
+
+
+class _WorkerLinear(torch.autograd.Function):
+    """out = h @ weight^T + bias per worker, one `baddbmm`, with its backward written out.
+
+    Autograd's own backward of `baddbmm(bias, h, weight.transpose(1, 2))` forms the
+    weight's gradient as (h^T g)^T, a transposed view that every later pass (the copy into
+    `p.grad`) reads against its layout; here it is g^T h, computed in the weight's own
+    layout. The products are the same, so each gradient equals autograd's to float
+    rounding (tested against a lone worker's module).
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, bias):
+        ctx.save_for_backward(h, weight)
+        return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, weight = ctx.saved_tensors
+        grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), h)
+        return grad_h, grad_weight, grad.sum(1)

@@ -69,17 +69,22 @@ def test_each_row_is_compressed_on_its_own():
 def test_residual_plus_decompressed_is_compensated_exactly(dtype):
     gen = torch.Generator().manual_seed(0)
     memory = ErrorFeedback()
-    shapes = {"w": (20, 30), "b": (30,)}
+    shapes = {"w": (2, 600), "b": (2, 30)}  # two workers' rows of two tensors
+    residuals = {n: torch.zeros(s, dtype=dtype) for n, s in shapes.items()}
     for _ in range(5):
         grads = {n: torch.randn(s, generator=gen, dtype=dtype) for n, s in shapes.items()}
-        compensated = memory.compensate(grads)
-        flat = torch.cat([compensated[n].reshape(1, -1) for n in shapes], dim=1)
+        flat = memory.compensate_flat(grads)
+        # G = grad + residual, computed here independently of the memory
+        expected = torch.cat([grads[n] + residuals[n] for n in shapes], dim=1)
+        assert torch.equal(flat, expected)
         values, indices = compress(flat, k_for(flat.shape[1], 0.05))
         residual = residual_after(flat, indices)
         assert torch.equal(residual + decompress(values, indices, flat.shape[1]), flat)
-        sizes = [compensated[n].numel() for n in shapes]
-        pieces = residual.split(sizes, dim=1)
-        memory.update({n: r.view(shapes[n]) for n, r in zip(shapes, pieces, strict=True)})
+        memory.keep(flat, indices)
+        assert torch.equal(flat, residual)  # kept in place: the same bits as residual_after
+        residuals = dict(zip(shapes, residual.split([600, 30], dim=1), strict=True))
+        for n in shapes:
+            assert torch.equal(memory.residuals[n], residuals[n])
 
 
 def test_error_feedback_loses_no_gradient_mass():
@@ -90,31 +95,49 @@ def test_error_feedback_loses_no_gradient_mass():
     for _ in range(10):
         g = torch.randn(1, 400, generator=gen, dtype=torch.float64)
         total_grad += g
-        compensated = memory.compensate({"p": g})["p"]
+        compensated = memory.compensate_flat({"p": g})
         values, indices = compress(compensated, 8)
         total_sent += decompress(values, indices, 400)
-        memory.update({"p": residual_after(compensated, indices)})
+        memory.keep(compensated, indices)
     torch.testing.assert_close(total_sent + memory.residuals["p"], total_grad)
 
 
 def test_compensate_adds_residual_and_never_aliases():
     memory = ErrorFeedback()
-    g = torch.tensor([1.0, 2.0])
-    first = memory.compensate({"p": g})["p"]
+    g = torch.tensor([[1.0, 2.0]])
+    first = memory.compensate_flat({"p": g})
     assert torch.equal(first, g) and first.data_ptr() != g.data_ptr()
-    memory.update({"p": torch.tensor([0.5, -1.0])})
-    assert torch.equal(memory.compensate({"p": g})["p"], torch.tensor([1.5, 1.0]))
+    memory.load_state_dict({"p": torch.tensor([[0.5, -1.0]])})
+    assert torch.equal(memory.compensate_flat({"p": g}), torch.tensor([[1.5, 1.0]]))
+    assert torch.equal(g, torch.tensor([[1.0, 2.0]]))  # the gradient itself is untouched
+
+
+def test_two_buffers_alternate_across_steps():
+    """A step writes G into the buffer the residual before last lived in: no allocation
+    of the model's size per step, and never into the residual it is adding."""
+    memory = ErrorFeedback()
+    g = torch.ones(2, 5)
+    first = memory.compensate_flat({"p": g})
+    memory.keep(first, torch.tensor([[0], [1]]))
+    second = memory.compensate_flat({"p": g})
+    assert second.data_ptr() != first.data_ptr()
+    assert torch.equal(second, torch.tensor([[1.0, 2, 2, 2, 2], [2, 1, 2, 2, 2]]))
+    memory.keep(second, None)  # a dense exchange: nothing stays behind
+    third = memory.compensate_flat({"p": g})
+    assert third.data_ptr() == first.data_ptr()
+    assert torch.equal(third, g) and torch.equal(memory.residuals["p"], torch.zeros(2, 5))
 
 
 def test_error_feedback_state_dict_round_trip():
     memory = ErrorFeedback()
-    memory.update({"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([3.0])})
+    flat = memory.compensate_flat({"a": torch.tensor([[1.0, 2.0]]), "b": torch.tensor([[3.0]])})
+    memory.keep(flat, torch.tensor([[1]]))
     state = memory.state_dict()
-    state["a"][0] = 99.0  # the saved copy must not alias the live residual
+    state["a"][0, 0] = 99.0  # the saved copy must not alias the live residual
     restored = ErrorFeedback()
     restored.load_state_dict(memory.state_dict())
-    assert torch.equal(restored.residuals["a"], torch.tensor([1.0, 2.0]))
-    assert torch.equal(restored.residuals["b"], torch.tensor([3.0]))
+    assert torch.equal(restored.residuals["a"], torch.tensor([[1.0, 0.0]]))
+    assert torch.equal(restored.residuals["b"], torch.tensor([[3.0]]))
 
 
 def test_layer_ks_split_proportionally_and_sum_to_k():
