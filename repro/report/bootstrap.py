@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 LEVEL = 0.95
 RESAMPLES = 10_000
@@ -62,6 +64,9 @@ def mean_interval(
 ) -> Interval | None:
     """The mean of `values` and its `level` percentile-bootstrap interval; None for fewer
     than two values. Values must not be NaN (a NaN seed has no place on the line)."""
+    # numpy loads here, not with the module: a report refused for bad input never needs it
+    import numpy as np
+
     data = np.asarray(values, dtype=float)
     if np.isnan(data).any():
         raise ValueError("the bootstrap of a mean needs values that are not NaN")
