@@ -71,7 +71,7 @@ def test_star_and_var_rows_choose_different_leaders_and_end_apart(tmp_path):
     (star, star_leaders), (var, var_leaders) = logs.values()
     n = TOPK_TINY["trainer"]["world_size"]
     assert n == 8
-    assert star_leaders == [step % n for step in range(1, steps + 1)]  # round robin
+    assert star_leaders == [(step - 1) % n for step in range(1, steps + 1)]  # rank 0 first
     assert all(0 <= leader < n for leader in var_leaders) and var_leaders != star_leaders
     # VAR's one extra collective per step: the allgather of the workers' squared norms
     assert var["comm/collectives"] - star["comm/collectives"] == steps
