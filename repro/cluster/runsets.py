@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 from pathlib import Path
 
 from repro.cluster.launcher import launch_runs
@@ -120,13 +121,22 @@ def main(argv: list[str]) -> int:
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
         also = most_added(claims, runs, scale, minutes)
-    launched = launch_runs(
-        runs,
-        f"{args.paper} {scale}",
-        then=f"`repro report {args.paper}` builds the report",
-        minutes_per_run=minutes,
-        also=also,
-    )
+    try:
+        launched = launch_runs(
+            runs,
+            f"{args.paper} {scale}",
+            then=f"`repro report {args.paper}` builds the report",
+            minutes_per_run=minutes,
+            also=also,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: run set {args.paper} {scale} stopped; run the same command again "
+            "to resume its runs from their last checkpoints (finished runs are kept)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
     if launched.jobs or claims is None:
         return 0
     from repro.cluster.more_seeds import extend

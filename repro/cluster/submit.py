@@ -14,7 +14,8 @@
   resubmits the same callable and requeues. Either way the job starts the work again: the
   trainer resumes from its last checkpoint (atomic, every rank's full state), so the final
   metrics equal an uninterrupted run's; a worker rejoins what it works on (a sweep's
-  study, whose heartbeat re-queues the trial the worker lost).
+  study: at SIGTERM the worker marks its trial stopped and queues it again, and the
+  heartbeat finds one killed outright; `repro.sweep.stops`).
 
 Submitting returns at once; `repro jobs` follows what `<runs_root>/jobs.jsonl` records.
 """

@@ -15,7 +15,8 @@ nothing behind (no study, no directory, no job):
 3. a database answers (an unreachable one is one line naming it, its password masked);
 4. the cluster can run the workers (sbatch, partition, CPUs);
 
-and only then is the study created (or loaded, to continue it).
+and only then is the study created (or loaded, to continue it). A study that already has its
+`n_trials` runs nothing and queues no job.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from repro.cluster.launcher import Workers
 from repro.errors import UserError
 from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
-from repro.sweep.study import open_study, run_worker
+from repro.sweep.study import open_study, run_worker, tally
 
 log = logging.getLogger("repro.sweep")
 
@@ -58,13 +59,15 @@ def prepare_study(spec: SweepSpec, storage: Any) -> Any:
     """Create or load the study, refusing to start a new one over an earlier one's runs."""
     import optuna
 
-    study = open_study(spec, storage)
-    if not study.get_trials(deepcopy=False) and any(spec.study_dir.glob("trial_*")):
+    known = {s.study_name for s in storage.get_all_studies()}
+    if spec.name not in known and any(spec.study_dir.glob("trial_*")):
         # A new study would reuse trial_<n> directories holding an earlier study's runs.
         raise UserError(
-            f"{spec.study_dir} holds trial directories of an earlier study {spec.name}; "
-            "move them away or give the sweep another name or out directory"
+            f"{spec.study_dir} holds trial directories of an earlier study {spec.name}, which "
+            f"{spec.storage_label} does not hold (deleted or replaced?); move them away or "
+            "give the sweep another name or out directory"
         )
+    study = open_study(spec, storage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)
@@ -84,7 +87,10 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     database = open_storage(spec) if spec.storage is not None else None
     cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size  # a trial spawns its workers
     pool = Workers(cfg.cluster, cfg.runs_root, "sweep", spec.name, cpus)
-    prepare_study(spec, database or open_storage(spec))
+    done, _ = tally(prepare_study(spec, database or open_storage(spec)))
+    if done >= spec.n_trials:
+        print(f"sweep {spec.name}: all {spec.n_trials} trials finished; nothing to run", flush=True)
+        return []
     log.info(
         "sweep %s on %s: %d trials, %d workers (cluster=%s)",
         spec.name,

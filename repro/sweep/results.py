@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from repro.errors import UserError
 from repro.sweep.pareto import knee_index, pareto_indices, reference_point
 from repro.sweep.spec import SweepSpec
+from repro.sweep.stops import stop_reason
 from repro.sweep.storage import open_storage
 
 LOST = "lost with its worker (no heartbeat within grace_s); its point was queued again"
@@ -196,7 +197,8 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         file=stream,
     )
     for t in failed:
-        reason = t.user_attrs.get("fail_reason") or t.user_attrs.get("stale") or LOST
+        reason = t.user_attrs.get("fail_reason") or stop_reason(t) or t.user_attrs.get("stale")
+        reason = reason or LOST
         print(f"  failed trial {t.number}: {reason}", file=stream)
     if not trials:
         raise UserError(f"study {spec.name} has no completed trial yet: nothing to show")

@@ -108,3 +108,12 @@ def format_override(key: str, value: Any) -> str:
     if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
         return f"{key}='{value}'"
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
+
+
+def suggest(trial: Any, p: ParamSpec) -> Any:
+    """Draw one search-space entry through the trial (its sampler picks the value)."""
+    if p.type == "categorical":
+        return trial.suggest_categorical(p.key, list(p.choices))
+    if p.type == "int":
+        return trial.suggest_int(p.key, p.low, p.high, step=p.step or 1, log=p.log)
+    return trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)

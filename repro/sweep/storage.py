@@ -142,10 +142,10 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
     import optuna
 
     if spec.storage is None:
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from repro.sweep.journal import open_journal_file
 
         spec.study_dir.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(spec.study_dir / "journal.log")))
+        return open_journal_file(spec.study_dir / "journal.log")
     url = expand_storage_url(spec.storage)
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("postgresql"):

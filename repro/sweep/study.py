@@ -8,7 +8,11 @@ overrides and the trial's sampled values are composed into a config whose `run_d
 Budget. `n_trials` counts trials that ran to an end: COMPLETE, or FAIL with a `fail_reason`
 (crash, divergence, rejected config, missing metric) recorded by the objective. A trial lost to
 a killed worker is not an outcome: it is failed as stale (worker locks on a journal, Optuna's
-heartbeat on a database; see `repro.sweep.storage`) and its point is queued again. Before
+heartbeat on a database; see `repro.sweep.storage`) and its point is queued again. A worker
+that gets SIGTERM (job cancelled or preempted) or SIGINT (Ctrl-C) marks its trial as stopped
+and queues it again itself (`repro.sweep.stops`). A retried point runs in its first trial's
+run directory (`trial_run_dir`), so it resumes from the checkpoint the lost run left; the step
+it resumed from is recorded on the trial (`resumed_from`). Before
 starting a trial a worker takes the study's ask lock, counts finished plus running trials and
 starts one only below the budget; the lock is handed on (released) inside the objective once
 the trial is stamped with its worker, so K workers on one machine never overshoot. Workers on
@@ -26,11 +30,13 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
-from repro.sweep.space import ParamSpec, format_override
+from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import SweepSpec, base_overrides
+from repro.sweep.stops import Stopped, StopSignals, mark_stopped
 from repro.sweep.storage import FileLock, WorkerLocks, fail_orphaned_trials, open_storage
 
 log = logging.getLogger("repro.sweep")
@@ -60,24 +66,34 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
 
 
-def suggest(trial: Any, p: ParamSpec) -> Any:
-    """Draw one search-space entry through the trial (its sampler picks the value)."""
-    if p.type == "categorical":
-        return trial.suggest_categorical(p.key, list(p.choices))
-    if p.type == "int":
-        return trial.suggest_int(p.key, p.low, p.high, step=p.step or 1, log=p.log)
-    return trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)
-
-
-def trial_overrides(spec: SweepSpec, number: int, params: dict[str, Any]) -> list[str]:
+def trial_overrides(
+    spec: SweepSpec, number: int, params: dict[str, Any], run_dir: Path | None = None
+) -> list[str]:
     """The full override list of one trial (stored on the trial so it can be rerun by hand)."""
-    run_dir = spec.study_dir / f"trial_{number}"
+    run_dir = run_dir or spec.study_dir / f"trial_{number}"
     return [
         *base_overrides(spec),
         *(format_override(k, v) for k, v in params.items()),
         f"run_dir={run_dir}",
         f"tracking.tags=['study:{spec.name}','trial:{number}']",
     ]
+
+
+def trial_run_dir(storage: Any, spec: SweepSpec, number: int) -> Path:
+    """A retried point's run directory is its first trial's (Optuna's `failed_trial` link),
+    so it resumes that run. A new trial's `trial_<n>` that exists already belongs to a trial
+    whose records the storage lost (a damaged or restored journal): that run is kept, and
+    the new trial runs in `trial_<n>.<k>`."""
+    study_id = storage.get_study_id_from_name(spec.name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    first = storage.get_trial_system_attrs(trial_id).get("failed_trial")
+    if first is not None:
+        return spec.study_dir / f"trial_{first}"
+    run_dir, k = spec.study_dir / f"trial_{number}", 0
+    while run_dir.exists():
+        k += 1
+        run_dir = spec.study_dir / f"trial_{number}.{k}"
+    return run_dir
 
 
 def objective_values(spec: SweepSpec, summary: dict[str, Any]) -> list[float]:
@@ -105,8 +121,17 @@ class TrialRun:
     ended: bool = False
 
 
-def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any, run: TrialRun) -> list[float]:
+def _objective(
+    trial: Any,
+    spec: SweepSpec,
+    storage: Any,
+    worker: str,
+    unlock: Any,
+    run: TrialRun,
+    stops: StopSignals,
+) -> list[float]:
     from repro.config import compose
+    from repro.train import checkpoint
     from repro.train.entry import Diverged, run_training
 
     run.number = trial.number
@@ -115,18 +140,23 @@ def _objective(trial: Any, spec: SweepSpec, worker: str, unlock: Any, run: Trial
         params = {p.key: suggest(trial, p) for p in spec.space}
     finally:
         unlock()  # stamped and sampled: the next worker may count and ask now
-    overrides = trial_overrides(spec, trial.number, params)
+    run_dir = trial_run_dir(storage, spec, trial.number)
+    overrides = trial_overrides(spec, trial.number, params, run_dir)
     trial.set_user_attr("overrides", overrides)
+    trial.set_user_attr("resumed_from", checkpoint.latest_step(run_dir))
     try:
-        summary = run_training(compose(overrides))
+        with stops.armed():
+            summary = run_training(compose(overrides))
         values = objective_values(spec, summary)
     except Diverged as err:
         reason = f"diverged: {err}"
     except TrialFailed as err:
         reason = str(err)
     except UserError as err:
+        stops.check()
         reason = f"rejected: {err}"
     except Exception as err:  # any crash of one run is that trial's failure, not the sweep's
+        stops.after_failure()  # unless a stop signal caused it (e.g. wandb's service died)
         reason = f"crashed: {type(err).__name__}: {err}"
     else:
         reason = ""
@@ -175,8 +205,8 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
 
 
 def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
-    """One worker: count, ask, run, until the budget is spent or the deadline passes."""
-    import optuna
+    """One worker: count, ask, run, until the budget is spent, the deadline passes or a stop
+    signal comes (its trial marked and queued again, `repro.sweep.stops`)."""
     import torch
 
     torch.set_num_threads(1)
@@ -186,8 +216,31 @@ def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
+    stops = StopSignals().install()
+    try:
+        _work(spec, study, storage, locks, me, stops, deadline)
+    except Stopped as stop:
+        if stop.name != "SIGINT":  # Ctrl-C: the command says it in its one line
+            log.warning("sweep %s: worker %s stopped by %s", spec.name, me, stop.name)
+        raise stop.exit() from None
+    finally:
+        stops.restore()
+
+
+def _work(
+    spec: SweepSpec,
+    study: Any,
+    storage: Any,
+    locks: WorkerLocks,
+    me: str,
+    stops: StopSignals,
+    deadline: float | None,
+) -> None:
+    import optuna
+
     heartbeat_grace_s = None if spec.storage is None else spec.grace_s
     while True:
+        stops.check()
         with FileLock(spec.study_dir / "ask.lock") as lock:
             with warnings.catch_warnings():  # a no-op on a journal, which has no heartbeat
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -201,9 +254,15 @@ def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
             if not idle:
                 run = TrialRun()
                 objective = functools.partial(
-                    _objective, spec=spec, worker=me, unlock=lock.release, run=run
+                    _objective,
+                    spec=spec,
+                    storage=storage,
+                    worker=me,
+                    unlock=lock.release,
+                    run=run,
+                    stops=stops,
                 )
-                lost = run_one_trial(study, objective, run)
+                lost = run_one_trial(study, storage, objective, run)
                 if lost is not None:
                     log.warning(
                         "sweep %s: trial %d was failed as stale while it ran (no heartbeat "
@@ -217,15 +276,20 @@ def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
             time.sleep(POLL_S)
 
 
-def run_one_trial(study: Any, objective: Any, run: TrialRun) -> int | None:
+def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> int | None:
     """Run one trial of `objective` (which fills in `run`). Returns None, or the trial's
     number when another worker failed it as stale while it ran (its heartbeat came too late):
     Optuna then refuses this worker's writes of the result, with one error or another, and
-    that must not end the worker. Any other error propagates."""
+    that must not end the worker. A stop signal marks the trial stopped and queues its point
+    again before `Stopped` propagates. Any other error propagates."""
     from optuna.trial import TrialState
 
     try:
         study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+    except Stopped as stop:
+        if run.number is not None:
+            mark_stopped(study, storage, run.number, stop, requeue=True)
+        raise
     except Exception:
         mine = [t for t in study.get_trials(deepcopy=False) if t.number == run.number]
         if not run.ended or not mine or mine[0].state != TrialState.FAIL:

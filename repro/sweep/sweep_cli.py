@@ -97,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: run the same command again to continue the study", file=sys.stderr)
+        print(
+            f"interrupted: sweep {args.spec} stopped, its running trials marked interrupted; "
+            "run the same command again to continue the study",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -13,6 +13,7 @@ a kill), the same command continues the search, and on a finished search it runs
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from repro.errors import UserError
@@ -77,6 +78,11 @@ def main(argv: list[str]) -> int:
     try:
         run_tune(spec, args.workers, args.out or TUNED_DIR)
     except KeyboardInterrupt:
-        print("interrupted: run the same command again to continue the search", flush=True)
+        print(
+            f"interrupted: tune {args.paper} {scale} stopped, its running trials marked "
+            "interrupted; run the same command again to continue the search",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     return 0

@@ -13,7 +13,8 @@ index's lock fails a RUNNING trial of that index as stale: its worker died, sinc
 was free. A trial's runs live in directories named by their config (`runs_root`, not
 `run_dir`), so the retried point resumes its runs from their checkpoints. The design is data,
 so an interrupted search ends where an uninterrupted one does; a search whose arms all have
-their trials runs nothing.
+their trials runs nothing. A worker stopped by SIGINT (Ctrl-C) or SIGTERM marks its trial
+stopped (`repro.sweep.stops`) rather than leaving it for the next worker to find.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.sweep.space import format_override
+from repro.sweep.stops import Stopped, StopSignals, mark_stopped
 from repro.sweep.study import suggest
 from repro.sweep.tune_spec import STEPS_TO_TARGET, ArmSpec, TuneObjective, TuneSpec
 
@@ -176,7 +178,14 @@ def ask_point(spec: TuneSpec, study: Any, storage: Any, index: int, point: dict,
 
 
 def run_point(
-    spec: TuneSpec, arm: ArmSpec, runs: dict, study: Any, storage: Any, index: int, me: str
+    spec: TuneSpec,
+    arm: ArmSpec,
+    runs: dict,
+    study: Any,
+    storage: Any,
+    index: int,
+    me: str,
+    stops: StopSignals,
 ) -> None:
     """Run design point `index` of `arm` as one trial and record its score."""
     from optuna.trial import TrialState
@@ -188,8 +197,13 @@ def run_point(
     params = {p.key: suggest(trial, p) for p in spec.space_of(arm)}
     started = time.perf_counter()
     try:
-        value, attrs = run_trial(spec, runs, arm, params)
+        with stops.armed():
+            value, attrs = run_trial(spec, runs, arm, params)
+    except Stopped as stop:  # its design index is asked again by the next search
+        mark_stopped(study, storage, trial.number, stop, requeue=False)
+        raise
     except Exception as err:  # a crash is a bug to fix, not a score: stop the search
+        stops.after_failure()  # unless a stop signal caused it
         trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}"[:500])
         study.tell(trial, state=TrialState.FAIL)
         raise
@@ -229,6 +243,18 @@ def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
     torch.set_num_threads(1)  # one core per worker, as side-by-side runs of a run set
     storage = open_journal(spec)
     me = f"{socket.gethostname()}:{os.getpid()}"
+    stops = StopSignals().install()
+    try:
+        _work(spec, runs, storage, me, stops)
+    except Stopped as stop:
+        raise stop.exit() from None
+    finally:
+        stops.restore()
+
+
+def _work(
+    spec: TuneSpec, runs: dict[str, list[str]], storage: Any, me: str, stops: StopSignals
+) -> None:
     for arm in spec.arms.values():
         study = open_arm_study(spec, arm, storage)
         for index in range(spec.trials):
@@ -238,7 +264,8 @@ def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
             if fd is None:
                 continue  # another worker runs it
             try:
+                stops.check()
                 if index not in done_indices(study):  # not finished while we took the lock
-                    run_point(spec, arm, runs, study, storage, index, me)
+                    run_point(spec, arm, runs, study, storage, index, me, stops)
             finally:
                 os.close(fd)

@@ -56,9 +56,17 @@ def load_tuned(paper: str, scale: str, root: Path = TUNED_DIR) -> dict[str, Any]
             f"(experiment.tuned), so its runs take their values from it; run "
             f"`{tune_command(paper, scale)}` to make it"
         )
-    data = yaml.safe_load(path.read_text())
+    again = f"run `{tune_command(paper, scale)}` again (or restore the file from git)"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path} is damaged ({first}); {again}") from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
-        raise UserError(f"{path} has no `runs` mapping; run `{tune_command(paper, scale)}` again")
+        raise UserError(f"{path} has no `runs` mapping; {again}")
+    bad = [k for k, v in data["runs"].items() if not isinstance(v, list | None)]
+    if bad:
+        raise UserError(f"{path}: runs.{bad[0]} is not a list of overrides; {again}")
     return data
 
 

@@ -1,20 +1,24 @@
-"""Sweep workers submitted as SLURM array jobs sharing a real PostgreSQL study (issue 16).
+"""Sweep workers cancelled or preempted on the local SLURM cluster, sharing a real PostgreSQL
+study, with tracking on (wandb offline, whose service process is in the job too).
 
-A worker job cancelled in the middle of a trial loses only that trial: Optuna's heartbeat
-fails it and its point runs again, so the sweep still ends with exactly its budget.
+SLURM ends a cancelled or preempted job by sending SIGTERM to every process of it at once,
+wandb's service included, then SIGKILL after KillWait. The trial a worker loses that way is
+not an outcome: it is marked as stopped, its point runs again in the same run directory, from
+the checkpoint the lost run left, and the study still ends with exactly its budget complete.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
+from repro.train import checkpoint
 from tests.helpers import REPO, repro_cli
 from tests.integration.slurm_jobs import (
     GUARD_S,
@@ -26,73 +30,95 @@ from tests.integration.slurm_jobs import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
+STEPS, EVERY = 120, 20
+"""120 steps of 50 ms slept modeled compute: a trial lasts over 6 s, checkpointed every 20."""
 
-def _running_trial_job(storage, name: str) -> tuple[object, str]:
-    """A RUNNING trial of study `name` and the array task (`<array job>_<index>`; the bare id
-    of task 0 would name the whole array) of the worker running it."""
+
+def _write_spec(tmp_path: Path, pg_url: str) -> Path:
+    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    raw["overrides"] += [*SLOW, "compute.mode=sampled", f"trainer.steps={STEPS}"]
+    raw["overrides"] += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
+    raw["overrides"] += [f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}"]
+    raw["overrides"] += ["tracking=wandb_offline"]
+    raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=3, heartbeat_s=1, grace_s=10)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _submit(spec_path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return repro_cli("sweep", str(spec_path), "--workers", "2", "--cluster", "slurm_local", cwd=cwd)
+
+
+def _checkpointed_trial(spec: object, storage: object) -> tuple[object, str, int]:
+    """A RUNNING trial whose run has a checkpoint, the array task running it
+    (`<array job>_<index>`), and the checkpoint's step."""
     import optuna
     from optuna.trial import TrialState
 
     deadline = time.monotonic() + GUARD_S
     while time.monotonic() < deadline:
         try:
-            study = optuna.load_study(study_name=name, storage=storage)
+            study = optuna.load_study(study_name="tiny", storage=storage)
             running = study.get_trials(states=(TrialState.RUNNING,))
         except KeyError:
             running = []
         for t in running:
-            if "worker" in t.user_attrs:
+            step = checkpoint.latest_step(spec.study_dir / f"trial_{t.number}")
+            if "worker" in t.user_attrs and 0 < step < STEPS - EVERY:
                 pid = t.user_attrs["worker"].rpartition(":")[2]
                 raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
-                return t, f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+                return t, f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}", step
         time.sleep(0.2)
-    pytest.fail(f"no trial of {name} started running within {GUARD_S:.0f} s")
+    pytest.fail(f"no trial of tiny reached a checkpoint within {GUARD_S:.0f} s")
 
 
 @pytest.mark.timeout(600)
-def test_sweep_survives_a_cancelled_worker_job_through_optunas_heartbeat(tmp_path, pg_url):
+@pytest.mark.parametrize("how", ["scancel", "sigterm"])
+def test_a_lost_worker_job_loses_no_trial_and_its_run_resumes(tmp_path, pg_url, how):
+    """`scancel` (SIGTERM to every process of the job, then SIGKILL), and SIGTERM alone to
+    every process of the job, as SLURM's preemption sends it."""
     from optuna.trial import TrialState
 
-    from repro.sweep.results import load_study
+    from repro.sweep.results import load_study, show_sweep
     from repro.sweep.spec import load_spec
     from repro.sweep.storage import open_storage
 
-    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
-    # 200 steps of 50 ms modeled compute, really slept: a trial lasts over 10 s, so a worker
-    # job is cancelled in the middle of one and its trial outlives SLURM's KillWait (5 s)
-    # from SIGTERM to SIGKILL. Beats every second, stale after 10 s.
-    raw["overrides"] += [*SLOW, "compute.mode=sampled", "trainer.steps=200"]
-    raw["overrides"] += [f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}"]
-    raw["overrides"] += ["tracking=disabled"]
-    raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=3, heartbeat_s=1, grace_s=10)
-    spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(yaml.safe_dump(raw))
-    submitted = repro_cli(
-        "sweep", str(spec_path), "--workers", "2", "--cluster", "slurm_local", cwd=tmp_path
-    )
+    spec_path = _write_spec(tmp_path, pg_url)
+    submitted = _submit(spec_path, tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     assert re.search(r"2 workers submitted as jobs (\d+)_0, \1_1", submitted.stdout)
 
     spec = load_spec(spec_path)
-    victim, job = _running_trial_job(open_storage(spec), "tiny")
-    time.sleep(1.0)  # well inside the trial
-    cancelled_at = datetime.now()
-    subprocess.run(["scancel", job], check=True, timeout=60)
+    victim, job, seen = _checkpointed_trial(spec, open_storage(spec))
+    signal_args = ["--signal=TERM"] if how == "sigterm" else []
+    subprocess.run(["scancel", *signal_args, job], check=True, timeout=60)
     states = _wait(tmp_path / "runs")
-    assert sorted(states.values()) == ["CANCELLED", "COMPLETED"]
+    lost_state = "CANCELLED" if how == "scancel" else "FAILED"  # exit status 143
+    assert sorted(states.values()) == sorted([lost_state, "COMPLETED"])
 
     trials = {t.number: t for t in load_study(spec).get_trials(deepcopy=False)}
     complete = [t for t in trials.values() if t.state == TrialState.COMPLETE]
-    assert len(complete) == 3  # exactly the budget, the lost trial not counted
+    assert len(complete) == spec.n_trials  # exactly the budget, the lost trial not counted
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials.values())
     lost = trials[victim.number]
     assert lost.state == TrialState.FAIL
-    # Failed by Optuna's heartbeat (the worker locks would have stamped `stale`), and its
-    # point run again by RetryHeartbeatStaleTrialCallback's WAITING copy.
-    assert "stale" not in lost.user_attrs and "fail_reason" not in lost.user_attrs
+    assert "fail_reason" not in lost.user_attrs  # not a crash, whatever wandb's service did
+    assert lost.user_attrs["stopped"] == {"trial": lost.number, "signal": "SIGTERM"}
     (retry,) = [t for t in complete if t.system_attrs.get("failed_trial") == lost.number]
     assert retry.params == lost.params
-    # SLURM's KillWait (5 s), the grace (10 s), the other worker's trial in progress and its
-    # 2 s poll: the point runs again well within a minute, not at `timeout_s`.
-    assert retry.datetime_start - cancelled_at < timedelta(seconds=45)
-    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials.values())
+    # the same run directory, resumed from the last checkpoint the lost run wrote
+    assert f"run_dir={spec.study_dir / f'trial_{lost.number}'}" in retry.user_attrs["overrides"]
+    resumed = retry.user_attrs["resumed_from"]
+    assert seen <= resumed < STEPS and resumed % EVERY == 0, (seen, resumed)
+    others = [t for t in complete if t is not retry]
+    assert all(t.user_attrs["resumed_from"] == 0 for t in others)
+
+    out = io.StringIO()
+    show_sweep(spec, out)
+    assert f"failed trial {lost.number}: stopped by SIGTERM" in out.getvalue()
+
+    again = _submit(spec_path, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to run" in again.stdout and "submitted" not in again.stdout

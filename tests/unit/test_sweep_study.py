@@ -151,8 +151,8 @@ def test_a_trial_failed_as_stale_under_a_live_worker_does_not_end_the_worker(whe
             trial.set_user_attr("summary", {})  # refused: the trial is finished
         return 1.0  # refused when the result is told
 
-    assert run_one_trial(study, objective, run) == 0
-    assert run_one_trial(study, lambda t: 2.0, TrialRun()) is None
+    assert run_one_trial(study, storage, objective, run) == 0
+    assert run_one_trial(study, storage, lambda t: 2.0, TrialRun()) is None
     assert [t.state for t in study.trials] == [
         optuna.trial.TrialState.FAIL,
         optuna.trial.TrialState.COMPLETE,
@@ -168,4 +168,4 @@ def test_other_errors_still_end_the_worker():
         raise ValueError("a bug in the objective")
 
     with pytest.raises(ValueError, match="a bug"):
-        run_one_trial(study, objective, run)
+        run_one_trial(study, study._storage, objective, run)

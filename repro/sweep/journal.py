@@ -1,0 +1,105 @@
+"""A local study's journal file, opened so that damage ends in one line naming it.
+
+The journal (`<out>/<name>/journal.log`, Optuna's `JournalFileBackend`) is a file of JSON
+lines, each one operation on a study or trial, appended under Optuna's lock. Two kinds of
+damage:
+
+* A torn last line: a worker killed, or a disk filled, in the middle of an append. Optuna's
+  reader skips an unterminated last line, but its next append would glue a new record to the
+  fragment, and from then on the line in the middle is unreadable and the whole study with
+  it. So the fragment is cut off (under the same lock) before anything is appended, with a
+  one-line warning: the operation it held never completed, and what it recorded happens again
+  (a trial's start is asked again, a finished run's result is read from its summary).
+* Anything else (bytes flipped, a line cut out, the file truncated to the middle of a line
+  that is not the last): Optuna's replay fails with one of several errors, or the record no
+  longer makes sense to it. That is one `UserError` naming the file and the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from repro.errors import UserError
+
+log = logging.getLogger("repro.sweep")
+DAMAGE = (ValueError, KeyError, IndexError, TypeError, AttributeError, AssertionError)
+"""What Optuna's journal replay raises on records it cannot read or apply (ValueError covers
+JSON and UTF-8 decoding)."""
+
+
+def cut_torn_tail(path: Path) -> int:
+    """Cut an unterminated last line off the journal (the caller holds Optuna's lock);
+    returns how many bytes were cut."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        step, end = 4096, size
+        while end > 0:  # find the last newline, reading backwards
+            start = max(0, end - step)
+            f.seek(start)
+            chunk = f.read(end - start)
+            at = chunk.rfind(b"\n")
+            if at >= 0:
+                keep = start + at + 1
+                break
+            end = start
+        else:
+            keep = 0
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
+def open_journal_file(path: Path) -> Any:
+    """Optuna's `JournalStorage` on `path`, its torn tail cut, damage one `UserError`."""
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
+
+    lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's appends take
+    if path.exists():
+        lock.acquire()
+        try:
+            cut = cut_torn_tail(path)
+        finally:
+            lock.release()
+        if cut:
+            log.warning(
+                "%s: cut off its last %d bytes, an unfinished record (a worker stopped while "
+                "writing it); the operation it held runs again",
+                path,
+                cut,
+            )
+    try:
+        return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    except DAMAGE as err:
+        raise damaged(path, err) from None
+
+
+def first_unreadable_line(path: Path) -> int | None:
+    """The number (from 1) of the journal's first line that is not a JSON object."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                if not isinstance(json.loads(line), dict):
+                    return number
+            except ValueError:
+                return number
+    return None
+
+
+def damaged(path: Path, err: BaseException) -> UserError:
+    line = first_unreadable_line(path)
+    where = f"line {line} is not a record" if line else f"{type(err).__name__}: {err}"
+    return UserError(
+        f"the study journal {path} is damaged ({where.splitlines()[0][:200]}); Optuna cannot "
+        f"replay it: restore it from a backup, or move {path.parent} away to start the study "
+        "afresh"
+    )

@@ -1,0 +1,147 @@
+"""A worker told to stop: SIGTERM (its job cancelled or preempted) or SIGINT (Ctrl-C).
+
+Such a trial is no outcome of its point, so it must neither count towards the budget nor be
+left RUNNING for a heartbeat to find. `StopSignals` turns the signal into a `Stopped` raised
+only while a trial's runs are running (`armed`), so Optuna's own bookkeeping (ask, tell,
+storage writes) is never cut in half; a signal outside that is kept and the worker loop
+stops at its next check. `mark_stopped` then fails the trial with the user attribute
+`stopped` = {trial, signal} (what `repro sweep show` reports) and, in a sweep, queues its
+point again with Optuna's `failed_trial` link, so the retry reuses the lost trial's run
+directory and resumes from its checkpoint. Stops are not counted against
+`repro.sweep.storage.MAX_RETRY`: that cap is for points that kill their worker, and a
+preempted or interrupted point did nothing wrong.
+
+SLURM signals every process of a job at once, and wandb's service may die before this
+process handles its own SIGTERM; the run then fails with a lost connection first. So a
+failing run waits up to `STOP_GRACE_S` for a stop signal before it counts as a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+STOP_GRACE_S = 3.0
+"""How long a failed run waits for the stop signal that may have caused it (SLURM delivers
+it to every process of the job within milliseconds; seconds cover a loaded machine)."""
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(BaseException):
+    """The worker got `signum` while a trial ran. A BaseException, so that no `except
+    Exception` on the way (the objective's crash handler, Optuna's tell) takes it for a
+    failure of the trial."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def exit(self) -> BaseException:
+        """What the worker raises once the trial is marked: KeyboardInterrupt for Ctrl-C (each
+        command prints its one line for it), else the shell's exit status for the signal."""
+        if self.signum == signal.SIGINT:
+            return KeyboardInterrupt()
+        return SystemExit(128 + self.signum)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT handlers for one worker process (main thread only)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._armed = False
+        self._before: dict[int, Any] = {}
+
+    def install(self) -> StopSignals:
+        for s in SIGNALS:
+            self._before[s] = signal.signal(s, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for s, handler in self._before.items():
+            signal.signal(s, handler)
+        self._before.clear()
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        if self._armed:
+            self._armed = False  # once: marking the trial must not be cut short again
+            raise Stopped(self.received)
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        """Raise `Stopped` inside this block at the signal (at once if one came before)."""
+        self.check()
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+
+    def check(self) -> None:
+        """Raise `Stopped` if a stop signal has come."""
+        if self.received is not None:
+            raise Stopped(self.received)
+
+    def after_failure(self) -> None:
+        """A run just failed: if a stop signal caused it, raise `Stopped` (waiting a little
+        for a signal that may still be on its way, module doc)."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        while self.received is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.check()
+
+
+def stop_mark(number: int, stop: Stopped) -> dict[str, Any]:
+    return {"trial": number, "signal": stop.name}
+
+
+def stop_reason(trial: Any) -> str | None:
+    """The one-line reason `repro sweep show` gives for a stopped trial, None for others (a
+    retry carries its original's attributes, so the mark names the trial it is for)."""
+    mark = trial.user_attrs.get("stopped")
+    if not isinstance(mark, dict) or mark.get("trial") != trial.number:
+        return None
+    if mark.get("signal") == "SIGINT":
+        return "interrupted (Ctrl-C); its point runs again, resuming its run"
+    return (
+        f"stopped by {mark.get('signal')} (job cancelled or preempted); its point runs again, "
+        "resuming its run"
+    )
+
+
+def mark_stopped(study: Any, storage: Any, number: int, stop: Stopped, requeue: bool) -> None:
+    """Fail RUNNING trial `number` as stopped and (with `requeue`) queue its point again."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    try:
+        storage.set_trial_user_attr(trial_id, "stopped", stop_mark(number, stop))
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return  # failed meanwhile by a heartbeat check, which queued it itself
+    if not requeue:
+        return
+    lost = storage.get_trial(trial_id)
+    study.add_trial(
+        optuna.create_trial(
+            state=TrialState.WAITING,
+            params=lost.params,
+            distributions=lost.distributions,
+            user_attrs=lost.user_attrs,
+            system_attrs={
+                **lost.system_attrs,
+                "failed_trial": lost.system_attrs.get("failed_trial", number),
+            },
+        )
+    )

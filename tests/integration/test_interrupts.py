@@ -1,0 +1,173 @@
+"""Ctrl-C on a sweep, a tuning search and a run set, as a terminal sends it: SIGINT to the
+command's whole process group (its workers and wandb's service included).
+
+Each ends with exit status 130 and one line saying what stopped and how to continue, no
+traceback; the trials that were running are marked interrupted (not left for a heartbeat or
+a worker lock to find), `repro sweep show` says so, and the same command then finishes the
+work, the interrupted runs resuming from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from repro.sweep.results import load_study
+from repro.sweep.spec import load_spec
+from repro.sweep.tune_spec import spec_from_dict
+from repro.sweep.tune_study import open_journal
+from repro.train import checkpoint
+from tests.helpers import REPO, repro_cli, reproduce_tiny_args
+
+pytestmark = pytest.mark.slow
+
+GUARD_S = 240.0  # hang guard on a loaded 2-core machine, not a speed check
+EVERY = 20
+"""Checkpoint and evaluation interval of the interrupted runs."""
+
+
+def _interrupt(args: list[str], cwd: Path, ready: Callable[[], bool]) -> tuple[int, str, str]:
+    """Start `repro ARGS` in its own process group, press Ctrl-C once `ready()` holds."""
+    exe = Path(sys.executable).parent / "repro"
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    env.pop("WANDB_API_KEY", None)
+    proc = subprocess.Popen(
+        [str(exe), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + GUARD_S
+    try:
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out, err = proc.communicate()
+                pytest.fail(f"never ready to interrupt (exit {proc.returncode}):\n{out}\n{err}")
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, out, err
+
+
+def _one_line(rc: int, out: str, err: str, starts: str) -> None:
+    assert rc == 130, out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+    said = [line for line in (out + err).splitlines() if "interrupt" in line.lower()]
+    assert len(said) == 1 and said[0].startswith(starts), said
+    assert err.rstrip().splitlines()[-1] == said[0]  # the last thing the command says
+
+
+def _checkpointed(run_dirs: Callable[[], list[Path]]) -> Callable[[], bool]:
+    def ready() -> bool:
+        return any((d / "checkpoints" / "latest.json").exists() for d in run_dirs())
+
+    return ready
+
+
+def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tmp_path):
+    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    # 100 steps of 50 ms modeled compute, really slept (worker processes): several seconds
+    raw["overrides"] += ["compute.dist=constant", "compute.mean_ms=50", "network.inject=true"]
+    raw["overrides"] += ["compute.mode=sampled", "trainer.steps=100"]
+    raw["overrides"] += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
+    raw["overrides"] += [f"data.root={tmp_path / 'data'}", "tracking=wandb_offline"]
+    raw.update(out=str(tmp_path / "out"), n_trials=2)
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(raw))
+    spec = load_spec(spec_path)
+    args = ["sweep", str(spec_path), "--workers", "2"]
+
+    ready = _checkpointed(lambda: [*spec.study_dir.glob("trial_*")])
+    rc, out, err = _interrupt(args, tmp_path, ready)
+    _one_line(rc, out, err, f"interrupted: sweep {spec_path} stopped")
+    trials = load_study(spec).get_trials(deepcopy=False)
+    stopped = [t for t in trials if t.state == TrialState.FAIL]
+    left = {t.number: checkpoint.latest_step(spec.study_dir / f"trial_{t.number}") for t in stopped}
+    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGINT" for t in stopped)
+    assert all(
+        t.state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.WAITING) for t in trials
+    )
+    shown = repro_cli("sweep", "show", str(spec_path), cwd=tmp_path)
+    for t in stopped:
+        assert f"failed trial {t.number}: interrupted (Ctrl-C)" in shown.stdout, shown.stdout
+
+    again = repro_cli("sweep", str(spec_path), "--workers", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    trials = load_study(spec).get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == spec.n_trials and len(trials) == len(done) + len(stopped)
+    resumed = {t.system_attrs.get("failed_trial"): t.user_attrs["resumed_from"] for t in done}
+    # each interrupted point ran again in its own run dir, from the checkpoint it left
+    assert {n: resumed[n] for n in left} == left and max(left.values()) >= EVERY
+
+
+def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_path):
+    raw = yaml.safe_load((REPO / "sweeps" / "tune" / "adacomm_tiny.yaml").read_text())
+    arms = raw["arms"]
+    raw["untuned"] = {name: "left out to keep the test short" for name in arms if name != "sync"}
+    raw["arms"] = {"sync": arms["sync"]}
+    # a 40-modeled-second budget: a trial of several seconds, long enough to interrupt
+    raw["overrides"] = ["tracking=disabled", "trainer.time_budget_s=40"]
+    raw["overrides"] += [f"data.root={tmp_path / 'data'}"]
+    raw["out"] = str(tmp_path / "tune")
+    spec_path = tmp_path / "adacomm_tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(raw))
+    spec = spec_from_dict(raw, str(spec_path))
+    tuned = tmp_path / "tuned" / "adacomm_tiny.yaml"
+    args = ["tune", "adacomm", "scale=tiny", "--spec", str(spec_path), "--out", str(tuned.parent)]
+
+    def running() -> bool:
+        if not (spec.study_dir / "journal.log").exists():
+            return False
+        try:
+            study = optuna.load_study(study_name="sync", storage=open_journal(spec))
+        except KeyError:
+            return False
+        return bool(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+    rc, out, err = _interrupt(args, tmp_path, running)
+    _one_line(rc, out, err, "interrupted: tune adacomm tiny stopped")
+    study = optuna.load_study(study_name="sync", storage=open_journal(spec))
+    trials = study.get_trials(deepcopy=False)
+    stopped = [t for t in trials if t.state == TrialState.FAIL]
+    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGINT" for t in stopped)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert not tuned.exists()  # an unfinished search writes no values
+
+    again = repro_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert sorted(t.user_attrs["design_index"] for t in done) == list(range(spec.trials))
+    assert yaml.safe_load(tuned.read_text())["arms"]["sync"]["trials"] == spec.trials
+
+
+def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path):
+    args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.steps=400", "--no-report"]
+    args += [f"trainer.checkpoint_every={EVERY}"]
+    runs = tmp_path / "runs"
+    rc, out, err = _interrupt(args, tmp_path, _checkpointed(lambda: [*runs.glob("*/*")]))
+    _one_line(rc, out, err, "interrupted: run set adacomm tiny stopped")
+    cut = [d for d in runs.glob("*/*") if checkpoint.latest_step(d) > 0]
+    cut = [d for d in cut if not (d / "summary.json").exists()]
+    assert cut
+    again = repro_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "every run has finished" in repro_cli(*args, cwd=tmp_path).stdout
+    for d in cut:  # resumed: the same wandb run continued in a second segment
+        assert (d / "summary.json").exists() and len([*(d / "wandb").glob("offline-run-*")]) == 2

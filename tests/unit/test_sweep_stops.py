@@ -1,0 +1,94 @@
+"""Stop signals of a sweep worker, the stopped trial's mark and re-queue, and the run
+directory a retried or re-numbered trial uses (real signals, real Optuna journal storage)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from repro.sweep.journal import open_journal_file
+from repro.sweep.spec import spec_from_dict
+from repro.sweep.stops import Stopped, StopSignals, mark_stopped, stop_reason
+from repro.sweep.study import trial_run_dir
+
+
+def _spec(tmp_path):
+    return spec_from_dict(
+        {
+            "name": "s",
+            "experiment": None,
+            "space": [{"key": "optim.lr", "type": "float", "low": 0.01, "high": 1.0}],
+            "objectives": [{"metric": "test/acc", "direction": "maximize"}],
+            "sampler": {"name": "random", "seed": 0},
+            "n_trials": 2,
+            "out": str(tmp_path),
+        }
+    )
+
+
+def _study(tmp_path):
+    storage = open_journal_file(tmp_path / "journal.log")
+    return optuna.create_study(study_name="s", storage=storage), storage
+
+
+def test_a_signal_stops_only_an_armed_block_and_is_kept_for_the_loop():
+    stops = StopSignals().install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # outside a trial's runs: kept, nothing raised
+        assert stops.received == signal.SIGTERM
+        with pytest.raises(Stopped) as caught:
+            stops.check()
+        assert caught.value.name == "SIGTERM" and isinstance(caught.value.exit(), SystemExit)
+        assert caught.value.exit().code == 128 + signal.SIGTERM
+
+        fresh = StopSignals().install()
+        with pytest.raises(Stopped) as caught, fresh.armed():
+            os.kill(os.getpid(), signal.SIGINT)
+            pytest.fail("the armed block ran on past the signal")
+        assert isinstance(caught.value.exit(), KeyboardInterrupt)
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while marking: kept, not raised
+        fresh.restore()
+    finally:
+        stops.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_stopped_trial_is_failed_marked_and_queued_again_without_counting_a_retry(tmp_path):
+    study, storage = _study(tmp_path)
+    dist = {"optim.lr": FloatDistribution(0.01, 1.0)}
+    first = study.ask(dist)
+    mark_stopped(study, storage, first.number, Stopped(signal.SIGTERM), requeue=True)
+    again = study.ask(dist)  # Optuna hands out the WAITING copy first
+    assert again.params == first.params
+    mark_stopped(study, storage, again.number, Stopped(signal.SIGINT), requeue=True)
+
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert trials[0].user_attrs["stopped"] == {"trial": 0, "signal": "SIGTERM"}
+    assert trials[2].system_attrs["failed_trial"] == 0  # the chain's first trial, its run dir
+    assert "retry_history" not in trials[2].system_attrs  # stops do not use up MAX_RETRY
+    assert stop_reason(trials[0]).startswith("stopped by SIGTERM (job cancelled or preempted)")
+    assert stop_reason(trials[1]).startswith("interrupted (Ctrl-C)")
+    assert stop_reason(trials[2]) is None  # carries trial 1's mark, but it is not stopped
+
+
+def test_a_retry_reuses_its_first_run_dir_and_a_renumbered_trial_keeps_clear(tmp_path):
+    spec = _spec(tmp_path)
+    study, storage = _study(tmp_path)
+    dist = {"optim.lr": FloatDistribution(0.01, 1.0)}
+    first = study.ask(dist)
+    assert trial_run_dir(storage, spec, first.number) == spec.study_dir / "trial_0"
+    mark_stopped(study, storage, first.number, Stopped(signal.SIGTERM), requeue=True)
+    retry = study.ask(dist)
+    assert trial_run_dir(storage, spec, retry.number) == spec.study_dir / "trial_0"
+    # trial_2 and trial_2.1 hold runs of trials the storage no longer knows (a lost journal)
+    (spec.study_dir / "trial_2").mkdir(parents=True)
+    (spec.study_dir / "trial_2.1").mkdir()
+    new = study.ask(dist)
+    assert new.number == 2
+    assert trial_run_dir(storage, spec, new.number) == spec.study_dir / "trial_2.2"
