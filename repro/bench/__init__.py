@@ -9,5 +9,6 @@ BENCHMARKS = (
     "repro.bench.topk_exchange",
     "repro.bench.adasum_allreduce",
     "repro.bench.engines",
+    "repro.bench.step_floor",
     "repro.bench.startup",
 )

@@ -1,0 +1,184 @@
+"""Every small-scale run set's simulated step against its floor, with a breakdown.
+
+The floor of a workload is one worker's dense step of the same model at the same total
+batch (the run's workers x batch per worker), forward and backward with the model's own
+plain torch kernels and an SGD step of torch's rule (`repro.train.stacked_optim.SGD`, the
+run's momentum and weight decay): the same samples' arithmetic with nothing of the
+method or of the worker axis. The simulated step is `Trainer.train_step` as the run set
+runs it (its labels composed as `repro reproduce` composes them; the untuned learning
+rates, which change no arithmetic), plus its evaluation amortised per step at the run's
+`trainer.eval_every`. Goal: every step at most 1.5x its floor.
+
+Floor steps and simulated steps alternate one by one in the same process (one torch
+thread, as the simulated engine runs), so both see the same moments of load, and each is
+taken as its fastest of 40 (evaluation: of 5): on a shared machine the least disturbed run
+is the best estimate of the unloaded one. The machine's load average is printed at start
+and end. The MOO run's probes (5 candidate ratios x 5 trial steps from a snapshot) are
+timed by asking for extra probes and charged at the rate its run probes: 8 probes in
+1,300 steps (seed 0, `repro reproduce topk`, measured here).
+
+The breakdown is each part's own time per step (nested calls counted in the inner part),
+averaged over the fastest quarter of the steps:
+forward/backward, Top-k selection, error feedback, collectives, Adasum's combination, the
+optimizer, the rest of the exchange (flattening, scattering), MOO probes, the rest of the
+step (data, clocks, metrics) and evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from repro.bench.step_parts import PartTimer, instrument, module_parts
+from repro.cluster.runsets import run_set
+from repro.config import Config
+from repro.dist.axis_collectives import AxisCollectives
+from repro.train.stacked_optim import SGD
+from repro.train.trainer import Trainer
+
+TOPK = ["dense_ring"] + [
+    f"{family}_topk_c{c}" for family in ("ag", "star", "var") for c in ("0.1", "0.01", "0.001")
+]
+LABELS = {"adacomm": ["sync", "adacomm"], "topk": [*TOPK, "moo"]}
+ADASUM_WORKERS = (8, 32)
+MOO_STEPS_PER_PROBE = 1300 / 8
+GOAL = 1.5
+
+
+def _load() -> str:
+    return "load " + "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class _Floor:
+    """One worker's dense step of `model` at batch `batch` (module doc)."""
+
+    def __init__(self, trainer: Trainer, batch: int):
+        cfg = trainer.cfg.optim
+        torch.manual_seed(0)
+        self.model = trainer.workload.model_factory()
+        self.optimizer = SGD(
+            list(self.model.parameters()),
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+        )
+        arrays = trainer.workload.arrays
+        self.x, self.y = trainer.workload.batch(torch.arange(batch) % len(arrays.y_train), None)
+
+    def step(self) -> None:
+        loss = F.cross_entropy(self.model(self.x), self.y)
+        for p in self.model.parameters():
+            p.grad = None
+        loss.backward()
+        self.optimizer.step()
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def workloads(root: Path, labels: list[str] | None) -> list[tuple[str, str, Config]]:
+    """(paper, label, config) of every workload benched, composed as `repro reproduce`
+    composes the small run sets, each label for one seed. The learning rate does not
+    change a step's arithmetic, so the untuned rates stand in (`experiment.tuned=false`:
+    the bench runs whether or not a set's tuned file is current). Adasum's are the adasum
+    combiner's simulated runs at 8 and 32 workers, whatever their labels."""
+    out = []
+    for paper in ("adacomm", "topk", "adasum"):
+        extra = [
+            "experiment.tuned=false",
+            "tracking=disabled",
+            "trainer.progress=false",
+            f"data.root={root / 'data'}",
+        ]
+        for label, cfg in run_set(paper, "small", extra, seeds=1):
+            if paper in LABELS:
+                wanted = label in LABELS[paper]
+            else:
+                wanted = (
+                    cfg.method.combiner == "adasum"
+                    and cfg.trainer.world_size in ADASUM_WORKERS
+                    and cfg.trainer.engine != "processes"
+                )
+            if wanted and (labels is None or label in labels):
+                cfg.run_dir = str(root / "runs" / label)
+                out.append((paper, label, cfg))
+    return out
+
+
+def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
+    """Seconds per step of the floor and of the run (evaluation amortised), and the parts."""
+    n = cfg.trainer.world_size
+    trainer = Trainer(cfg, AxisCollectives(n), "cpu", cfg.trainer.vectorize)
+    floor = _Floor(trainer, n * cfg.trainer.batch_size)
+    timer = PartTimer()
+    instrument(trainer, timer)
+    step = 0
+
+    def train_step() -> float:
+        nonlocal step
+        step += 1
+        return timer.step(trainer.train_step, step)
+
+    def untimed_step() -> float:
+        nonlocal step
+        step += 1
+        started = time.perf_counter()
+        trainer.train_step(step)
+        return time.perf_counter() - started
+
+    for _ in range(3):  # first calls: allocations, compiled loops loaded, MOO's first probe
+        train_step()
+        floor.step()
+    timer.reset()
+    floors, steps_s, evals, probes = [], [], [], []
+    with module_parts(timer):
+        for _ in range(rounds):
+            for _ in range(steps):  # one of each in turn: the same moments of load for both
+                floors.append(_timed(floor.step))
+                steps_s.append(train_step())
+            evals.append(_timed(lambda: trainer.log_point(step)))
+            if label == "moo":
+                trainer.strategy._probe_due = True  # the next step probes, as a re-probe does
+                probes.append(untimed_step())
+    evaluation = min(evals) / cfg.trainer.eval_every
+    parts = timer.fastest_parts()
+    step_s = min(steps_s)
+    if probes:
+        # the probing steps' parts are left out; the probe is charged at the run's rate
+        parts["MOO probes"] = (min(probes) - step_s) / MOO_STEPS_PER_PROBE
+        step_s += parts["MOO probes"]
+    parts["evaluation"] = evaluation
+    return {
+        "floor": min(floors),
+        "step": step_s + evaluation,
+        "ratio": (step_s + evaluation) / min(floors),
+        "parts": parts,
+        "workers": n,
+        "batch": n * cfg.trainer.batch_size,
+    }
+
+
+def run(labels: list[str] | None = None, rounds: int = 5, steps: int = 8) -> list[str]:
+    torch.set_num_threads(1)
+    lines = [f"start: {_load()}"]
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
+        for paper, label, cfg in workloads(Path(tmp), labels):
+            r = measure(label, cfg, rounds, steps)
+            mark = "ok" if r["ratio"] <= GOAL else f"over {GOAL}x"
+            lines.append(
+                f"{paper} {label} ({r['workers']} workers, batch {r['batch']}): step "
+                f"{r['step'] * 1e3:.1f} ms / floor {r['floor'] * 1e3:.1f} ms = "
+                f"{r['ratio']:.2f}x ({mark})"
+            )
+            parts = "  ".join(f"{k} {v * 1e3:.2f}" for k, v in r["parts"].items() if v > 5e-5)
+            lines.append(f"    ms/step: {parts}")
+    lines.append(f"end: {_load()}")
+    return lines
