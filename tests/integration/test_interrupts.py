@@ -122,8 +122,8 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
     arms = raw["arms"]
     raw["untuned"] = {name: "left out to keep the test short" for name in arms if name != "sync"}
     raw["arms"] = {"sync": arms["sync"]}
-    # a 40-modeled-second budget: a trial of several seconds, long enough to interrupt
-    raw["overrides"] = ["tracking=disabled", "trainer.time_budget_s=40"]
+    # a 25-modeled-second budget: a trial of several seconds, long enough to interrupt
+    raw["overrides"] = ["tracking=disabled", "trainer.time_budget_s=25"]
     raw["overrides"] += [f"data.root={tmp_path / 'data'}"]
     raw["out"] = str(tmp_path / "tune")
     spec_path = tmp_path / "adacomm_tiny.yaml"
@@ -161,13 +161,20 @@ def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path):
     args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.steps=400", "--no-report"]
     args += [f"trainer.checkpoint_every={EVERY}"]
     runs = tmp_path / "runs"
-    rc, out, err = _interrupt(args, tmp_path, _checkpointed(lambda: [*runs.glob("*/*")]))
+
+    def cut() -> list[Path]:
+        return [
+            d
+            for d in runs.glob("*/*")
+            if checkpoint.latest_step(d) > 0 and not (d / "summary.json").exists()
+        ]
+
+    rc, out, err = _interrupt(args, tmp_path, lambda: bool(cut()))
     _one_line(rc, out, err, "interrupted: run set adacomm tiny stopped")
-    cut = [d for d in runs.glob("*/*") if checkpoint.latest_step(d) > 0]
-    cut = [d for d in cut if not (d / "summary.json").exists()]
-    assert cut
+    left = cut()
+    assert left
     again = repro_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "every run has finished" in repro_cli(*args, cwd=tmp_path).stdout
-    for d in cut:  # resumed: the same wandb run continued in a second segment
+    for d in left:  # resumed: the same wandb run continued in a second segment
         assert (d / "summary.json").exists() and len([*(d / "wandb").glob("offline-run-*")]) == 2
