@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -45,7 +46,13 @@ class Stopped(BaseException):
 
     def exit(self) -> BaseException:
         """What the worker raises once the trial is marked: KeyboardInterrupt for Ctrl-C (each
-        command prints its one line for it), else the shell's exit status for the signal."""
+        command prints its one line for it), else the shell's exit status for the signal.
+        wandb's service got the same signal and may be gone; wandb's own exit hook would then
+        print a traceback from talking to it, so its teardown runs here, quietly."""
+        wandb = sys.modules.get("wandb")
+        if wandb is not None:
+            with contextlib.suppress(Exception):
+                wandb.teardown()
         if self.signum == signal.SIGINT:
             return KeyboardInterrupt()
         return SystemExit(128 + self.signum)

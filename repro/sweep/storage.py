@@ -3,8 +3,10 @@
 Two storages (issue 7, "Storage"; issue 16):
 
 * Journal file (the default): `<out>/<name>/journal.log` through Optuna's `JournalStorage` with
-  `JournalFileBackend`, shared by the workers of one machine. A journal has no heartbeat, so a
-  trial whose process was SIGKILLed would stay RUNNING forever; the worker locks below find it.
+  `JournalFileBackend`, shared by the workers of one machine (opened by `repro.sweep.journal`,
+  which repairs a torn last record and turns other damage into one line). A journal has no
+  heartbeat, so a trial whose process was SIGKILLed would stay RUNNING forever; the worker
+  locks below find it.
   Workers on several hosts cannot share it (`repro sweep --cluster` refuses it).
 * A database URL (PostgreSQL on a cluster): `RDBStorage` with Optuna's heartbeat. A trial whose
   heartbeat is older than `grace_s` is failed by the next worker that looks (Optuna's
