@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.action != "run":
+            print("interrupted", file=sys.stderr)
+            return 130
         print(
             f"interrupted: sweep {args.spec} stopped, its running trials marked interrupted; "
             "run the same command again to continue the study",
