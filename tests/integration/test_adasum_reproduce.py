@@ -10,13 +10,12 @@ from tests.helpers import repro_cli, reproduce_tiny_args
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
 LABELS = (
-    "adasum_sgd_b64",
-    "mean_sgd_b64",
-    "adasum_sgd_b1024",
-    "sum_sgd_b1024",
-    "mean_sgd_b1024",
-    "adasum_lamb_b1024",
-    "mean_lamb_b1024",
+    "adasum_sgd_b256",
+    "mean_sgd_b256",
+    "adasum_sgd_b4096",
+    "mean_sgd_b4096",
+    "adasum_lamb_b4096",
+    "mean_lamb_b4096",
     "adasum_sgd_b128",
     "mean_sgd_b128",
     "toy_adasum",
@@ -24,11 +23,8 @@ LABELS = (
 )
 CLAIMS = (
     "sgd_large_batch_vs_mean",
-    "sgd_large_batch_vs_sum",
     "adam_large_batch_vs_mean",
-    "adam_large_batch_vs_sum",
     "lamb_fewer_steps_than_lamb",
-    "lamb_fewer_steps_than_lamb_sum",
     "toy_fewer_steps_than_mean",
     "cost_close_to_allreduce",
     "sgd_large_batch_vs_mean_paper",
@@ -71,7 +67,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
         "steps_to_target_sgd.png",
         "steps_to_target_lamb.png",
         "toy_loss_vs_step.png",
-        "loss_vs_step_b1024.png",
+        "loss_vs_step_largest.png",
         "comm_seconds_adasum_vs_allreduce.png",
     } <= set(images)
     assert "steps_to_target_adam.png" not in images
@@ -93,22 +89,25 @@ def test_every_scale_composes_its_run_set():
     small = dict(run_set("adasum", "small", [], seeds=1))
     cost = {"adasum_sgd_b128", "mean_sgd_b128"}  # equal steps on gloo: the cost claim's pair
     grid = {k: c for k, c in small.items() if not k.startswith("toy_") and k not in cost}
-    assert len(grid) == 27 and len(small) == 31
-    # the effective batch grows by the worker count, 32 samples per worker, up to 32 workers
-    workers = {"b64": 2, "b256": 8, "b1024": 32}
+    assert len(grid) == 18 and len(small) == 22
+    # 128 samples per worker, the effective batch grown by the worker count up to 32 workers
+    workers = {"b256": 2, "b1024": 8, "b4096": 32}
     written = {k: _written_lr(c.experiment.runs[k]) for k, c in grid.items()}
-    sums = {k.split("_")[1]: lr for k, lr in written.items() if k.startswith("sum_")}
+    eta1 = {"sgd": 0.05, "adam": 0.01, "lamb": 0.01}  # the header's single-worker rates
     tuned = yaml.safe_load((REPO / "configs/tuned/adasum_small.yaml").read_text())["arms"]
     for label, cfg in grid.items():
         combiner, opt, batch = label.split("_")
         assert cfg.method.name == "adasum" and cfg.experiment.label == label
         assert (cfg.method.combiner, cfg.optim.name) == (combiner, opt)
-        assert cfg.trainer.batch_size == 32 and cfg.trainer.world_size == workers[batch]
+        # Adasum combines local steps' deltas, Horovod's Average the gradients
+        assert cfg.method.combines == {"adasum": "delta", "mean": "gradient"}[combiner]
+        assert cfg.trainer.batch_size == 128 and cfg.trainer.world_size == workers[batch]
         assert cfg.trainer.engine == "simulated" and cfg.trainer.target_acc == 0.85
+        assert cfg.workload.num_samples == 40000 and cfg.trainer.steps == 500
         # the untuned rates written in the file follow the header's rule: Adasum at 2x the
-        # single-worker rate, sum 1x, mean sqrt(N)x (to 3 significant digits)
-        scale = {"adasum": 2, "sum": 1, "mean": cfg.trainer.world_size**0.5}[combiner]
-        assert written[label] == pytest.approx(scale * sums[opt], rel=5e-3), label
+        # single-worker rate, mean sqrt(N)x (to 3 significant digits)
+        scale = {"adasum": 2, "mean": cfg.trainer.world_size**0.5}[combiner]
+        assert written[label] == pytest.approx(scale * eta1[opt], rel=5e-3), label
         # experiment.tuned: the run takes its arm's searched rate, one for every worker count
         assert cfg.optim.lr == tuned[f"{combiner}_{opt}"]["chosen"]["optim.lr"], label
     for label in cost:
@@ -118,6 +117,7 @@ def test_every_scale_composes_its_run_set():
     assert small["adasum_sgd_b128"].optim.lr == small["mean_sgd_b128"].optim.lr
     toy = small["toy_adasum"]
     assert toy.workload.task == "regression" and toy.trainer.batch_size == 1
+    assert toy.workload.num_samples == 4096  # its own points, not the MNIST-1D set's size
     tiny = dict(run_set("adasum", "tiny", [], seeds=1))
     assert set(tiny) == set(LABELS) <= set(small)
     paper = dict(run_set("adasum", "paper", [], seeds=1))
