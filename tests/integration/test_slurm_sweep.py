@@ -65,7 +65,7 @@ def _checkpointed_trial(spec: object, storage: object) -> tuple[object, str, int
             running = []
         for t in running:
             step = checkpoint.latest_step(spec.study_dir / f"trial_{t.number}")
-            if "worker" in t.user_attrs and 0 < step < STEPS - EVERY:
+            if "worker" in t.user_attrs and 0 < step <= STEPS // 2:  # seconds left to hit it
                 pid = t.user_attrs["worker"].rpartition(":")[2]
                 raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
