@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def main(argv: list[str]) -> int:
         base = [f"experiment={name}", *extra]
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
-        also = most_added(claims, runs, scale, minutes)
+        also = most_added(claims, runs, scale, minutes) if seeds is None else ""
+    root = Path(runs[0][1].runs_root)
     try:
         launched = launch_runs(
             runs,
@@ -129,6 +131,15 @@ def main(argv: list[str]) -> int:
             minutes_per_run=minutes,
             also=also,
         )
+        if launched.jobs or claims is None:
+            return 0
+        from repro.cluster.more_seeds import extend
+
+        # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
+        # seed, say): the report then says which claims stay undecided at N
+        if seeds is None:
+            make = functools.partial(run_set, args.paper, scale, extra)
+            extend(args.paper, scale, claims, make, root, minutes)
     except KeyboardInterrupt:
         print(
             f"interrupted: run set {args.paper} {scale} stopped; run the same command again "
@@ -137,13 +148,8 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 130
-    if launched.jobs or claims is None:
-        return 0
-    from repro.cluster.more_seeds import extend
     from repro.report.build import build_report
 
-    root = Path(runs[0][1].runs_root)
-    extend(args.paper, scale, claims, lambda n: run_set(args.paper, scale, extra, n), root, minutes)
     out = build_report(
         args.paper, root, Path(args.reports) / args.paper, scale=scale, claims_dir=claims_dir
     )

@@ -80,7 +80,13 @@ def added_seeds_where_undecided(tmp_path, args):
     claims[0]["seed_cap"] = 3
     (tmp_path / "claims").mkdir()
     (tmp_path / "claims" / "adacomm.yaml").write_text(yaml.safe_dump({**head, "claims": claims}))
-    third = repro_cli(*args, "--claims", str(tmp_path / "claims"), cwd=tmp_path, timeout=600)
+    claims_dir = ("--claims", str(tmp_path / "claims"))
+    chosen = repro_cli(*args, "seeds=1", *claims_dir, cwd=tmp_path, timeout=600)
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    # seeds=N on the command line is the user's number: nothing is added to it
+    assert not [ln for ln in chosen.stdout.splitlines() if ": claim " in ln], chosen.stdout
+    assert "undecided at 1 seed" in (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    third = repro_cli(*args, *claims_dir, cwd=tmp_path, timeout=600)
     assert third.returncode == 0, third.stderr[-3000:]
     added = [ln for ln in third.stdout.splitlines() if ": claim " in ln]
     assert added[:2] == [
