@@ -67,6 +67,16 @@ def test_on_a_terminal_a_bar():
         bar = Progress("run", steps=4, budget_s=0, start=0, now_s=0, show=True, stream=tty)
         bar.advance(0.1)
         bar.close()
-    drawn = os.read(leader, 4096).decode()
+    # the pty hands the writes over asynchronously: read until the closed follower's EIO
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    drawn = b"".join(chunks).decode()
     os.close(leader)
     assert "\r" in drawn and "1/4" in drawn
