@@ -3,7 +3,7 @@
 Where a claim does not reproduce in the paper's regime the report says so and why. The
 verdict is computed; the why is analysis, written after the runs into the claims file's
 `findings` list: the claim, the scale, the verdicts it explains and the text, whose numbers
-are placeholders filled from the runs when the report is built (`repro.report.placeholders`),
+are slots filled from the runs when the report is built (`repro.report.slots`),
 so no re-run can contradict the table above it. Bands and regimes are fixed before results
 and never move; a finding moves nothing, it only explains. It is bound to the verdicts it was
 written for: when a re-run changes the verdict, the report says the analysis is for another
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 from repro.errors import UserError
 from repro.report.choices import require_texts
-from repro.report.placeholders import (
+from repro.report.render import Table
+from repro.report.series import Seeded
+from repro.report.slots import (
     Computed,
-    check_placeholders,
+    check_slots,
     check_values,
     compute_values,
     fill,
 )
-from repro.report.render import Table
-from repro.report.series import Seeded
 
 if TYPE_CHECKING:
     from repro.report.seeds import ClaimResult
@@ -37,7 +37,7 @@ EXPLAINED = ("partly", "undecided", "inconclusive", "not reproduced")
 @dataclass(frozen=True)
 class Finding:
     """The analysis of `claim` at `scale` for the outcomes in `verdicts`; `why` may quote
-    the claims' values and the named `values` by placeholder."""
+    the claims' values and the named `values` by slot."""
 
     claim: str
     scale: str
@@ -64,7 +64,7 @@ def check_findings(findings: list[Finding], claim_ids: list[str]) -> None:
         if f.claim not in claim_ids:
             raise UserError(f"findings: claim '{f.claim}' is not a claim of this file")
         try:
-            check_placeholders(f.why, f.values, claim_ids)
+            check_slots(f.why, f.values, claim_ids)
         except UserError as err:
             raise UserError(f"claim '{f.claim}': finding at scale {f.scale}: {err}") from None
         if (f.claim, f.scale) in seen:

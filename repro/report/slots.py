@@ -1,7 +1,7 @@
 """Numbers in a finding's text filled from the runs when the report is built.
 
-A finding's `why` quotes our numbers by placeholder, never typed, so that a re-run (another
-machine, more seeds) cannot contradict the claims table above it. A placeholder is
+A finding's `why` quotes our numbers by slot, never typed, so that a re-run (another
+machine, more seeds) cannot contradict the claims table above it. A slot is
 `{ref}`, `{ref.field}` or either with a format spec (`{ref.mean:.2f}`):
 
 * `ref` is the finding's own claim when it is a field name alone (`{mean}`, `{ci}`), another
@@ -10,7 +10,7 @@ machine, more seeds) cannot contradict the claims table above it. A placeholder 
   finding can quote runs its claim does not read;
 * `field` is one of FIELDS; without one, `per_seed`: every seed's value, "a / b / c".
 
-A placeholder that names nothing computed is refused when the claims file loads.
+A slot that names nothing computed is refused when the claims file loads.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from repro.report.render import fmt
 from repro.report.series import NotMeasurable, Seeded, at_seed, seeds_of
 
 FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
-PLACEHOLDER = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
+SLOT = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
 
 
 def references(text: str) -> list[tuple[str, str, str]]:
-    """(placeholder, ref, field) of every placeholder in `text`; the own claim's ref is ''."""
+    """(slot, ref, field) of every slot in `text`; the own claim's ref is ''."""
     out = []
-    for match in PLACEHOLDER.finditer(text):
+    for match in SLOT.finditer(text):
         ref, name = match.group(1), match.group(2)
         if not name and ref in FIELDS:
             ref, name = "", ref
@@ -59,13 +59,13 @@ def check_values(values: object) -> None:
             raise UserError(f"values.{name}: {err}") from None
 
 
-def check_placeholders(text: str, values: Mapping, claim_ids: list[str]) -> None:
-    """Refuse a placeholder that names no computed value (one line naming it and the fix)."""
+def check_slots(text: str, values: Mapping, claim_ids: list[str]) -> None:
+    """Refuse a slot that names no computed value (one line naming it and the fix)."""
     for shown, ref, name in references(text):
         known = ref == "" or ref in claim_ids or ref in values
         if not known or name not in FIELDS:
             raise UserError(
-                f"placeholder {shown} names no computed value; use {{FIELD}} for the claim's "
+                f"slot {shown} names no computed value; use {{FIELD}} for the claim's "
                 f"own, {{CLAIM_ID.FIELD}} or {{NAME.FIELD}} for a name under values, FIELD one "
                 f"of {', '.join(FIELDS)}"
             )
@@ -123,7 +123,7 @@ def compute_values(values: Mapping[str, Mapping], runs: Seeded) -> dict[str, Com
 
 
 def fill(text: str, own: str, computed: Mapping[str, Computed]) -> str:
-    """`text` with every placeholder replaced; `own` is the finding's claim id."""
+    """`text` with every slot replaced; `own` is the finding's claim id."""
 
     def one(match: re.Match) -> str:
         ref, name, spec = match.group(1), match.group(2), match.group(3) or ""
@@ -131,4 +131,4 @@ def fill(text: str, own: str, computed: Mapping[str, Computed]) -> str:
             ref, name = own, ref
         return computed[ref].get(name or "per_seed", spec)
 
-    return PLACEHOLDER.sub(one, text)
+    return SLOT.sub(one, text)

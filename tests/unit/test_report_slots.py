@@ -1,4 +1,4 @@
-"""Findings quote computed numbers by placeholder: filled from the runs when the report is
+"""Findings quote computed numbers by slot: filled from the runs when the report is
 built, and refused when the claims file loads if they name nothing computed."""
 
 import re
@@ -47,7 +47,7 @@ def claims(why, values=None):
     )
 
 
-def test_placeholders_are_filled_with_the_claims_and_named_values_per_seed():
+def test_slots_are_filled_with_the_claims_and_named_values_per_seed():
     why = (
         "{per_seed:.2f} | {mean:.3f} | {ci} | {seeds} | {steps:.1f} | {steps.max} | "
         "{other.min} | {steps.mean:.2f}"
@@ -83,7 +83,7 @@ def test_a_named_value_that_cannot_be_computed_says_so():
         ("{headline.per_seed} then {typo}", "{typo}"),
     ],
 )
-def test_a_placeholder_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, named):
+def test_a_slot_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, named):
     cf = claims("fine", {"steps": STEPS})
     data = {
         "paper": "adacomm",
@@ -97,7 +97,7 @@ def test_a_placeholder_naming_nothing_computed_is_refused_when_loaded(tmp_path, 
     with pytest.raises(UserError) as err:
         load_claims("adacomm", tmp_path)
     assert str(err.value) == (
-        f"{tmp_path / 'adacomm.yaml'}: claim 'headline': finding at scale small: placeholder "
+        f"{tmp_path / 'adacomm.yaml'}: claim 'headline': finding at scale small: slot "
         f"{named} names no computed value; use {{FIELD}} for the claim's own, "
         "{CLAIM_ID.FIELD} or {NAME.FIELD} for a name under values, FIELD one of per_seed, "
         "mean, low, high, ci, min, max, seeds"
