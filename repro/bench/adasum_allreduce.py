@@ -7,7 +7,7 @@ Here both run over 4 spawned gloo ranks on 1 MB to 64 MB of float32 split into 8
 of unequal sizes (a model's layers), both in place on one persistent flat buffer, as
 `method=adasum` runs them: the plain allreduce sums it (the `combiner=sum` path), Adasum
 (`adasum_allreduce_`) combines it per tensor. Each time is the median over repeats of the
-slowest rank, after a warm-up call. Goal (issue 6):
+slowest rank, after a warm-up call. Goal:
 Adasum at most 1.5x the plain allreduce at 64 MB.
 
 A second table times the small-message path (`repro.dist.adasum_gather`: one allgather,

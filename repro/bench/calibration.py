@@ -4,7 +4,7 @@ Two measurement sweeps of allreduce and allgather (2 and 4 ranks, 1 KB to 64 MB)
 the other in the same workers: latency and bandwidth are fitted on the first exactly as
 `repro calibrate` does (per op and rank count, see `repro.netmodel.calibrate_fit`), and the
 model's relative error is evaluated on the second, so the number is an out-of-sample
-prediction error, not a fitting residual. Goal: median |error| <= 25% (issue 3, item 9).
+prediction error, not a fitting residual. Goal: median |error| <= 25%.
 Printed beside it: the in-sample error of the first sweep (a large gap means run-to-run
 noise on a loaded machine, not a wrong formula; the load average is printed for the same
 reason) and the held-out error of one link per op over both rank counts, which a host with

@@ -1,6 +1,6 @@
 """The simulated engine's cost: a step of many workers, and a whole run, against baselines.
 
-Two ratios (issue 13, item 5), each against a baseline measured in the same run:
+Two ratios, each against a baseline measured in the same run:
 1. One training step of the simulated engine at 4, 8 and 32 workers (one thread, as the
    engine runs; `trainer.vectorize=auto`, which for this CNN is its own all-workers
    forward, `stacked`) over one worker's step as the process engine runs it (its lone

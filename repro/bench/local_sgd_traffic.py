@@ -2,7 +2,7 @@
 
 PASGD (Wang & Joshi) averages models once every tau local steps, so its collectives and
 bytes per step must fall as 1/tau, while synchronous SGD allreduces the gradients every step
-(issue 4, item 7). Each method trains the synthetic workload on 2 gloo workers (the process
+Each method trains the synthetic workload on 2 gloo workers (the process
 engine, pinned: its records are the real collectives' sizes) for a step count divisible by
 every tau; the counts come from the run's own summary (`comm/bytes`,
 `comm/collectives`). Local SGD's message is the model plus one loss slot, so its bytes at

@@ -1,5 +1,5 @@
 """The command line's start-up: how long `repro train` takes to refuse a bad config, and to
-reach its first training step (issue 16, item 7).
+reach its first training step.
 
 Each command runs as a user runs it, in a fresh process, `REPEATS` times; the median wall
 time and the median CPU time (user + system of the process and every child it waited for,

@@ -7,7 +7,7 @@ trainer's path: `SyncStrategy.after_backward` (one flattened allreduce through
 `DistributedDataParallel` with its defaults (25 MB buckets, allreduce overlapped with
 backward). The model is a wide MLP (5.3M parameters, 21 MB of gradients) so that the
 allreduce is a sizeable part of a step, as it is for the papers' models on real networks.
-Goal (issue 2, item 9): sync / DDP <= 1.05.
+Goal: sync / DDP <= 1.05.
 """
 
 from __future__ import annotations

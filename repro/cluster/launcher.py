@@ -1,6 +1,6 @@
 """The one launcher: whether work runs in local processes, submitit's LocalExecutor or SLURM.
 
-The `cluster` config group decides, here and nowhere else (issue 16, item 9):
+The `cluster` config group decides, here and nowhere else:
 
 * `cluster=local`: the simulated runs of a set side by side, one spawned process per core,
   then the others one after another in this process (`run_training` spawns a run's worker

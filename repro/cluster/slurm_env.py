@@ -1,6 +1,6 @@
 """What the submitting side needs to know about the SLURM installation it talks to.
 
-These helpers back the clear one-line errors of issue 8's "bad input" list: `sbatch` not
+These helpers back the one-line errors of a SLURM launch's bad input: `sbatch` not
 found (`sbatch_available`), an unknown partition or more tasks than it has
 (`partition_info`), and a job that failed on the node, shown with its log path and last
 lines (`job_log_tail`). They call the SLURM client tools and never the daemons' files, so

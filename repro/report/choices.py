@@ -2,8 +2,8 @@
 
 Each claims file may list `choices`: a setting, the value our runs use, what the paper (or
 its reference implementation) does, and why. Where the paper's behaviour is an option
-beside ours, the report names the option, so a reader can rerun with it. Issue 14 asks for
-every deviation found by an independent read to be either fixed or stated this way.
+beside ours, the report names the option, so a reader can rerun with it: a deviation the
+suite keeps is stated, never left for a reader to find in the code.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Starting a sweep: every check first, then K workers on the launcher the cluster group picks.
 
-`repro sweep SPEC --workers K [--cluster NAME]` (issue 7; issue 16, items 2 and 9). The workers
+`repro sweep SPEC --workers K [--cluster NAME]`. The workers
 go where `repro.cluster.launcher.Workers` puts them for the `cluster` group of the spec's base
 config (or `NAME`): processes here, or one job array sharing the study's storage.
 

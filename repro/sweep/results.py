@@ -1,6 +1,6 @@
 """`repro sweep show`: the Pareto front table, the knee point and Optuna's figures.
 
-Issue 7, "Results", and issue 16, item 3. The whole study's front is Optuna's own
+The whole study's front is Optuna's own
 `study.best_trials` (the non-dominated completed trials). Added here is what Optuna lacks: the
 knee (the front point closest to the ideal after scaling every objective to [0, 1],
 `pareto.knee_index`) and, with `group_by`, one front per value of a categorical parameter

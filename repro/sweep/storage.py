@@ -1,6 +1,6 @@
 """Where a study lives, and how a trial lost with its worker is failed and queued again.
 
-Two storages (issue 7, "Storage"; issue 16):
+Two storages:
 
 * Journal file (the default): `<out>/<name>/journal.log` through Optuna's `JournalStorage` with
   `JournalFileBackend`, shared by the workers of one machine (opened by `repro.sweep.journal`,

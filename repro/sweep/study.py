@@ -1,6 +1,6 @@
 """A sweep worker: sampler, objective, and the loop that runs trials of one shared study.
 
-Each trial is one full training run (issue 7, "Must deliver" 2): the base experiment, the fixed
+Each trial is one full training run: the base experiment, the fixed
 overrides and the trial's sampled values are composed into a config whose `run_dir` is
 `<out>/<name>/trial_<n>` and whose tracking tags name the study and the trial, then
 `run_training` runs it through the same launcher as `repro train`.

@@ -1,4 +1,4 @@
-"""`repro sweep`: run, continue, show and browse an Optuna sweep (issue 7).
+"""`repro sweep`: run, continue, show and browse an Optuna sweep.
 
     repro sweep SPEC [--workers K]      run the study, or continue it where it stopped
     repro sweep SPEC --workers K --cluster NAME

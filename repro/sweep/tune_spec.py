@@ -1,6 +1,6 @@
 """Tuning specs: `sweeps/tune/<paper>_<scale>.yaml`, the equal-budget search of one run set.
 
-AlgoPerf's rule (issue 14, item 4): every compared arm of a claim gets its hyperparameters from
+AlgoPerf's rule: every compared arm of a claim gets its hyperparameters from
 the same search, with the same space, the same number of trials, the same seeds and the same
 sampler, so a verdict measures the method and not who was tuned harder. A spec names the
 arms of one run set (`experiment.runs` of `configs/experiment/<paper>_<scale>.yaml`): each arm

@@ -5,7 +5,7 @@ overrides this file lists for it (`tuned_overrides`), after the label's own over
 before the command line's; the file is committed, so a reproduction never tunes. The file
 also holds the search that chose the values (space, trials per arm, seeds, objective,
 design, how long it took) and per arm its chosen values and best objective, which a report
-states (`tuning_table`): issue 14, item 4, AlgoPerf's rule of equal tuning budgets.
+states (`tuning_table`), as AlgoPerf's rule of equal tuning budgets asks.
 
 A tuned run set whose file is missing, or lacks one of its labels, is refused with one line
 naming `repro tune PAPER`: its runs would otherwise run at hand-set values while the report

@@ -1,4 +1,4 @@
-"""Read wandb runs back from their local `.wandb` files, with no server (issue 2, item 6).
+"""Read wandb runs back from their local `.wandb` files, with no server.
 
 The records come from `repro.track.wandb_file`, which parses wandb's transaction log
 directly; here they become runs. A run that was killed or is still running reads up to its

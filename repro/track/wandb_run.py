@@ -1,4 +1,4 @@
-"""One wandb run per training run: offline by default, quiet, resumable (issue 2, item 6).
+"""One wandb run per training run: offline by default, quiet, resumable.
 
 The trainer builds a `Tracker` on rank 0 only, logs one point per evaluation step and
 finishes it; the run's files land under the training run's own directory

@@ -1,5 +1,5 @@
 """GPU requests on a machine without usable CUDA, from the command line: one line naming
-the setting, the cause and the fix, exit 2, nothing written (issue 15's bad input)."""
+the setting, the cause and the fix, exit 2, nothing written."""
 
 import pytest
 import torch

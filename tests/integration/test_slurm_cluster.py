@@ -1,4 +1,4 @@
-"""submitit against a real local SLURM cluster with accounting (issue 8, cluster part).
+"""submitit against a real local SLURM cluster with accounting.
 
 Every job here really goes through sbatch, slurmctld, slurmd and srun, and submitit learns
 its state from sacct via slurmdbd. Each test uses its own submitit folder: job ids restart

@@ -1,4 +1,4 @@
-"""A SLURM run's task killed hard, and a run requeued in the middle (issue 8).
+"""A SLURM run's task killed hard, and a run requeued in the middle.
 
 A task killed with SIGKILL fails the whole job, and `repro jobs --watch` shows that task's
 log within a minute. A job requeued after a checkpoint resumes from it and ends equal to

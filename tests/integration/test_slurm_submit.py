@@ -1,4 +1,4 @@
-"""Runs and run sets submitted to a real local SLURM cluster, and input it refuses (issue 8).
+"""Runs and run sets submitted to a real local SLURM cluster, and input it refuses.
 
 Every job goes through sbatch, slurmctld, slurmd and srun; states come from sacct. A run
 submitted as a two-task job, and each run of a run set submitted as one array, equals its

@@ -1,4 +1,4 @@
-"""Bad input is refused before the heavy libraries load (issue 16, item 7).
+"""Bad input is refused before the heavy libraries load.
 
 Each case runs the CLI entry in a fresh interpreter, as `repro` does, and reads back which
 modules it imported: a config error (an unknown method, a bad value of any group, including

@@ -1,4 +1,4 @@
-"""`cluster=submitit_local`: the submission path without a scheduler (issue 8).
+"""`cluster=submitit_local`: the submission path without a scheduler.
 
 The job runs detached through submitit's LocalExecutor, two task processes whose ranks and
 rendezvous come from submitit's job environment, exactly as on SLURM; `repro train` returns

@@ -1,4 +1,4 @@
-"""The tiny sweep end to end (issue 7, "Tests"): real training runs as trials, two worker
+"""The tiny sweep end to end: real training runs as trials, two worker
 processes, journal file and a real PostgreSQL server, SIGKILL and resume, a diverging trial."""
 
 from __future__ import annotations

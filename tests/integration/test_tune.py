@@ -1,4 +1,4 @@
-"""`repro tune` end to end (issue 14, item 4): real simulated runs as trials, two arms side by
+"""`repro tune` end to end: real simulated runs as trials, two arms side by
 side; equal budgets in the written file and in the Optuna studies; a finished search runs
 nothing again; a trial lost with a killed worker is failed and its design point run again; an
 unknown paper is one line and writes nothing."""

@@ -4,7 +4,7 @@
 is described by its numbers rather than needed. The collectives' checks run against a real
 gloo group of one process whose workers declare `cuda:0` as their compute device: the
 check compares each tensor's device with the traffic it carries, which is all a GPU would
-add, so each of issue 15's three CPU-tensor-reaches-NCCL cases fails here if reintroduced.
+add, so each of the three ways a CPU tensor could reach NCCL fails here if reintroduced.
 """
 
 from __future__ import annotations

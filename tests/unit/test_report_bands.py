@@ -1,4 +1,4 @@
-"""Claims judged on a band around the published number (issue 14 item 2): the band's checks
+"""Claims judged on a band around the published number: the band's checks
 when a claims file is loaded, and for each calculator the claims files use, a value inside
 its band is "reproduced" and one outside is "not reproduced" (synthetic runs whose values are
 known by hand)."""

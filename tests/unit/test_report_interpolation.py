@@ -1,4 +1,4 @@
-"""Steps to a target read between evaluations (Adasum's claims, issue 14): the crossing of
+"""Steps to a target read between evaluations: the crossing of
 the line through the two logged points that bracket it, checked against curves whose
 crossing is known in closed form."""
 

@@ -1,4 +1,4 @@
-"""Sweep specs are refused with one clear line before any trial (issue 7, "Bad input")."""
+"""Sweep specs are refused with one clear line before any trial."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tuning specs (issue 14, item 4): the committed specs cover their run sets, a spec that
+"""Tuning specs: the committed specs cover their run sets, a spec that
 breaks the equal-budget rule or misses a run is refused in one line, and trials are scored
 as the spec says (steps to target with its penalty, a diverged seed's score)."""
 

@@ -1,4 +1,4 @@
-"""Tuned values as data (issue 14, item 4): a tuned run set takes each label's chosen values
+"""Tuned values as data: a tuned run set takes each label's chosen values
 into its composed config; a missing file or label is one line naming `repro tune PAPER`;
 the report's table states the search."""
 
