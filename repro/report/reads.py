@@ -20,7 +20,7 @@ from typing import Any
 
 from repro.report.by_setting import select_where
 from repro.report.calculators import CALCULATORS
-from repro.report.series import Run
+from repro.report.series import Run, Seeded, any_seed, seeds_of
 
 
 def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Run]) -> set[str]:
@@ -39,3 +39,16 @@ def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Ru
         labels |= set(select_where(runs, params["where"]))
     labels |= set(params.get("include") or {})
     return labels
+
+
+def seeds_read(calculator: str, params: Mapping[str, Any], runs: Seeded) -> list[int]:
+    """The seeds a calculation is made at: those at which every run it reads exists. Seeds
+    added to other claims' runs, past its last complete seed, are left out; a seed short of
+    a run below that is kept, so that the calculation says which run is missing."""
+    labels = labels_read(calculator, params, any_seed(runs))
+    has = {seed: [seed in runs.get(label, {}) for label in labels] for seed in seeds_of(runs)}
+    complete = [seed for seed, present in has.items() if all(present)]
+    partial = [seed for seed, present in has.items() if any(present) and not all(present)]
+    if not complete:
+        return partial or seeds_of(runs) or [0]
+    return sorted(complete + [seed for seed in partial if seed < complete[-1]])

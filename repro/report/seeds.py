@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 
 from repro.report.bootstrap import Interval, mean_interval
 from repro.report.claims import Claim
-from repro.report.reads import labels_read
+from repro.report.reads import seeds_read
 from repro.report.render import fmt
-from repro.report.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed, seeds_of
+from repro.report.series import MissingRun, NotMeasurable, Seeded, at_seed
 
 ORDER = ("not reproduced", "partly", "reproduced")
 
@@ -141,17 +141,9 @@ def _measure(claim: Claim, runs: Seeded, seeds: list[int]) -> tuple[dict[int, fl
 
 
 def claim_seeds(claim: Claim, runs: Seeded) -> list[int]:
-    """The seeds a claim is judged on: those at which every run it reads exists. Seeds added
-    to other claims' runs, past this claim's last complete seed, are left out; a seed short
-    of a run below that is kept, so that the claim says which run is missing."""
-    params = claim.metric.get("params") or {}
-    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
-    has = {seed: [seed in runs.get(label, {}) for label in labels] for seed in seeds_of(runs)}
-    complete = [seed for seed, present in has.items() if all(present)]
-    partial = [seed for seed, present in has.items() if any(present) and not all(present)]
-    if not complete:
-        return partial or seeds_of(runs) or [0]
-    return sorted(complete + [seed for seed in partial if seed < complete[-1]])
+    """The seeds a claim is judged on: those at which every run it reads exists
+    (`repro.report.reads.seeds_read`)."""
+    return seeds_read(claim.metric["calculator"], claim.metric.get("params") or {}, runs)
 
 
 def _one(claim: Claim, runs: Seeded, scale: str) -> ClaimResult:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from repro.errors import UserError
 from repro.report.bootstrap import mean_interval
 from repro.report.calculators import CALCULATORS, check_params
+from repro.report.reads import seeds_read
 from repro.report.render import fmt
-from repro.report.series import NotMeasurable, Seeded, at_seed, seeds_of
+from repro.report.series import NotMeasurable, Seeded, at_seed
 
 FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
 SLOT = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
@@ -113,7 +114,7 @@ def compute_values(values: Mapping[str, Mapping], runs: Seeded) -> dict[str, Com
         try:
             per_seed = {
                 seed: float(fn(at_seed(runs, seed), **(spec.get("params") or {})).value)
-                for seed in seeds_of(runs)
+                for seed in seeds_read(spec["calculator"], spec.get("params") or {}, runs)
             }
         except NotMeasurable as err:
             out[name] = Computed(missing=str(err))

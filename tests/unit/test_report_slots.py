@@ -74,6 +74,16 @@ def test_a_named_value_that_cannot_be_computed_says_so():
     assert row[2].startswith("ghost: (not measured: no run labelled 'ghost'")
 
 
+def test_a_named_value_is_computed_at_the_seeds_its_runs_have():
+    """Seeds added to other runs (another claim's extension) are not this value's seeds."""
+    runs = three_seeds([60, 70, 90])
+    runs["other_run"] = {seed: make_run("other_run", seed=seed) for seed in range(5)}
+    final = {"calculator": "final_metric", "params": {"run": "adacomm", "metric": "train/loss"}}
+    cf = claims("{final.seeds}: {final}", {"final": final})
+    row = findings_table(cf.findings, evaluate(cf.claims, runs, "small"), "small", runs).rows[0]
+    assert row[2].startswith("3: ") and "not measured" not in row[2]
+
+
 @pytest.mark.parametrize(
     ("why", "named"),
     [
