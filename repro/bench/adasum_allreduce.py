@@ -29,9 +29,10 @@ import time
 
 import torch
 
-from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
+from repro.dist.adasum_allreduce import adasum_allreduce_
 from repro.dist.adasum_gather import adasum_gather_
 from repro.dist.collectives import ProcessCollectives
+from repro.dist.flat_layout import FlatLayout
 from repro.dist.launch import init_process_group, spawn
 
 WORLD = 4

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import ZERO_NORM_SQ, FlatLayout, adasum_pair_, check_world_size
+from repro.dist.adasum_allreduce import ZERO_NORM_SQ, adasum_pair_, check_world_size
+from repro.dist.flat_layout import FlatLayout
 from repro.dist.collectives import Collectives, CommRecord
 
 

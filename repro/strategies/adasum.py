@@ -34,8 +34,8 @@ from repro.strategies.sync import allreduce_gradients
 if TYPE_CHECKING:
     import torch
 
-    from repro.dist.adasum_allreduce import FlatLayout
     from repro.dist.collectives import Collectives, CommRecord
+    from repro.dist.flat_layout import FlatLayout
     from repro.train.stacked_optim import StackedOptimizer
 
 __all__ = [
@@ -157,8 +157,9 @@ class AdasumStrategy:
     def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
         import torch
 
-        from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce_
+        from repro.dist.adasum_allreduce import adasum_allreduce_
         from repro.dist.adasum_gather import adasum_gather_
+        from repro.dist.flat_layout import FlatLayout
 
         if comm.world_size != self.world_size:
             raise ValueError(

@@ -5,7 +5,7 @@ single-process reference, on every worker, for 2, 4 and 8 workers, under both en
 import pytest
 import torch
 
-from repro.dist.adasum_allreduce import FlatLayout
+from repro.dist.flat_layout import FlatLayout
 from repro.dist.adasum_gather import adasum_gather_, tree_reduce_rows_
 from repro.dist.axis_collectives import AxisCollectives
 from repro.dist.collectives import ProcessCollectives

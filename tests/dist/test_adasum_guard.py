@@ -5,7 +5,8 @@ engines, on inputs that fall under the guard (and that Horovod's sqrt(DBL_MIN) w
 import pytest
 import torch
 
-from repro.dist.adasum_allreduce import FlatLayout, adasum_allreduce
+from repro.dist.adasum_allreduce import adasum_allreduce
+from repro.dist.flat_layout import FlatLayout
 from repro.dist.adasum_gather import adasum_gather_
 from repro.dist.adasum_rules import ZERO_NORM_GUARDS
 from repro.dist.axis_collectives import AxisCollectives
