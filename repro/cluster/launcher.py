@@ -23,6 +23,7 @@ import copy
 import itertools
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -219,11 +220,18 @@ def _side_run(cfg: Config):
         return None, err
 
 
+def _side_worker_start() -> None:
+    """A side-by-side worker leaves interrupts to the set's process, which stops every worker
+    at once (a Ctrl-C reaches the whole process group), and dies with it."""
+    from repro.dist.launch import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+
+
 def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
     """Simulated runs in `slots` spawned processes; outcomes in the set's order. Their
     own progress bars would overwrite each other, so the set's bar counts runs instead."""
-    from concurrent.futures import ProcessPoolExecutor
-
     from tqdm import tqdm
 
     quiet = []
@@ -233,15 +241,21 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
         quiet.append((label, cfg))
     tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time")
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=slots, mp_context=ctx)
+    pool = ctx.Pool(slots, initializer=_side_worker_start)
     try:
-        futures = [(label, pool.submit(_side_run, cfg)) for label, cfg in quiet]
-        for label, future in futures:
-            summary, diverged = future.result()
+        outcomes = pool.imap(_side_run, [cfg for _, cfg in quiet])
+        for (label, _), (summary, diverged) in zip(quiet, outcomes, strict=True):
             yield label, summary, diverged
+    except BaseException:
+        # an error, or an interrupt sent to this process alone (a scheduler's signal, a
+        # `kill`), ends the set now: queued runs never start and running ones stop, each to
+        # resume from its last checkpoint; no worker outlives the set
+        pool.terminate()
+        raise
+    else:
+        pool.close()
     finally:
-        # an error (or Ctrl-C) ends the set: queued runs never start
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.join()
 
 
 class Workers:

@@ -36,8 +36,12 @@ EVERY = 20
 """Checkpoint and evaluation interval of the interrupted runs."""
 
 
-def _interrupt(args: list[str], cwd: Path, ready: Callable[[], bool]) -> tuple[int, str, str]:
-    """Start `repro ARGS` in its own process group, press Ctrl-C once `ready()` holds."""
+def _interrupt(
+    args: list[str], cwd: Path, ready: Callable[[], bool], group: bool = True
+) -> tuple[int, str, str]:
+    """Start `repro ARGS` in its own process group, press Ctrl-C once `ready()` holds: SIGINT
+    to the whole group as a terminal sends it, or (`group=False`) to the command alone, as
+    `kill -INT` does; either way no process of the group may outlive the command."""
     exe = Path(sys.executable).parent / "repro"
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
@@ -57,12 +61,25 @@ def _interrupt(args: list[str], cwd: Path, ready: Callable[[], bool]) -> tuple[i
                 out, err = proc.communicate()
                 pytest.fail(f"never ready to interrupt (exit {proc.returncode}):\n{out}\n{err}")
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
+        (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=GUARD_S)
+        assert _left(proc.pid) == [], "processes outlived the command"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, out, err
+
+
+def _left(group: int) -> list[str]:
+    """The command lines still running in session `group` (the command's own), after a few
+    seconds' grace (wandb's service notices its run's process is gone within seconds)."""
+    deadline = time.monotonic() + 15.0
+    while True:
+        ps = subprocess.run(["ps", "-o", "args=", "-s", str(group)], capture_output=True, text=True)
+        left = ps.stdout.splitlines()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def _one_line(rc: int, out: str, err: str, starts: str) -> None:
@@ -157,7 +174,8 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
     assert yaml.safe_load(tuned.read_text())["arms"]["sync"]["trials"] == spec.trials
 
 
-def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path):
+@pytest.mark.parametrize("group", [True, False], ids=["ctrl_c", "kill_int"])
+def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path, group):
     args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.steps=400", "--no-report"]
     args += [f"trainer.checkpoint_every={EVERY}"]
     runs = tmp_path / "runs"
@@ -169,7 +187,7 @@ def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path):
             if checkpoint.latest_step(d) > 0 and not (d / "summary.json").exists()
         ]
 
-    rc, out, err = _interrupt(args, tmp_path, lambda: bool(cut()))
+    rc, out, err = _interrupt(args, tmp_path, lambda: bool(cut()), group)
     _one_line(rc, out, err, "interrupted: run set adacomm tiny stopped")
     left = cut()
     assert left
