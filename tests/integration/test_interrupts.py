@@ -36,6 +36,10 @@ EVERY = 20
 """Checkpoint and evaluation interval of the interrupted runs."""
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(
     args: list[str], cwd: Path, ready: Callable[[], bool], group: bool = True
 ) -> tuple[int, str, str]:
@@ -53,6 +57,9 @@ def _interrupt(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as from a terminal: a command started in the background of a shell script (this
+        # suite's own runner may be) inherits SIGINT ignored, and Python then keeps it so
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + GUARD_S
     try:

@@ -35,6 +35,7 @@ HORIZON = (
     "trainer.steps=",
     "optim.milestones=",
     "trainer.eval_every=",
+    "trainer.divergence.",  # the chance rule follows the horizon
     "trainer.checkpoint_every=",
 )
 
