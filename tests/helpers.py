@@ -64,3 +64,9 @@ def reproduce_tiny_args(paper: str, tmp: Path) -> list[str]:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def residual_after(x, indices):
+    """What error feedback keeps when each row's `x[indices]` is sent: `x` with those entries
+    zeroed (zeroing, not subtracting, so residual + sent is `x` bit for bit)."""
+    return x.clone().scatter_(1, indices, 0.0)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import repro.compress.exchange as exchange_mod
-import repro.compress.topk as topk_mod
 
 COLLECTIVES = (
     "allreduce",
@@ -27,7 +26,7 @@ COLLECTIVES = (
     "allreduce_untracked",
     "allgather_untracked",
 )
-ERROR_FEEDBACK = ("compensate", "compensate_flat", "update", "keep")
+ERROR_FEEDBACK = ("compensate_flat", "keep")
 REST = "rest of the step"
 
 
@@ -105,11 +104,10 @@ def instrument(trainer, timer: PartTimer) -> None:
 
 @contextmanager
 def module_parts(timer: PartTimer) -> Iterator[None]:
-    """Time the Top-k exchange's selection and residual functions while inside."""
-    saved = (exchange_mod.compress, topk_mod.residual_after)
-    exchange_mod.compress = timer.wrap(saved[0], "selection")
-    topk_mod.residual_after = timer.wrap(saved[1], "error feedback")
+    """Time the Top-k exchange's selection while inside."""
+    saved = exchange_mod.compress
+    exchange_mod.compress = timer.wrap(saved, "selection")
     try:
         yield
     finally:
-        exchange_mod.compress, topk_mod.residual_after = saved
+        exchange_mod.compress = saved

@@ -100,12 +100,3 @@ def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch
     """Rows of `numel` zeros holding each row's `values` at its `indices`."""
     dense = torch.zeros(values.shape[0], numel, dtype=values.dtype, device=values.device)
     return dense.scatter_(1, indices, values)
-
-
-def residual_after(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """What stays behind when each row's `x[indices]` is sent: `x` with those entries zeroed.
-
-    Zeroing (rather than subtracting the sent part) makes residual + decompress(sent)
-    reproduce `x` bit for bit, since every entry is a sum with an exact zero.
-    """
-    return x.clone().scatter_(1, indices, 0.0)

@@ -6,7 +6,8 @@ sums have only one order), strategy scenarios included.
 import pytest
 import torch
 
-from repro.compress.topk import compress, decompress, residual_after
+from repro.compress.topk import compress, decompress
+from tests.helpers import residual_after
 from tests.dist.topk_scenarios import (
     ENGINES,
     LAYERS,

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from repro.compress.policy import CollectivePolicy
-from repro.compress.topk import compress, decompress, k_for, residual_after
+from repro.compress.topk import compress, decompress, k_for
+from tests.helpers import residual_after
 from repro.dist.axis_collectives import AxisCollectives
 from repro.strategies.topk import TopKConfig, TopKStrategy
 from repro.train.replicas import Replicas

@@ -13,8 +13,8 @@ from repro.compress.topk import (
     decompress,
     k_for,
     layer_ks,
-    residual_after,
 )
+from tests.helpers import residual_after
 
 
 def test_k_for_floor_and_bounds():
