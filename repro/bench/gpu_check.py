@@ -10,9 +10,11 @@ is not under `data.root`):
    workers with a lone worker's kernels;
 and checks them against each other as `tests/dist/test_engine_equivalence.py` does on the
 CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relative after
-the first step and 1e-3 after the last (NCCL and cuDNN may sum in another order). Then the
-simulated engine with 8 workers on one GPU runs each method on each workload, vectorized
-as it runs by default (`trainer.vectorize=auto`: the CNN through its own all-workers
+the first step and 1e-3 after the last (NCCL may sum in another order across GPUs), both
+under deterministic kernels (`deterministic_kernels`: cuDNN's default ones alone make one
+engine differ from itself on ResNet-18). Then the simulated engine with 8 workers on one
+GPU runs each method on each workload, with the default kernels and vectorized as it runs
+by default (`trainer.vectorize=auto`: the CNN through its own all-workers
 forward, ResNet-18 under vmap): the paper's 8-worker cluster on one device. Step times
 (the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
 
@@ -25,10 +27,12 @@ cover it.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,9 +136,31 @@ def trace(trainer: Trainer, steps: int, device: str) -> Trace:
 
 
 def _reset_peak(device: str) -> None:
-    if device.startswith("cuda"):
+    # before CUDA's first use there is no peak to reset (and torch refuses the device)
+    if device.startswith("cuda") and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+@contextmanager
+def deterministic_kernels() -> Iterator[None]:
+    """Reproducible kernels only, while the engines are compared: cuDNN's default
+    convolution and BatchNorm kernels sum with atomics, and on ResNet-18 (random images,
+    lr 0.05) one engine run twice differs by 6e-10 relative after the first step and 2e-3
+    after the fourth, the same gap as between the engines; under these kernels both are 0.
+    cuBLAS also needs CUBLAS_WORKSPACE_CONFIG before its first call, which `main` sets."""
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
 
 
 def _process_worker(rank: int, world: int, kind: str, root: str, chosen, steps: int) -> dict:
@@ -146,13 +172,14 @@ def _process_worker(rank: int, world: int, kind: str, root: str, chosen, steps: 
     init_process_group(device)
     comm = ProcessCollectives(device=device)
     out: dict[tuple[str, str], Trace | str] = {}
-    for name, workload in chosen.items():
-        for method in METHODS:
-            _reset_peak(device)
-            cfg = _config(Path(root), workload, method, world, "processes", "loop")
-            out[name, method] = _attempt(
-                lambda c=cfg: trace(Trainer(c, comm, device), steps, device)
-            )
+    with deterministic_kernels():
+        for name, workload in chosen.items():
+            for method in METHODS:
+                _reset_peak(device)
+                cfg = _config(Path(root), workload, method, world, "processes", "loop")
+                out[name, method] = _attempt(
+                    lambda c=cfg: trace(Trainer(c, comm, device), steps, device)
+                )
     return out
 
 
@@ -221,16 +248,19 @@ def check(
         if f"workload.dataset={SYNTHETIC}" in chosen.get("resnet18", []):
             say(f"data: no CIFAR-100 under {data_root}; ResNet-18 on random images")
         say(
-            f"engines at {world} worker(s), {steps} steps: processes ({backend}, one per "
-            f"device) vs simulated on {one}"
+            f"engines at {world} worker(s), {steps} steps, deterministic kernels: processes "
+            f"({backend}, one per device) vs simulated on {one}"
         )
         ranks = spawn(_process_worker, world, kind, str(root), chosen, steps)
         for name, workload in chosen.items():
             for method in METHODS:
                 held = [r[name, method] for r in ranks]
-                sim = _attempt(
-                    lambda w=workload, m=method: _simulated(root, w, m, world, one, "loop", steps)
-                )
+                with deterministic_kernels():
+                    sim = _attempt(
+                        lambda w=workload, m=method: _simulated(
+                            root, w, m, world, one, "loop", steps
+                        )
+                    )
                 failed = [t for t in (*held[:1], sim) if isinstance(t, str)]
                 if failed:
                     ok = False
@@ -270,6 +300,7 @@ def main(argv: list[str]) -> int:
     print(
         f"gpu-check: {count} GPU(s) ({names}), torch {torch.__version__}, CUDA {torch.version.cuda}"
     )
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # see deterministic_kernels
     data_root = Path(argv[0]) if argv else Path(compose([]).data.root)
     ok = check("cuda", min(count, MAX_PROCESSES), data_root, lambda line: print(line, flush=True))
     print("gpu-check: " + ("every check passed" if ok else "some checks FAILED (see above)"))

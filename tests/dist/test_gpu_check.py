@@ -13,7 +13,15 @@ import sys
 import pytest
 import torch
 
-from repro.bench.gpu_check import METHODS, SYNTHETIC, _attempt, _config, check, workloads
+from repro.bench.gpu_check import (
+    METHODS,
+    SYNTHETIC,
+    _attempt,
+    _config,
+    check,
+    deterministic_kernels,
+    workloads,
+)
 from repro.dist.axis_collectives import AxisCollectives
 from repro.train.trainer import Trainer
 from tests.helpers import REPO
@@ -74,3 +82,12 @@ def test_a_failing_method_becomes_its_one_line_error():
         raise RuntimeError("CUDA error: an illegal memory access\nmore detail")
 
     assert _attempt(broken) == "RuntimeError: CUDA error: an illegal memory access"
+
+
+def test_the_engines_are_compared_under_deterministic_kernels_and_the_defaults_come_back():
+    torch.use_deterministic_algorithms(False)
+    with deterministic_kernels():
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not torch.backends.cudnn.deterministic
