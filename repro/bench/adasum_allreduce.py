@@ -10,7 +10,7 @@ of unequal sizes (a model's layers), both in place on one persistent flat buffer
 slowest rank, after a warm-up call. Goal:
 Adasum at most 1.5x the plain allreduce at 64 MB.
 
-A second table times the small-message path (`repro.dist.adasum_gather`: one allgather,
+A second table times the small-message path (`repro.comm.adasum_gather`: one allgather,
 the tree applied locally) beside the halving allreduce from 16 KB to 1 MB, the range in
 which `method.gather_below_kb` (default 256) switches between them.
 
@@ -29,11 +29,11 @@ import time
 
 import torch
 
-from repro.dist.adasum_allreduce import adasum_allreduce_
-from repro.dist.adasum_gather import adasum_gather_
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.flat_layout import FlatLayout
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.adasum_allreduce import adasum_allreduce_
+from repro.comm.adasum_gather import adasum_gather_
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.flat_layout import FlatLayout
+from repro.comm.launch import init_process_group, spawn
 
 WORLD = 4
 SIZES_MB = (1, 4, 16, 64)

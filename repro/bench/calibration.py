@@ -13,7 +13,7 @@ fewer cores than ranks cannot serve.
 
 from __future__ import annotations
 
-from repro.dist.launch import spawn
+from repro.comm.launch import spawn
 from repro.netmodel.calibrate import DEFAULT_SIZES, describe, load_note, measure_worker
 from repro.netmodel.calibrate_fit import FitKey, Sample, fit_all, median_error, pooled_key
 

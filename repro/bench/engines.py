@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.config import compose
-from repro.dist.axis_collectives import AxisCollectives
 from repro.train.trainer import Trainer
 
 WORKERS = (4, 8, 32)

@@ -8,7 +8,7 @@ is not under `data.root`):
    NCCL carrying the method's traffic and gloo the metrics, as on a cluster;
 2. the simulated engine with as many workers on one axis on `cuda:0`, looping over its
    workers with a lone worker's kernels;
-and checks them against each other as `tests/dist/test_engine_equivalence.py` does on the
+and checks them against each other as `tests/comm/test_engine_equivalence.py` does on the
 CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relative after
 the first step and 1e-3 after the last (NCCL may sum in another order across GPUs), both
 under deterministic kernels (`deterministic_kernels`: cuDNN's default ones alone make one
@@ -38,12 +38,12 @@ from pathlib import Path
 
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.devices import cuda_problem, pick_device
+from repro.comm.launch import init_process_group, spawn
+from repro.comm.stopwatch import Stopwatch
 from repro.config import compose
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.devices import cuda_problem, pick_device
-from repro.dist.launch import init_process_group, spawn
-from repro.dist.stopwatch import Stopwatch
 from repro.errors import UserError
 from repro.train.trainer import Trainer
 from repro.workload import data as data_mod

@@ -36,8 +36,8 @@ from torch.nn import functional as F
 
 from repro.bench.step_parts import PartTimer, instrument, module_parts
 from repro.cluster.runsets import run_set
+from repro.comm.axis_collectives import AxisCollectives
 from repro.config import Config
-from repro.dist.axis_collectives import AxisCollectives
 from repro.train.stacked_optim import SGD
 from repro.train.trainer import Trainer
 

@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 import torch
 
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.compress.exchange import ag_topk_exchange, ar_topk_exchange, dense_exchange
 from repro.compress.topk import compress, k_for
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
 from repro.workload.models import build_model
 
 WORLD = 4

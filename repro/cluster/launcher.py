@@ -223,7 +223,7 @@ def _side_run(cfg: Config):
 def _side_worker_start() -> None:
     """A side-by-side worker leaves interrupts to the set's process, which stops every worker
     at once (a Ctrl-C reaches the whole process group), and dies with it."""
-    from repro.dist.launch import die_with_parent
+    from repro.comm.launch import die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
@@ -298,7 +298,7 @@ class Workers:
 
 
 def _worker_main(fn: Callable[[], object], label: str, index: int) -> None:
-    from repro.dist.launch import die_with_parent
+    from repro.comm.launch import die_with_parent
 
     die_with_parent()
     try:

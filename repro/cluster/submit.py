@@ -88,7 +88,7 @@ class TrainingJob(Checkpointable):
         self.cfg = cfg
 
     def __call__(self) -> dict:
-        from repro.dist import launch
+        from repro.comm import launch
         from repro.train.entry import run_training
 
         rank, world = set_rendezvous(submitit.JobEnvironment())

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from repro.comm.collectives import Collectives, CommRecord
 from repro.compress.memory import gain_from_norms
 from repro.compress.topk import compress, decompress
-from repro.dist.collectives import Collectives, CommRecord
 
 _INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
 

@@ -23,7 +23,7 @@ threshold with the same tie rule applied. Indices come back in ascending order; 
 downstream depends on the order of the selected entries.
 
 The compiled loops are numba's, compiled on first use and cached beside this file, as
-Adasum's fused loops are (`repro.dist.adasum_kernels`).
+Adasum's fused loops are (`repro.comm.adasum_kernels`).
 """
 
 from __future__ import annotations

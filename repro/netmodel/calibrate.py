@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.dist.collectives import CommRecord, ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.collectives import CommRecord, ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.errors import UserError
 from repro.netmodel.calibrate_fit import (
     JOINT,

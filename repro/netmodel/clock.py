@@ -27,7 +27,7 @@ import numpy as np
 from repro.netmodel.cost import Link, record_cost
 
 if TYPE_CHECKING:
-    from repro.dist.collectives import CommRecord
+    from repro.comm.collectives import CommRecord
 
 
 class ModeledClock:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from repro.errors import UserError
 
 if TYPE_CHECKING:
-    from repro.dist.collectives import CommRecord
+    from repro.comm.collectives import CommRecord
 
 _SCALAR_BYTES = 8  # Adasum accumulates dot products and norms in float64
 
@@ -157,7 +157,7 @@ def adasum_vhdd_steps(nbytes: float, n: int, n_tensors: int) -> list[Step]:
     """The collectives of one Adasum allreduce, in the order it runs them.
 
     Each is (op, bytes per worker, group size, allreduce algo), what the allreduce records
-    (`repro.dist.adasum_allreduce`) when `nbytes` splits evenly over `n` workers: at level
+    (`repro.comm.adasum_allreduce`) when `nbytes` splits evenly over `n` workers: at level
     k = 1..log2 n a swap of M / 2^k bytes with the rank at distance 2^(k-1), then the 2^k-rank
     group's statistics allreduce; then the gather phase's swaps of M/n, 2M/n, ..., M/2.
     """

@@ -9,7 +9,7 @@ advances the `ModeledClock`:
   exchanged only at barriers (the first record of a communicating step, or a log point),
   so workers between synchronisations never wait for the clock. The seconds travel as a
   CPU tensor, over the process group's CPU backend: on a GPU cluster NCCL would refuse it.
-  They are the device's own (`repro.dist.stopwatch`: CUDA events on a GPU), not the time
+  They are the device's own (`repro.comm.stopwatch`: CUDA events on a GPU), not the time
   the host took to queue the kernels.
 Then each record is charged as a barrier on the link (`ModeledClock.charge`).
 
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from repro.dist.collectives import Collectives, CommRecord
+from repro.comm.collectives import Collectives, CommRecord
 from repro.netmodel.clock import ModeledClock
 from repro.netmodel.compute import ComputeConfig, ComputeModel
 from repro.netmodel.cost import Link

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from repro.dist.adasum_rules import ZERO_NORM_GUARDS, check_world_size
+from repro.comm.adasum_rules import ZERO_NORM_GUARDS, check_world_size
 from repro.errors import UserError
 from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import MethodConfig, StepInfo, no_grad, register
@@ -34,8 +34,8 @@ from repro.strategies.sync import allreduce_gradients
 if TYPE_CHECKING:
     import torch
 
-    from repro.dist.collectives import Collectives, CommRecord
-    from repro.dist.flat_layout import FlatLayout
+    from repro.comm.collectives import Collectives, CommRecord
+    from repro.comm.flat_layout import FlatLayout
     from repro.train.stacked_optim import StackedOptimizer
 
 __all__ = [
@@ -60,7 +60,7 @@ class AdasumConfig(MethodConfig):
     refused (Adasum weighs each worker's update, which for Adam and LAMB is the delta).
 
     `gather_below_kb`: an Adasum combination of at most this many KiB per worker gathers
-    every worker's deltas once and applies the tree locally (`repro.dist.adasum_gather`,
+    every worker's deltas once and applies the tree locally (`repro.comm.adasum_gather`,
     fewer steps); larger ones take the vector-halving distance-doubling allreduce (fewer
     bytes). Both give the reference result (the gather bit for bit, the halving up to float64
     summation order); 0 always halves. The default is the crossover
@@ -139,7 +139,7 @@ class AdasumStrategy:
         # imports this module to compose a config (`repro.strategies.base`).
         import torch
 
-        from repro.dist.adasum_allreduce import adasum_allreduce_
+        from repro.comm.adasum_allreduce import adasum_allreduce_
 
         cfg.validate_world_size(world_size)
         self.cfg = cfg
@@ -157,9 +157,9 @@ class AdasumStrategy:
     def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
         import torch
 
-        from repro.dist.adasum_allreduce import adasum_allreduce_
-        from repro.dist.adasum_gather import adasum_gather_
-        from repro.dist.flat_layout import FlatLayout
+        from repro.comm.adasum_allreduce import adasum_allreduce_
+        from repro.comm.adasum_gather import adasum_gather_
+        from repro.comm.flat_layout import FlatLayout
 
         if comm.world_size != self.world_size:
             raise ValueError(

@@ -9,7 +9,7 @@ shared with the distributed allreduce, so the two differ only in the order of th
 sums.
 
 n inputs are combined as a binary tree in rank order, the order the vector-halving
-distance-doubling allreduce (`repro.dist.adasum_allreduce`) produces for n = 2^k. This
+distance-doubling allreduce (`repro.comm.adasum_allreduce`) produces for n = 2^k. This
 reference is what that allreduce is tested against.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from repro.dist.adasum_rules import ZERO_NORM_SQ
+from repro.comm.adasum_rules import ZERO_NORM_SQ
 
 if TYPE_CHECKING:
     import torch
@@ -29,14 +29,14 @@ def adasum_pair(
     """Adasum of two same-shaped, same-dtype tensors, treated as flat vectors.
 
     A coefficient stays 1 where its input's squared norm is below `zero_norm_sq`
-    (`repro.dist.adasum_rules.ZERO_NORM_GUARDS`)."""
+    (`repro.comm.adasum_rules.ZERO_NORM_GUARDS`)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ValueError(
             f"adasum_pair needs equal shapes and dtypes, got {tuple(a.shape)} {a.dtype} "
             f"and {tuple(b.shape)} {b.dtype}"
         )
     # imported here: method discovery imports this module, which must not load torch
-    from repro.dist.adasum_allreduce import adasum_pair_
+    from repro.comm.adasum_allreduce import adasum_pair_
 
     out = a.detach().reshape(-1).clone()
     return adasum_pair_(out, b.detach().reshape(-1), zero_norm_sq).view(a.shape)

@@ -10,7 +10,7 @@ Adding a method means one strategy module whose strategy class is decorated with
 `register(ItsConfig)`, one `configs/method/<name>.yaml`, and tests: methods are discovered.
 
 Discovery imports every module of `repro.strategies` to compose a config, so those modules
-import torch, `repro.dist` and `repro.compress` only in the methods that run (or under
+import torch, `repro.comm` and `repro.compress` only in the methods that run (or under
 TYPE_CHECKING for annotations): an unknown method or a bad value is reported without
 loading torch (`tests/integration/test_startup.py` holds every strategy module to it).
 """
@@ -32,7 +32,7 @@ from repro.netmodel.cost import Link
 if TYPE_CHECKING:
     import torch
 
-    from repro.dist.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives, CommRecord
     from repro.train.stacked_optim import StackedOptimizer
 
 

@@ -22,7 +22,7 @@ from repro.strategies.flat import copy_into, flatten
 if TYPE_CHECKING:
     import torch
 
-    from repro.dist.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives, CommRecord
 
 MOMENTUM_MODES = ("local", "average")
 

@@ -14,7 +14,7 @@ from repro.strategies.base import MethodConfig, StepInfo, register
 from repro.strategies.flat import copy_into, flatten
 
 if TYPE_CHECKING:
-    from repro.dist.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives, CommRecord
 
 
 def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommRecord:

@@ -41,8 +41,8 @@ from repro.netmodel.cost import Link
 from repro.strategies.base import MethodConfig, StepInfo, register
 
 if TYPE_CHECKING:
+    from repro.comm.collectives import Collectives, CommRecord
     from repro.compress.exchange import ExchangeResult
-    from repro.dist.collectives import Collectives, CommRecord
     from repro.train.stacked_optim import StackedOptimizer
 
 _NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker

@@ -16,11 +16,11 @@ import sys
 
 import torch
 
+from repro.comm import launch
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.devices import pick_device
 from repro.config import Config, config_hash, identity, run_dir_of
-from repro.dist import launch
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.devices import pick_device
 from repro.errors import UserError
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose

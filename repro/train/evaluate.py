@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from repro.dist.collectives import Collectives
+from repro.comm.collectives import Collectives
 from repro.strategies.flat import flatten
 from repro.train.replicas import Replicas
 from repro.workload.workload import Workload

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from repro.dist.collectives import CommRecord
+from repro.comm.collectives import CommRecord
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from repro.dist.stopwatch import Stopwatch
+from repro.comm.stopwatch import Stopwatch
 from repro.train.replicas import Replicas
 from repro.train.stacked_optim import StackedOptimizer
 from repro.train.worker_data import WorkerData

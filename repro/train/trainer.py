@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
+from repro.comm.collectives import Collectives
+from repro.comm.stopwatch import Stopwatch
 from repro.config import Config, config_hash, run_dir_of
-from repro.dist.collectives import Collectives
-from repro.dist.stopwatch import Stopwatch
 from repro.netmodel.schedule import NetworkSchedule
 from repro.netmodel.timekeeper import TimeKeeper
 from repro.strategies.base import StepInfo, build_strategy

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn.functional import cross_entropy
 
-from repro.dist.axis_collectives import AxisCollectives
+from repro.comm.axis_collectives import AxisCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy
 from repro.strategies.base import StepInfo

@@ -4,7 +4,7 @@ replace (which non-contiguous, half-precision and CUDA tensors still take)."""
 import pytest
 import torch
 
-from repro.dist.adasum_allreduce import dot_stats, scaled_add_
+from repro.comm.adasum_allreduce import dot_stats, scaled_add_
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from repro.dist.adasum_rules import ZERO_NORM_GUARDS
+from repro.comm.adasum_rules import ZERO_NORM_GUARDS
 from repro.errors import UserError
 from repro.strategies.adasum import (
     COMBINERS,

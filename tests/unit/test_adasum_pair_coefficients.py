@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-from repro.dist.adasum_allreduce import adasum_coefficients, pair_coefficients
-from repro.dist.adasum_rules import ZERO_NORM_GUARDS
+from repro.comm.adasum_allreduce import adasum_coefficients, pair_coefficients
+from repro.comm.adasum_rules import ZERO_NORM_GUARDS
 
 
 def _tensor_pair(dot: float, a_sq: float, b_sq: float, guard: float) -> tuple[float, float]:

@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from repro.dist import launch
-from repro.dist.collectives import CommRecord, DeviceMismatch, ProcessCollectives, backend_map
-from repro.dist.devices import CudaFacts, backend_for, choose_device, cuda_problem
-from repro.dist.stopwatch import Stopwatch
+from repro.comm import launch
+from repro.comm.collectives import CommRecord, DeviceMismatch, ProcessCollectives, backend_map
+from repro.comm.devices import CudaFacts, backend_for, choose_device, cuda_problem
+from repro.comm.stopwatch import Stopwatch
 from repro.errors import UserError
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.cost import Link

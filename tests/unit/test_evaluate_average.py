@@ -4,8 +4,8 @@ cover the same samples whether read slice by slice or in one pass."""
 
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.config import compose
-from repro.dist.axis_collectives import AxisCollectives
 from repro.strategies.flat import flatten
 from repro.train import evaluate
 from repro.train.evaluate import averaged_model

@@ -10,8 +10,8 @@ the strategy actually sends and applies.
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.compress.topk import compress, layer_shares, per_tensor_ks
-from repro.dist.axis_collectives import AxisCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.topk import TopKConfig, TopKStrategy

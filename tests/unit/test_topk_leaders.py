@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.compress.exchange import star_leader
 from repro.compress.smoothed_norm import WindowedNorm
-from repro.dist.axis_collectives import AxisCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.topk import TopKConfig, TopKStrategy

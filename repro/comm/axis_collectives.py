@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from repro.dist.collectives import Collectives, CommRecord, worker_nbytes
+from repro.comm.collectives import Collectives, CommRecord, worker_nbytes
 
 
 def _ordered_sum(rows: torch.Tensor) -> torch.Tensor:

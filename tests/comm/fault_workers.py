@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from repro.dist.launch import init_process_group
+from repro.comm.launch import init_process_group
 
 # All-reduces before the fault: every worker is then past start-up and inside the loop.
 FAULT_AT = 20

@@ -1,8 +1,8 @@
 """A worker's tensors laid out in one flat row, zero-padded to a multiple of the world size.
 
-Adasum's vector-halving allreduce (`repro.dist.adasum_allreduce`) halves a flat vector
+Adasum's vector-halving allreduce (`repro.comm.adasum_allreduce`) halves a flat vector
 log2(n) times, so the row is padded to a multiple of n and every halving is exact; its
-gather path (`repro.dist.adasum_gather`) and the Adasum strategy, which writes each step's
+gather path (`repro.comm.adasum_gather`) and the Adasum strategy, which writes each step's
 deltas straight into such rows, share the layout.
 """
 

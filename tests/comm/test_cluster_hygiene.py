@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from repro.dist.launch import spawn
+from repro.comm.launch import spawn
 from repro.workload.data import mnist1d, node_lock
 
 WORKERS = 3

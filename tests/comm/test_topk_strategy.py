@@ -1,18 +1,17 @@
 """The Top-k strategy across N workers, against a one-process Algorithm 1, under both
-engines (`tests.dist.topk_scenarios`): the averaged gradients, residuals and leaders, the
+engines (`tests.comm.topk_scenarios`): the averaged gradients, residuals and leaders, the
 logged collective, MOO probing, and what VAR-Topk ranks workers by.
 """
 
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.compress.policy import CollectivePolicy
 from repro.compress.topk import compress, decompress, k_for
-from tests.helpers import residual_after
-from repro.dist.axis_collectives import AxisCollectives
 from repro.strategies.topk import TopKConfig, TopKStrategy
 from repro.train.replicas import Replicas
-from tests.dist.topk_scenarios import (
+from tests.comm.topk_scenarios import (
     ENGINES,
     LINK,
     STEPS,
@@ -22,6 +21,7 @@ from tests.dist.topk_scenarios import (
     grads_of,
     tiny_model,
 )
+from tests.helpers import residual_after
 
 
 @pytest.fixture(scope="module", params=WORLDS)

@@ -4,7 +4,7 @@ The same worker function runs under every launcher. `spawn` starts N local proce
 (MASTER_ADDR=127.0.0.1, a free port) and collects each worker's return value; torchrun and
 SLURM/submitit jobs set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT themselves, and
 `init_process_group` simply reads them. On a GPU the group is NCCL for CUDA tensors and gloo
-for CPU ones (`repro.dist.devices`), on the CPU gloo.
+for CPU ones (`repro.comm.devices`), on the CPU gloo.
 
 Worker faults under `spawn`. A worker that dies (exit code or signal) or stops answering
 (SIGSTOP, a frozen node: its heartbeat stops) ends every worker of the run within the
@@ -34,8 +34,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
-from repro.dist.devices import backend_for, cuda_problem
-from repro.dist.worker_watch import WorkerWatch
+from repro.comm.devices import backend_for, cuda_problem
+from repro.comm.worker_watch import WorkerWatch
 from repro.errors import UserError
 
 _PR_SET_PDEATHSIG = 1

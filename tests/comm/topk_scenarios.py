@@ -11,6 +11,9 @@ import functools
 
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.compress.exchange import (
     ag_topk_exchange,
     ar_topk_exchange,
@@ -18,9 +21,6 @@ from repro.compress.exchange import (
     star_leader,
     var_leader,
 )
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.topk import TopKConfig, TopKStrategy

@@ -1,6 +1,6 @@
 """The `spawn` parent's watch over its workers: results, failure reports, exits, heartbeats.
 
-`repro.dist.launch.spawn` polls a `WorkerWatch` until every worker has returned or one has
+`repro.comm.launch.spawn` polls a `WorkerWatch` until every worker has returned or one has
 failed; the watch tells which worker failed first and how (an exit code, a signal, a
 heartbeat that stopped or never started), so the one line the run ends with names the
 worker that caused it rather than a peer that reported a timeout first. It needs no torch:

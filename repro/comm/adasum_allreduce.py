@@ -25,9 +25,9 @@ from dataclasses import replace
 
 import torch
 
-from repro.dist.adasum_rules import ZERO_NORM_SQ, check_world_size
-from repro.dist.collectives import Collectives, CommRecord
-from repro.dist.flat_layout import FlatLayout
+from repro.comm.adasum_rules import ZERO_NORM_SQ, check_world_size
+from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.flat_layout import FlatLayout
 from repro.netmodel.cost import ADASUM_STATS_ALGO
 
 
@@ -51,11 +51,11 @@ def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(a.b, |a|^2, |b|^2) of two flat vectors, products and sums in float64.
 
     Float64 products keep float32 inputs near the smallest normal float from underflowing.
-    On the CPU one fused pass (`repro.dist.adasum_kernels`); elsewhere (CUDA, half
+    On the CPU one fused pass (`repro.comm.adasum_kernels`); elsewhere (CUDA, half
     precision) torch upcasts and takes three dot products.
     """
     if _kernels_serve(a, b):
-        from repro.dist import adasum_kernels  # numba loads only when a CPU exchange runs
+        from repro.comm import adasum_kernels  # numba loads only when a CPU exchange runs
 
         return adasum_kernels.dot_stats(a, b)
     a64, b64 = a.double(), b.double()
@@ -65,13 +65,13 @@ def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: float):
     """own <- c_own * own + c_other * other, in place; returns own.
 
-    On the CPU, evaluated in float64 and rounded once (`repro.dist.adasum_kernels`).
+    On the CPU, evaluated in float64 and rounded once (`repro.comm.adasum_kernels`).
     Elsewhere in own's dtype unless a weight exceeds its range (possible when one input is
     tiny next to the other, though the weighted term stays bounded by |other|); then in
     float64, rounded once.
     """
     if _kernels_serve(own, other):
-        from repro.dist import adasum_kernels
+        from repro.comm import adasum_kernels
 
         adasum_kernels.scaled_add_(own, other, c_own, c_other)
         return own

@@ -5,13 +5,13 @@ engines, on inputs that fall under the guard (and that Horovod's sqrt(DBL_MIN) w
 import pytest
 import torch
 
-from repro.dist.adasum_allreduce import adasum_allreduce
-from repro.dist.flat_layout import FlatLayout
-from repro.dist.adasum_gather import adasum_gather_
-from repro.dist.adasum_rules import ZERO_NORM_GUARDS
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.adasum_allreduce import adasum_allreduce
+from repro.comm.adasum_gather import adasum_gather_
+from repro.comm.adasum_rules import ZERO_NORM_GUARDS
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.flat_layout import FlatLayout
+from repro.comm.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor
 from repro.strategies.base import StepInfo

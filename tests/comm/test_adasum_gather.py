@@ -5,13 +5,13 @@ single-process reference, on every worker, for 2, 4 and 8 workers, under both en
 import pytest
 import torch
 
-from repro.dist.flat_layout import FlatLayout
-from repro.dist.adasum_gather import adasum_gather_, tree_reduce_rows_
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.adasum_gather import adasum_gather_, tree_reduce_rows_
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.flat_layout import FlatLayout
+from repro.comm.launch import init_process_group, spawn
 from repro.strategies.adasum import adasum_per_tensor
-from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
+from tests.comm.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
 
 CASES = [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])]
 

@@ -1,6 +1,6 @@
 """Adasum for small messages: one allgather, then the binary tree on every rank.
 
-The vector-halving distance-doubling allreduce (`repro.dist.adasum_allreduce`) moves the
+The vector-halving distance-doubling allreduce (`repro.comm.adasum_allreduce`) moves the
 fewest bytes, but it takes 3 log2(n) dependent steps (an exchange and a statistics
 allreduce per halving level, an exchange per gathering level), so for a small model its
 time is all latency. Gathering every rank's buffer once costs one collective and (n-1) M
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from repro.dist.adasum_allreduce import ZERO_NORM_SQ, adasum_pair_, check_world_size
-from repro.dist.flat_layout import FlatLayout
-from repro.dist.collectives import Collectives, CommRecord
+from repro.comm.adasum_allreduce import ZERO_NORM_SQ, adasum_pair_, check_world_size
+from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.flat_layout import FlatLayout
 
 
 def tree_reduce_rows_(

@@ -22,7 +22,7 @@ from repro.bench.gpu_check import (
     deterministic_kernels,
     workloads,
 )
-from repro.dist.axis_collectives import AxisCollectives
+from repro.comm.axis_collectives import AxisCollectives
 from repro.train.trainer import Trainer
 from tests.helpers import REPO
 

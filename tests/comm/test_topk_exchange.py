@@ -1,5 +1,5 @@
 """Top-k exchanges across N workers, against one-process references, under both engines
-(`tests.dist.topk_scenarios`); at two workers the engines must agree bit for bit (two-term
+(`tests.comm.topk_scenarios`); at two workers the engines must agree bit for bit (two-term
 sums have only one order), strategy scenarios included.
 """
 
@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from repro.compress.topk import compress, decompress
-from tests.helpers import residual_after
-from tests.dist.topk_scenarios import (
+from tests.comm.topk_scenarios import (
     ENGINES,
     LAYERS,
     NUMEL,
@@ -17,6 +16,7 @@ from tests.dist.topk_scenarios import (
     compensated_of,
     engine_results,
 )
+from tests.helpers import residual_after
 
 
 @pytest.fixture(scope="module", params=WORLDS)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.dist.launch import WorkerCrash, WorkerFailed, spawn
+from repro.comm.launch import WorkerCrash, WorkerFailed, spawn
 from repro.train import checkpoint
-from tests.dist.fault_workers import raise_in_one, signal_one
+from tests.comm.fault_workers import raise_in_one, signal_one
 from tests.helpers import REPO, TINY
 
 TIMEOUT_S = 5.0
@@ -122,7 +122,7 @@ TRAIN_TWO_WORKERS = """
 import functools, sys
 from pathlib import Path
 from repro.config import compose
-from repro.dist.launch import spawn
+from repro.comm.launch import spawn
 from repro.errors import UserError
 from repro.train import checkpoint
 from repro.train.entry import train_worker
@@ -190,8 +190,8 @@ def test_training_run_ends_with_one_line_naming_worker_and_resume_step(tmp_path,
 
 SUSPEND_WHOLE_RUN = """
 import sys
-from repro.dist.launch import spawn
-from tests.dist.fault_workers import count_to
+from repro.comm.launch import spawn
+from tests.comm.fault_workers import count_to
 if __name__ == "__main__":
     print(spawn(count_to, 2, 500, sys.argv[1], collective_timeout_s=3.0))
 """

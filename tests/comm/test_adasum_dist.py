@@ -8,16 +8,16 @@ import math
 import pytest
 import torch
 
-from repro.dist.adasum_allreduce import adasum_allreduce
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.adasum_allreduce import adasum_allreduce
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import StepInfo
 from repro.train.lamb import Lamb
 from repro.train.replicas import Replicas
-from tests.dist.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
+from tests.comm.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
 
 CASES = [(2, [LAYERS]), (4, [LAYERS]), (8, [LAYERS, TINY])]
 

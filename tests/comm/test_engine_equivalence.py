@@ -19,10 +19,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.config import compose
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
 from repro.train.trainer import Trainer
 from repro.workload.workload import prepare
 

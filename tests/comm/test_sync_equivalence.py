@@ -8,9 +8,9 @@ agree bit for bit: the same per-worker kernels, and a two-term sum has only one 
 import pytest
 import torch
 
-from repro.dist.axis_collectives import AxisCollectives
-from repro.dist.collectives import ProcessCollectives
-from repro.dist.launch import init_process_group, spawn
+from repro.comm.axis_collectives import AxisCollectives
+from repro.comm.collectives import ProcessCollectives
+from repro.comm.launch import init_process_group, spawn
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.sync import SyncConfig, SyncStrategy

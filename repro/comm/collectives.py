@@ -2,7 +2,7 @@
 
 Every tensor a method hands to a collective carries a leading axis of the workers this
 process holds: 1 under the process engine (one OS process per worker), all of them under
-the simulated engine (`repro.dist.axis_collectives`). A collective means the same thing in
+the simulated engine (`repro.comm.axis_collectives`). A collective means the same thing in
 both, as JAX's collectives named over an axis do under vmap and pmap: `allreduce` sums over
 every worker of the run, `allgather` gives each held worker every worker's row, and so on.
 `ranks` lists the global ranks of the held workers, in axis order.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from repro.dist.stopwatch import Stopwatch
+from repro.comm.stopwatch import Stopwatch
 
 CPU = torch.device("cpu")
 
@@ -138,7 +138,7 @@ class ProcessCollectives(Collectives):
             if needed not in self.backends:
                 raise DeviceMismatch(
                     f"the process group ({config}) has no backend for {needed} tensors, which "
-                    f"carry {carries}; start it with repro.dist.launch.init_process_group"
+                    f"carry {carries}; start it with repro.comm.launch.init_process_group"
                 )
         self._subgroups: dict[tuple[tuple[int, ...], ...], ProcessCollectives] = {}
 
