@@ -100,9 +100,9 @@ def draw_parts(
         try:
             path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
         except NotMeasurable as err:
-            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err)))
+            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err), spec.headline))
             continue
-        figures.append(FigureOut(spec.id, spec.title, caption, path.name))
+        figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
     figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
     return results, figures
 

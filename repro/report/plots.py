@@ -102,6 +102,7 @@ class FigureSpec:
     reference: list = field(default_factory=list)
     measure: dict = field(default_factory=dict)
     series: list = field(default_factory=list)
+    headline: bool = False
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", str(self.id)):

@@ -48,13 +48,15 @@ class Table:
 
 @dataclass(frozen=True)
 class FigureOut:
-    """A figure of the page: its PNG file name beside the page, or why it is missing."""
+    """A figure of the page: its file name beside the page, or why it is missing;
+    `headline`: the one figure that shows the paper's headline claim, drawn first."""
 
     id: str
     title: str
     caption: str
     file: str | None = None
     missing: str = ""
+    headline: bool = False
 
 
 @dataclass(frozen=True)
