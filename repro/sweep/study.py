@@ -2,7 +2,8 @@
 
 Each trial is one full training run: the base experiment, the fixed
 overrides and the trial's sampled values are composed into a config whose `run_dir` is
-`<out>/<name>/trial_<n>` and whose tracking tags name the study and the trial, then
+`<out>/<name>/trial_<n>`, whose wandb group is the study's (never the reproduction's) and
+whose tracking tags name the study and the trial, then
 `run_training` runs it through the same launcher as `repro train`.
 
 Budget. `n_trials` counts trials that ran to an end: COMPLETE, or FAIL with a `fail_reason`
@@ -75,7 +76,8 @@ def trial_overrides(
         *base_overrides(spec),
         *(format_override(k, v) for k, v in params.items()),
         f"run_dir={run_dir}",
-        f"tracking.tags=['study:{spec.name}','trial:{number}']",
+        f"tracking.group={spec.name}",
+        f"tracking.tags=['sweep','study:{spec.name}','trial:{number}']",
     ]
 
 

@@ -69,6 +69,9 @@ def trial_overrides(
         *(format_override(k, v) for k, v in params.items()),
         f"seed={seed}",
         f"runs_root={spec.study_dir / 'runs'}",
+        # the search's own wandb group: its trials are not the reproduction's runs
+        f"tracking.group=tune_{spec.experiment}",
+        f"tracking.tags=['tune','study:tune_{spec.experiment}','arm:{arm.name}']",
         "trainer.progress=false",
     ]
 

@@ -51,6 +51,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _final(value: Any) -> Any:
+    """A summary's final value: a metric wandb aggregates (`repro.track.wandb_metrics`)
+    holds it as `last` beside its min or max."""
+    return value.get("last") if isinstance(value, dict) else value
+
+
 def _state(run: RunData) -> str:
     if run.exit_code is None:
         return "incomplete"
@@ -81,7 +87,7 @@ def _ls(root: str, group: str | None, damaged: list[str]) -> str:
             _fmt(run.job_type),
             _state(run),
             _last_step(run),
-            *(_fmt(run.summary.get(m)) for m in LS_METRICS),
+            *(_fmt(_final(run.summary.get(m))) for m in LS_METRICS),
             str(run.path),
         ]
         for run in runs

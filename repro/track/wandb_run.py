@@ -1,9 +1,10 @@
 """One wandb run per training run: offline by default, quiet, resumable.
 
 The trainer builds a `Tracker` on rank 0 only, logs one point per evaluation step and
-finishes it; the run's files land under the training run's own directory
-(`<run_dir>/wandb/offline-run-<time>-<id>/run-<id>.wandb`), where `repro.track.runs` reads
-them back without a server.
+finishes it (its name, group and tags from `repro.track.naming`, its default x axis and
+summaries from `repro.track.wandb_metrics`); the run's files land under the training run's
+own directory (`<run_dir>/wandb/offline-run-<time>-<id>/run-<id>.wandb`), where
+`repro.track.runs` reads them back without a server and `wandb sync` uploads them.
 
 Mode `auto` (the schema default) is online only when `WANDB_API_KEY` is set, so a laptop, a
 CI job and a cluster node without credentials never touch the network. `disabled` makes a
@@ -32,7 +33,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,24 +44,27 @@ from hydra.core.config_store import ConfigStore
 from repro.errors import UserError
 from repro.storage import out_of_space, probe_write, storage_error
 from repro.track.wandb_file import has_exit_record
+from repro.track.wandb_metrics import aggregated, define_metrics
 
 MODES = ("auto", "offline", "online", "disabled")
-# The two clocks every point carries (see the trainer): reports may plot against either.
-CLOCK_METRICS = ("time/wall_s", "time/modeled_s")
 # wandb writes its transaction log every 15 s by default; a SIGKILL loses whatever was not
 # yet written. One second bounds that loss to the points of the last second before a kill.
 FLUSH_INTERVAL_S = 1.0
 # How long `finish` waits for wandb's service to write the run's last records.
 FINISH_WAIT_S = 30.0
+GROUP_MAX = 128  # wandb refuses longer group names
 
 
 @dataclass
 class TrackingConfig:
-    """Where training curves go. `mode`: auto | offline | online | disabled."""
+    """Where training curves go. `mode`: auto | offline | online | disabled. `group`: the
+    wandb run group; empty: the experiment's (`repro.track.naming`); a sweep or tuning
+    search sets its study's, which keeps its trials out of the reproduction's group."""
 
     mode: str = "auto"
     project: str = "repro"
     entity: str | None = None
+    group: str = ""
     tags: list[str] = field(default_factory=list)
 
     def __post_init__(self):
@@ -72,6 +76,8 @@ class TrackingConfig:
             )
         if self.entity is not None and not self.entity:
             raise UserError("tracking.entity must be null or a non-empty name")
+        if len(self.group) > GROUP_MAX:
+            raise UserError(f"tracking.group={self.group!r} must be at most {GROUP_MAX} characters")
         bad = [t for t in self.tags if not t or len(t) > 64]
         if bad:
             raise UserError(f"tracking.tags={bad} must each be 1 to 64 characters long")
@@ -129,6 +135,7 @@ class Tracker:
         job_type: str | None,
         config: Mapping[str, Any],
         run_id: str | None = None,
+        tags: Sequence[str] = (),
     ):
         self._run = None
         self._id: str | None = None
@@ -153,7 +160,7 @@ class Tracker:
                 name=name,
                 group=group or None,
                 job_type=job_type or None,
-                tags=list(cfg.tags),
+                tags=list(dict.fromkeys([*tags, *cfg.tags])),
                 config=dict(config),
                 id=run_id,
                 resume="allow" if run_id else None,
@@ -170,11 +177,7 @@ class Tracker:
         self._floor = self._run.starting_step
         self._id = self._run.id
         self._file = Path(self._run.settings.sync_file)
-        # Every curve's default x axis is `step`. The two clocks are declared as axes too;
-        # each point carries both, so any panel can switch its x axis to either clock.
-        for axis in ("step", *CLOCK_METRICS):
-            self._run.define_metric(axis)
-        self._run.define_metric("*", step_metric="step")
+        define_metrics(self._run)
 
     @property
     def run_id(self) -> str | None:
@@ -202,9 +205,13 @@ class Tracker:
         self._last_step = step
 
     def set_summary(self, metrics: Mapping[str, Any]) -> None:
-        """Final values (e.g. the last evaluated point) shown as the run's summary."""
+        """Final values (e.g. the last evaluated point) shown as the run's summary.
+
+        A metric wandb aggregates (`wandb_metrics.SUMMARIES`: min loss, max accuracy, ...)
+        is left to those aggregates: its final value is their `last`, and writing it here
+        would replace them all with one number."""
         if self._run is not None:
-            self._run.summary.update(dict(metrics))
+            self._run.summary.update({k: v for k, v in metrics.items() if not aggregated(k)})
 
     def finish(self, exit_code: int = 0) -> None:
         """End the run and wait until its file is complete; later calls do nothing.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repro.config import Config, as_dict
+from repro.track.naming import run_identity
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
 
@@ -28,16 +29,17 @@ class RunLog:
         """Start (or resume) the tracker run and replay the points logged so far."""
         if not self.first_process:
             return
-        e = self.cfg.experiment
+        who = run_identity(self.cfg)
         stored = self.run_dir / "run_id"
         self.tracker = Tracker(
             self.cfg.tracking,
             run_dir=self.run_dir,
-            name=self.cfg.label,
-            group=e.group or e.name,
-            job_type=self.cfg.label,
+            name=who.name,
+            group=who.group,
+            job_type=who.job_type,
             config=as_dict(self.cfg),
             run_id=self.run_id or (stored.read_text().strip() if stored.exists() else None),
+            tags=who.tags,
         )
         self.run_id = self.tracker.run_id
         if self.run_id:

@@ -97,7 +97,8 @@ def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
         "method.tau0=6",
         "method.collective=ar_ring",
         f"run_dir={tmp_path / 'cr_front' / 'trial_7'}",
-        "tracking.tags=['study:cr_front','trial:7']",
+        "tracking.group=cr_front",
+        "tracking.tags=['sweep','study:cr_front','trial:7']",
     ]
 
 

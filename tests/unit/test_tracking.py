@@ -51,7 +51,7 @@ def logged(tmp_path_factory) -> tuple[Path, str]:
     run_dir = tmp_path_factory.mktemp("runs") / "exp" / "sync-abc123"
     tracker = Tracker(OFFLINE, run_dir, "sync", "exp-group", "sync", RUN_CONFIG, None)
     log_steps(tracker, range(30))
-    tracker.set_summary({"test/acc": 0.93, "run_dir": str(run_dir)})
+    tracker.set_summary({"test/acc": 0.93, "target/reached": 1.0, "run_dir": str(run_dir)})
     tracker.finish()
     return run_dir, tracker.run_id
 
@@ -66,9 +66,11 @@ def test_history_config_and_summary_round_trip(logged):
     assert run.history == [point(s) | {"step": s} for s in range(30)]
     assert run.exit_code == 0
     assert run.path == run_dir
-    # the explicit summary wins over the last logged test/acc (0.79 at step 29)
-    assert run.summary["test/acc"] == 0.93
-    assert run.summary["train/loss"] == 2.0 / 30
+    # an explicit summary sets what was not logged; a metric wandb aggregates keeps its
+    # aggregates over the logged points (test/acc rises to 0.79, train/loss falls to 2/30)
+    assert run.summary["target/reached"] == 1.0
+    assert run.summary["test/acc"] == {"max": 0.79, "last": 0.79}
+    assert run.summary["train/loss"] == {"min": 2.0 / 30, "last": 2.0 / 30}
     assert run.summary["method/collective"] == "ring"  # step 29
     assert run.summary["step"] == 29
     assert read_run(next((run_dir / "wandb").glob("offline-run-*"))).history == run.history
@@ -89,7 +91,7 @@ def test_resumed_run_replaces_overlapping_steps(tmp_path):
     expected = [point(s) | {"step": s} for s in range(15)]
     expected += [point(s, 100.0) | {"step": s} for s in range(15, 30)]
     assert run.history == expected
-    assert run.summary["train/loss"] == 2.0 / 30 + 100.0
+    assert run.summary["train/loss"]["last"] == 2.0 / 30 + 100.0
     assert [r.run_id for r in find_runs(tmp_path)] == [first.run_id]
 
 
@@ -186,8 +188,8 @@ def test_runs_ls_and_show(logged, capsys):
     assert runs_cli.main(["ls", str(root), "--group", "exp-group"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith(run_id)).split()
-    # run id, name, group, job type, state, last step, train/loss (2/30), test/acc, path
-    assert line == [run_id, "sync", "exp-group", "sync", "finished", "29", "0.06667", "0.93"] + [
+    # run id, name, group, job type, state, last step, final train/loss (2/30), test/acc, path
+    assert line == [run_id, "sync", "exp-group", "sync", "finished", "29", "0.06667", "0.79"] + [
         str(run_dir)
     ]
     assert runs_cli.main(["ls", str(root), "--group", "other"]) == 0
@@ -196,7 +198,7 @@ def test_runs_ls_and_show(logged, capsys):
     assert runs_cli.main(["show", run_id, "--root", str(root), "--last", "2"]) == 0
     lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert ["optim.lr", "0.05"] in lines and ["trainer.world_size", "4"] in lines
-    assert ["test/acc", "0.93"] in lines  # the summary section
+    assert ["test/acc.max", "0.79"] in lines  # the summary section
     rows = {ln[0]: ln[1:] for ln in lines}  # the history table comes last
     assert rows["step"] == ["28", "29"]
     assert rows["train/loss"] == [f"{2 / 29:.4g}", f"{2 / 30:.4g}"]
