@@ -77,7 +77,11 @@ def run_tiny_sweep_and_show(spec_path: Path) -> None:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert t.values == [summary["test/acc"], summary["throughput/modeled_samples_per_s"]]
         assert t.params["method.cr"] == summary["method/cr"]
-        assert read_run(run_dir).tags == ["study:tiny", f"trial:{t.number}"]
+        run = read_run(run_dir)
+        # the study's own group and tags; no paper, so no paper or scale tag
+        assert (run.name, run.group) == (f"topk-s{run.config['seed']}", "tiny")
+        tags = ["method:topk", f"seed:{run.config['seed']}", "sweep", "study:tiny"]
+        assert run.tags == [*tags, f"trial:{t.number}"]
 
     shown = repro("sweep", "show", str(spec_path))
     assert shown.returncode == 0, shown.stderr
