@@ -53,6 +53,8 @@ NON_IDENTITY_KEYS = (
     "experiment.seeds",
     "experiment.expected_minutes",
     "experiment.tuned",
+    "experiment.search",
+    "experiment.search_minutes",
 )
 
 
@@ -67,6 +69,9 @@ class ExperimentConfig:
     measured on a 2-core machine (0: not measured); `repro reproduce` prints the expected
     time of a set from it before starting. `tuned` says the set's runs take the values
     `repro tune PAPER` chose (configs/tuned/<paper>_<scale>.yaml, `repro.sweep.tuned`).
+    `search` names a sweep spec (sweeps/*.yaml) that `repro reproduce` runs once beside the
+    set, into the set's runs directory (the Top-k set's Pareto search over the compression
+    ratio); `search_minutes` is what it took on a 2-core machine, its trials one after another.
     None of these changes what a run computes (tuned values arrive as the run's overrides).
     """
 
@@ -79,6 +84,8 @@ class ExperimentConfig:
     seeds: int = 1
     expected_minutes: float = 0.0
     tuned: bool = False
+    search: str = ""
+    search_minutes: float = 0.0
 
     def __post_init__(self):
         if self.scale not in ("tiny", "small", "paper"):
@@ -92,6 +99,10 @@ class ExperimentConfig:
             raise UserError(
                 f"experiment.expected_minutes={self.expected_minutes} must be >= 0 "
                 "(0: not measured)"
+            )
+        if not self.search_minutes >= 0:
+            raise UserError(
+                f"experiment.search_minutes={self.search_minutes} must be >= 0 (0: not measured)"
             )
 
 
