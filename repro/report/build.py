@@ -17,7 +17,6 @@ from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import SCALES, ClaimsFile, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure, seeds_sentence
-from repro.report.published import with_published_tables
 from repro.report.render import FigureOut, to_html, to_markdown
 from repro.report.seeds import ClaimResult, evaluate
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
@@ -119,8 +118,8 @@ def write_page(
 ) -> Path:
     """Write report.md + report.html in `out_dir` from `draw_parts`' output; returns the HTML."""
     results, figures = parts
-    page = assemble(claims, runs, scale, results, figures, [*notes, f"Regenerate: {command}"])
-    page = with_published_tables(page, claims.tables, runs, claims.display_name)
+    regenerate = [*notes, f"Regenerate: {command}"]
+    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir)
     (out_dir / "report.md").write_text(to_markdown(page))
     html_path = out_dir / "report.html"
     html_path.write_text(to_html(page))

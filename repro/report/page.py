@@ -1,25 +1,43 @@
-"""The content of one paper's report page: setup, claims and final-metrics tables.
+"""The content of one paper's report page, in the order a reader needs it.
 
-Every report states the scale, data set, model, worker count, network model, seeds and the
-clocks, so that a number in the claims table can be read against the setup that produced it.
-The claims table gives each outcome claim's criterion (its band and the band's reason, or its
-direction rule), our mean over seeds with its 95% interval, each seed's value, and the
-verdict (`repro.report.seeds`); the model checks, which test our implementation against the
-paper's formulas rather than reproduce a result, have a table of their own and are not
-counted. The final-metrics table has one row per run and seed.
+The page opens with what reproduced: one short table of every claim, the paper's number,
+ours (mean over seeds, 95% interval) and the verdict in plain words (`repro.report.summary`),
+the rule that turns intervals into verdicts, the runs the page lacks with the command that
+makes them (`repro.report.missing_runs`), and the figure that shows the headline claim.
+Then how the numbers were made: the setup (scale, data set, model, workers, each arm's
+learning rate and stopping rule, network and compute models, seeds, clocks), the stated
+choices and deviations, the tuning; then the detailed claims table (criterion with its band
+and reason, each seed's value, how it was computed, and links to the runs it read), the
+analysis of claims that did not reproduce, the model checks (our implementation against
+the paper's formulas, not counted), the published tables beside ours, the other figures,
+and one row per run and seed with its run id linked to its directory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
 from repro.report.findings import findings_table
-from repro.report.render import FigureOut, Page, Table, fmt
+from repro.report.missing_runs import missing_note, needed_missing
+from repro.report.published import render_table
+from repro.report.render import Block, Cell, FigureOut, Heading, Page, Para, Table, fmt
+from repro.report.run_links import reads_cell, run_cell
+from repro.report.run_setup import (
+    by_arm,
+    compute,
+    learning_rate,
+    network,
+    optimizer,
+    stopping_text,
+    workload,
+)
 from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
 from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
+from repro.report.summary import anchor, claim_reads, summary_table, with_unit
 from repro.sweep.tuned import tuning_table
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
@@ -31,99 +49,53 @@ CLOCKS_TEXT = (
 )
 
 
-def _distinct(runs: Seeded, get: Callable[[Run], Any]) -> str:
-    values: list[str] = []
-    for _, _, run in every_run(runs):
-        text = fmt(get(run))
-        if text not in values:
-            values.append(text)
-    return ", ".join(values)
-
-
-def _network(run: Run) -> str:
-    net = cfg(run, "network", {}) or {}
-    text = (
-        f"{net.get('name', '?')}: latency {fmt(net.get('latency_ms'))} ms, bandwidth "
-        f"{fmt(net.get('bandwidth_gbps'))} Gbit/s, bytes x{fmt(net.get('bytes_scale', 1.0))}"
-    )
-    return text + (" (changes over time: schedule)" if net.get("schedule") else "")
-
-
-def _compute(run: Run) -> str:
-    c = cfg(run, "compute", {}) or {}
-    if c.get("mode", "measured") == "measured":
-        return "measured on this machine"
-    text = f"sampled {c.get('dist', '?')}, mean {fmt(c.get('mean_ms'))} ms"
-    if c.get("shift_ms"):
-        text += f", shift {fmt(c['shift_ms'])} ms"
-    if c.get("straggler_prob"):
-        text += f", stragglers p={fmt(c['straggler_prob'])} x{fmt(c.get('straggler_factor'))}"
-    return text
-
-
-def _workload(run: Run) -> str:
-    name = cfg(run, "workload.name")
-    extra = [str(cfg(run, f"workload.{k}")) for k in ("dataset", "model")]
-    extra = [e for e in extra if e != "None"]
-    return f"{name} ({', '.join(extra)})" if extra else str(name)
-
-
-def _optimizer(run: Run) -> str:
-    return f"{cfg(run, 'optim.name')}, lr {fmt(cfg(run, 'optim.lr'))}"
-
-
 def setup_table(runs: Seeded, scale: str) -> Table:
+    """The setup; a setting the arms do not share names each arm's value."""
     rows = [
         ["scale", scale],
-        ["run group", _distinct(runs, lambda r: r.group)],
-        ["data set / model", _distinct(runs, _workload)],
-        ["workers", _distinct(runs, lambda r: cfg(r, "trainer.world_size"))],
-        ["batch per worker", _distinct(runs, lambda r: cfg(r, "trainer.batch_size"))],
-        ["steps", _distinct(runs, lambda r: cfg(r, "trainer.steps"))],
-        ["network model", _distinct(runs, _network)],
-        ["compute model", _distinct(runs, _compute)],
-        ["optimizer", _distinct(runs, _optimizer)],
+        ["run group", by_arm(runs, lambda r: r.group)],
+        ["data set / model", by_arm(runs, workload)],
+        ["workers", by_arm(runs, lambda r: cfg(r, "trainer.world_size"))],
+        ["batch per worker", by_arm(runs, lambda r: cfg(r, "trainer.batch_size"))],
+        ["stopping rule", stopping_text(runs)],
+        ["network model", by_arm(runs, network)],
+        ["compute model", by_arm(runs, compute)],
+        ["optimizer", by_arm(runs, optimizer)],
+        ["learning rate", by_arm(runs, learning_rate)],
         ["seeds", f"{len(seeds_of(runs))} ({', '.join(map(str, seeds_of(runs)))})"],
         ["clocks", CLOCKS_TEXT],
     ]
-    return Table("Setup", ["", "value"], rows)
+    return Table("Setup", ["", "value"], rows, css="keyvalue")
 
 
-def with_unit(value: Any, unit: str) -> str:
-    text = fmt(value)
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    return f"{text} {unit}" if numeric and unit and text != "never reached" else text
-
-
-def claims_table(results: list[ClaimResult], scale: str, title: str = "Claims") -> Table:
-    rows = [
-        [
-            r.claim.id,
-            r.claim.statement,
-            r.claim.source,
-            with_unit(r.claim.published, r.claim.unit),
-            r.claim.criterion(),
-            r.ours_text(r.claim.unit),
-            r.per_seed_text(),
-            r.verdict_text(),
-            scale,
-            r.note,
-        ]
-        for r in results
+def claims_table(
+    results: list[ClaimResult],
+    scale: str,
+    title: str = "Claims",
+    reads: Callable[[ClaimResult], Cell] | None = None,
+) -> Table:
+    """Every claim with its criterion, each seed's value and how it was computed. With
+    `reads` (the page's table, below the summary that states each claim): no statement
+    column, a last column of the runs each claim read, and rows the summary links to."""
+    ours = "ours (mean over seeds, 95% CI)" if title == "Claims" else "ours (mean over seeds)"
+    columns: list[tuple[str, Callable[[ClaimResult], Cell]]] = [
+        ("claim", lambda r: r.claim.id),
+        ("statement", lambda r: r.claim.statement),
+        ("source", lambda r: r.claim.source),
+        ("published", lambda r: with_unit(r.claim.published, r.claim.unit)),
+        ("criterion", lambda r: r.claim.criterion()),
+        (ours, lambda r: r.ours_text(r.claim.unit)),
+        ("per seed", lambda r: r.per_seed_text()),
+        ("verdict", lambda r: r.verdict_text()),
+        ("scale", lambda r: scale),
+        ("how", lambda r: r.note),
     ]
-    headers = [
-        "claim",
-        "statement",
-        "source",
-        "published",
-        "criterion",
-        "ours (mean over seeds, 95% CI)" if title == "Claims" else "ours (mean over seeds)",
-        "per seed",
-        "verdict",
-        "scale",
-        "how",
-    ]
-    return Table(title, headers, rows, verdict_col=7)
+    if reads:
+        columns = [c for c in columns if c[0] != "statement"] + [("runs read", reads)]
+    rows = [[get(r) for _, get in columns] for r in results]
+    headers = [header for header, _ in columns]
+    ids = [anchor(r.claim.id) for r in results] if reads else []
+    return Table(title, headers, rows, headers.index("verdict"), ids)
 
 
 def _last(run: Run, metric: str) -> Any:
@@ -137,7 +109,8 @@ def _status(exit_code: int | None) -> str:
     return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
 
 
-def metrics_table(runs: Seeded, name: Callable[[str], str]) -> Table:
+def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | None = None) -> Table:
+    """One row per run and seed; with `page_dir`, each run id links to its directory."""
     rows = []
     for label, seed, run in every_run(runs):
         sent = _last(run, "comm/bytes")
@@ -153,7 +126,7 @@ def metrics_table(runs: Seeded, name: Callable[[str], str]) -> Table:
                 fmt(_last(run, "time/wall_s")),
                 fmt(None if sent is None else sent / 1e6),
                 _status(run.exit_code),
-                str(run.run_id),
+                run_cell(run, page_dir) if page_dir is not None else str(run.run_id),
             ]
         )
     headers = [
@@ -172,6 +145,16 @@ def metrics_table(runs: Seeded, name: Callable[[str], str]) -> Table:
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
 
+def _lead(claims: ClaimsFile, runs: Seeded, scale: str, results: list[ClaimResult]) -> list[Para]:
+    seeds = len(seeds_of(runs))
+    checks = model_checks(results)
+    counts = f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}"
+    if checks:
+        held = sum(r.verdict == "reproduced" for r in checks)
+        counts += f"; model checks: {held} of {len(checks)} hold"
+    return [Para(claims.citation, "lead"), Para(counts + ".", "lead")]
+
+
 def assemble(
     claims: ClaimsFile,
     runs: Seeded,
@@ -179,32 +162,41 @@ def assemble(
     results: list[ClaimResult],
     figures: list[FigureOut],
     notes: list[str],
+    page_dir: Path,
 ) -> Page:
-    seeds = len(seeds_of(runs))
+    """The page of one reproduction (see module doc); run links are relative to `page_dir`."""
     tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
     tuning = tuning_table(claims.paper, scale) if tuned else None
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
-    lines = [
-        claims.citation,
-        f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}.",
-        f"Verdicts: {VERDICTS_TEXT}.",
-        tuning.summary
-        if tuning
-        else "Learning rates: set by hand per run (experiment.tuned is false).",
+    missing = missing_note(claims.paper, scale, needed_missing(claims, runs, results))
+
+    def reads(result: ClaimResult) -> Cell:
+        return reads_cell(*claim_reads(result, runs), runs, page_dir)
+
+    headline = [f for f in figures if f.headline]
+    blocks: list[Block] = [
+        *_lead(claims, runs, scale, results),
+        summary_table(results),
+        Para(f"How verdicts are given: {VERDICTS_TEXT}.", "rule"),
+        *([missing] if missing else []),
+        *headline,
+        Para(
+            tuning.summary
+            if tuning
+            else "Learning rates: set by hand per run (experiment.tuned is false)."
+        ),
+        setup_table(runs, scale),
+        *([choices_table(claims.choices)] if claims.choices else []),
+        *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
+        claims_table(outcomes(results), scale, reads=reads),
+        *([why] if why.rows else []),
+        *([claims_table(checks, scale, CHECKS_TITLE, reads)] if checks else []),
+        *[render_table(spec, runs, claims.display_name) for spec in claims.tables],
     ]
-    return Page(
-        title=f"Reproduction report: {claims.title}",
-        lines=lines,
-        tables_before=[
-            setup_table(runs, scale),
-            *([choices_table(claims.choices)] if claims.choices else []),
-            *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
-            claims_table(outcomes(results), scale),
-            *([why] if why.rows else []),
-            *([claims_table(checks, scale, CHECKS_TITLE)] if checks else []),
-        ],
-        figures=figures,
-        tables_after=[metrics_table(runs, claims.display_name)],
-        notes=notes,
-    )
+    rest = [f for f in figures if not f.headline]
+    if rest:
+        blocks += [Heading("Figures"), *rest]
+    blocks.append(metrics_table(runs, claims.display_name, page_dir))
+    captions = [f"{spec.title}: {spec.caption}" for spec in claims.tables if spec.caption]
+    return Page(f"Reproduction report: {claims.title}", blocks, [*captions, *notes])

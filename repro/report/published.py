@@ -14,10 +14,10 @@ experiment's network schedule, the paper's table one fixed link).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from repro.errors import UserError
-from repro.report.render import Page, Table, fmt
+from repro.report.render import Table, fmt
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
 
 
@@ -148,15 +148,3 @@ def render_table(spec: PublishedTable, runs: Seeded, name: Callable[[str], str])
         published = [fmt(row.step_ms), fmt(_ratio(row.step_ms, ref_pub)), fmt(row.acc), row.source]
         rows.append([name(row.run), row.run, *ours, *published])
     return Table(spec.title, HEADERS, rows)
-
-
-def with_published_tables(
-    page: Page, specs: list[PublishedTable], runs: Seeded, name: Callable[[str], str]
-) -> Page:
-    """`page` with the published-beside-ours tables after its other leading tables, and
-    each table's caption among the notes."""
-    tables = [render_table(spec, runs, name) for spec in specs]
-    captions = [f"{spec.title}: {spec.caption}" for spec in specs if spec.caption]
-    return replace(
-        page, tables_before=[*page.tables_before, *tables], notes=[*captions, *page.notes]
-    )

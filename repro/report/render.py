@@ -1,7 +1,11 @@
 """Writing a report page as Markdown and as one self-contained HTML file.
 
-The page is plain data (`Page`: tables, figures, notes) so both formats show the same
-content; the HTML carries its own CSS and refers only to the PNGs written beside it.
+The page is plain data (`Page`: a title, blocks in reading order, notes) so both formats show
+the same content. A block is a paragraph, a heading, a table or a figure; a table cell or a
+paragraph is text, a `Link` (a run's directory, its wandb page, a claim's row), `Code` (a
+command), or a tuple of those shown one after another. The HTML carries its own CSS
+(`repro.report.page_style`) and refers only to the PNGs written beside it and to the run
+directories it links, by paths relative to the page.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from repro.report.page_style import CSS
+
+__all__ = ["CSS", "Code", "FigureOut", "Heading", "Link", "Page", "Para", "Table", "fmt"]
 
 
 def fmt(value: Any) -> str:
@@ -29,21 +37,68 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Link:
+    """A link; `href` relative to the page, or `#id` for a place on the page itself (plain
+    text in Markdown, which has no anchors on table rows)."""
+
+    text: str
+    href: str
+
+
+@dataclass(frozen=True)
+class Code:
+    """A command or path, shown in a monospace font."""
+
+    text: str
+
+
+Cell = str | Link | Code | tuple
+
+
+def cell_text(cell: Cell) -> str:
+    """What a cell says, without its links."""
+    if isinstance(cell, tuple):
+        return "".join(cell_text(part) for part in cell)
+    return cell if isinstance(cell, str) else cell.text
+
+
+# Longest first, so that "not reproduced" is not read as "reproduced".
+VERDICT_WORDS = sorted(
+    [
+        "reproduced",
+        "partly",
+        "not reproduced",
+        "undecided",
+        "inconclusive",
+        "not run",
+        "not measured",
+        "not assessed",
+        "refused",
+    ],
+    key=len,
+    reverse=True,
+)
+
+
 def verdict_class(verdict: str) -> str:
-    """The CSS class of a verdict cell: its verdict word(s), without the seeds, interval or
-    magnitude note that follow ("undecided at 3 seeds" -> "v-undecided")."""
-    word = re.split(r" at |;|,", verdict, maxsplit=1)[0].strip()
+    """The CSS class of a verdict cell: the verdict word(s) it starts with, without the seeds,
+    interval or note that follow ("undecided at 3 seeds" -> "v-undecided")."""
+    word = next((w for w in VERDICT_WORDS if verdict.startswith(w)), verdict.split(" ")[0])
     return "v-" + word.replace(" ", "-")
 
 
 @dataclass(frozen=True)
 class Table:
-    """A titled table; `verdict_col` names the column whose cells get a verdict colour."""
+    """A titled table; `verdict_col` names the column whose cells get a verdict colour;
+    `row_ids` (when given, one per row) are anchors other cells link to; `css` a class."""
 
     title: str
     headers: list[str]
-    rows: list[list[str]]
+    rows: list[list[Cell]]
     verdict_col: int | None = None
+    row_ids: list[str] = field(default_factory=list)
+    css: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,73 +115,123 @@ class FigureOut:
 
 
 @dataclass(frozen=True)
+class Para:
+    """A paragraph; `css` a class (e.g. "rule" for the small print of the verdict rule)."""
+
+    text: Cell
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+
+
+Block = Para | Heading | Table | FigureOut
+
+
+@dataclass(frozen=True)
 class Page:
-    """A report: title and lead lines, tables before the figures, figures, tables after."""
+    """A report: its title, its blocks in reading order, and notes at the end."""
 
     title: str
-    lines: list[str]
-    tables_before: list[Table]
-    figures: list[FigureOut]
-    tables_after: list[Table]
+    blocks: list[Block]
     notes: list[str] = field(default_factory=list)
 
+    def tables(self) -> list[Table]:
+        return [b for b in self.blocks if isinstance(b, Table)]
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+
+def slug(text: str) -> str:
+    """An HTML id from a heading: lower case, runs of other characters as one '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def md_cell(cell: Cell) -> str:
+    if isinstance(cell, tuple):
+        return "".join(md_cell(part) for part in cell)
+    if isinstance(cell, Link):
+        text = cell.text.replace("|", "\\|")
+        return text if cell.href.startswith("#") else f"[{text}]({cell.href})"
+    if isinstance(cell, Code):
+        return f"`{cell.text}`"
+    return cell.replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(table: Table) -> list[str]:
     out = [f"## {table.title}", ""]
-    out.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
+    out.append("| " + " | ".join(md_cell(h) for h in table.headers) + " |")
     out.append("|" + "---|" * len(table.headers))
-    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in table.rows]
     return [*out, ""]
 
 
+def _md_figure(fig: FigureOut) -> list[str]:
+    if fig.file:
+        return [f"![{fig.title}]({fig.file})", "", f"*{fig.title}.* {fig.caption}", ""]
+    return [f"**{fig.title}**: not drawn: {fig.missing}", ""]
+
+
 def to_markdown(page: Page) -> str:
-    out = [f"# {page.title}", "", *[f"{line}  " for line in page.lines], ""]
-    for table in page.tables_before:
-        out += markdown_table(table)
-    out += ["## Figures", ""]
-    for fig in page.figures:
-        if fig.file:
-            out += [f"![{fig.title}]({fig.file})", "", f"*{fig.title}.* {fig.caption}", ""]
+    out = [f"# {page.title}", ""]
+    for block in page.blocks:
+        if isinstance(block, Table):
+            out += markdown_table(block)
+        elif isinstance(block, FigureOut):
+            out += _md_figure(block)
+        elif isinstance(block, Heading):
+            out += [f"## {block.text}", ""]
         else:
-            out += [f"**{fig.title}**: not drawn: {fig.missing}", ""]
-    for table in page.tables_after:
-        out += markdown_table(table)
+            out += [md_cell(block.text), ""]
     if page.notes:
         out += ["## Notes", "", *[f"- {note}" for note in page.notes], ""]
     return "\n".join(out)
 
 
-CSS = """
-body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
-       color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.92em; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #f2f2f2; }
-figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #ddd; }
-figcaption { font-size: 0.9em; color: #444; }
-.v-reproduced { background: #d8f0d8; } .v-partly { background: #fff1c4; }
-.v-undecided { background: #fbd9b0; } .v-inconclusive { background: #e6d4f0; }
-.v-not-reproduced { background: #f7d4d4; } .v-not-run, .v-not-measured,
-.v-not-assessed { background: #e8e8e8; }
-.missing { color: #a00; }
-"""
+def breakable(text: str) -> str:
+    """`text` escaped, with a line-break opportunity after every '_' and '/' (run labels,
+    claim ids and paths are long words that would otherwise widen their column)."""
+    return re.sub(r"([_/])", r"\1<wbr>", html.escape(text))
 
 
-def _html_table(table: Table) -> list[str]:
+def html_cell(cell: Cell) -> str:
+    if isinstance(cell, tuple):
+        return "".join(html_cell(part) for part in cell)
+    if isinstance(cell, Link):
+        return f'<a href="{html.escape(cell.href)}">{breakable(cell.text)}</a>'
+    if isinstance(cell, Code):
+        return f"<code>{breakable(cell.text)}</code>"
+    return breakable(cell)
+
+
+def html_table(table: Table) -> list[str]:
+    """The table under its heading, in a box that scrolls sideways when the table is wider
+    than the page, so that the page itself never is."""
     e = html.escape
-    out = [f"<h2>{e(table.title)}</h2>", "<table>"]
-    out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
-    for row in table.rows:
+    css = f' class="{e(table.css)}"' if table.css else ""
+    out = [f'<h2 id="{slug(table.title)}">{e(table.title)}</h2>', '<div class="table-wrap">']
+    out.append(f"<table{css}><tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
+    for i, row in enumerate(table.rows):
         cells = []
-        for i, cell in enumerate(row):
-            cls = f' class="{e(verdict_class(cell))}"' if i == table.verdict_col else ""
-            cells.append(f"<td{cls}>{e(cell)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    return [*out, "</table>"]
+        for j, cell in enumerate(row):
+            verdict = j == table.verdict_col and not isinstance(cell, Link)
+            cls = f' class="{e(verdict_class(cell_text(cell)))}"' if verdict else ""
+            cells.append(f"<td{cls}>{html_cell(cell)}</td>")
+        anchor = f' id="{e(table.row_ids[i])}"' if table.row_ids else ""
+        out.append(f"<tr{anchor}>" + "".join(cells) + "</tr>")
+    return [*out, "</table></div>"]
+
+
+def html_figure(fig: FigureOut) -> list[str]:
+    """The figure (beside the page) and its caption, or the line saying why it was not
+    drawn."""
+    e = html.escape
+    if not fig.file:
+        return [f'<p class="missing"><b>{e(fig.title)}</b>: not drawn: {e(fig.missing)}</p>']
+    return [
+        f'<figure id="{e(fig.id)}"><img src="{e(fig.file)}" alt="{e(fig.title)}">',
+        f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)}</figcaption></figure>",
+    ]
 
 
 def to_html(page: Page) -> str:
@@ -134,23 +239,20 @@ def to_html(page: Page) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(page.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(page.title)}</h1>",
-        *[f"<p>{e(line)}</p>" for line in page.lines],
     ]
-    for table in page.tables_before:
-        out += _html_table(table)
-    out.append("<h2>Figures</h2>")
-    for fig in page.figures:
-        if fig.file:
-            out += [
-                f'<figure id="{e(fig.id)}"><img src="{e(fig.file)}" alt="{e(fig.title)}">',
-                f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)}</figcaption></figure>",
-            ]
+    for block in page.blocks:
+        if isinstance(block, Table):
+            out += html_table(block)
+        elif isinstance(block, FigureOut):
+            out += html_figure(block)
+        elif isinstance(block, Heading):
+            out.append(f'<h2 id="{slug(block.text)}">{e(block.text)}</h2>')
         else:
-            out.append(f'<p class="missing"><b>{e(fig.title)}</b>: not drawn: {e(fig.missing)}</p>')
-    for table in page.tables_after:
-        out += _html_table(table)
+            css = f' class="{e(block.css)}"' if block.css else ""
+            out.append(f"<p{css}>{html_cell(block.text)}</p>")
     if page.notes:
         out += ["<h2>Notes</h2>", "<ul>", *[f"<li>{e(n)}</li>" for n in page.notes], "</ul>"]
     out.append("</body></html>")

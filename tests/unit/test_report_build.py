@@ -106,16 +106,18 @@ def test_render_report_writes_every_section(tmp_path):
     _, runs, notes = select_runs(adacomm_set(), "adacomm", None, "runs")
     del runs["adacomm_lrdecay"]
     html_path = render_report(claims, runs, "small", tmp_path, command="repro report adacomm")
-    html = html_path.read_text()
+    # the page lets long labels break after '_' (<wbr>); the text is the same without them
+    html = html_path.read_text().replace("<wbr>", "")
     md = (tmp_path / "report.md").read_text()
     srcs = img_sources(html)
-    assert srcs == [f"{f.id}.png" for f in claims.figures]
+    headline = [f"{f.id}.png" for f in claims.figures if f.headline]
+    assert srcs == headline + [f"{f.id}.png" for f in claims.figures if not f.headline]
     assert all((tmp_path / s).is_file() for s in srcs)
     for claim in claims.claims:
         assert f"<td>{claim.id}</td>" in html and f"| {claim.id} |" in md
     assert "not run" in md and "no run labelled &#x27;adacomm_lrdecay&#x27;" in html
     for section in ("Setup", "Claims", "Figures", "Final metrics per run"):
-        assert f"<h2>{section}" in html and f"## {section}" in md
+        assert re.search(f"<h2[^>]*>{section}", html) and f"## {section}" in md
     for fact in (
         "mnist1d_cnn (mnist1d, cnn1d)",
         "sampled exponential, mean 2 ms",

@@ -1,0 +1,83 @@
+"""The runs a report needs and does not have, said once, with the command that makes them.
+
+A claim, a figure or a published-beside-ours table may name a run label that has no run in
+the group: the claim is then "not run", the figure is drawn without it (or not at all), the
+table row says "not run". Rather than repeating advice at every place, the page names each
+missing label once, with what reads it, and the one command that makes the runs: the
+reproduction at the report's scale when its run set (`configs/experiment/<paper>_<scale>.yaml`)
+lists the label; a label that set does not list is said to belong to another scale's set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from repro.config import CONFIG_DIR
+from repro.report.claims import ClaimsFile
+from repro.report.reads import labels_read
+from repro.report.render import Cell, Code, Para
+from repro.report.seeds import ClaimResult
+from repro.report.series import Seeded, any_seed
+
+
+def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
+    """Label -> what reads it ("claim x", "figure 'T'", "table 'T'"), for every label a
+    claim, figure or table names that has no run, in the order first named."""
+    present = any_seed(runs)
+    needs: dict[str, list[str]] = {}
+
+    def need(label: str, reader: str) -> None:
+        if label not in present and reader not in needs.setdefault(label, []):
+            needs[label].append(reader)
+
+    for r in results:
+        params = r.claim.metric.get("params") or {}
+        for label in sorted(labels_read(r.claim.metric["calculator"], params, present)):
+            need(label, f"claim {r.claim.id}")
+    for spec in claims.figures:
+        named = [] if spec.runs == "all" else list(spec.runs)
+        reference = spec.measure.get("reference")
+        for label in [*named, *([reference] if isinstance(reference, str) else [])]:
+            need(label, f"figure '{spec.title}'")
+    for table in claims.tables:
+        for row in table.parsed:
+            need(row.run, f"table '{table.title}'")
+    return {label: readers for label, readers in needs.items() if label not in present}
+
+
+def run_set_labels(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> list[str] | None:
+    """The labels `repro reproduce PAPER scale=SCALE` runs; None when there is no such set."""
+    path = config_dir / "experiment" / f"{paper}_{scale}.yaml"
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text()) or {}
+    return list((data.get("experiment") or {}).get("runs") or {})
+
+
+def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
+    return "; ".join(f"{label} (read by {', '.join(needs[label])})" for label in labels)
+
+
+def missing_note(
+    paper: str, scale: str, needs: dict[str, list[str]], config_dir: Path = CONFIG_DIR
+) -> Para | None:
+    """One paragraph naming the missing runs and the command that makes them; None when
+    nothing is missing."""
+    if not needs:
+        return None
+    in_set = run_set_labels(paper, scale, config_dir)
+    ours = [label for label in needs if in_set is None or label in in_set]
+    other = [label for label in needs if label not in ours]
+    parts: list[Cell] = []
+    if ours:
+        command = f"repro reproduce {paper} scale={scale}"
+        parts += [f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), "."]
+    if other:
+        lead = " Not" if ours else "Not"
+        parts.append(
+            f"{lead} in the {paper}_{scale} run set, so not made at this scale: "
+            f"{_listed(needs, other)}; what reads them is judged at another scale."
+        )
+    return Para(tuple(parts), css="missing")

@@ -1,0 +1,79 @@
+"""The table a report page opens with: every claim, the paper's number, ours, the verdict.
+
+One row per claim, outcome claims first (the training results that could have come out
+otherwise), then the model checks (our implementation against the paper's formulas, never
+counted as reproductions). Ours is the mean over the seeds the claim was judged on with its
+95% percentile-bootstrap interval, as `repro.report.seeds` computes it; the verdict is said
+in plain words, with what would change an open one. Each claim's id links to its row in
+the detailed claims table, where its criterion, every seed's value and the runs it read are.
+"""
+
+from __future__ import annotations
+
+from repro.report.reads import labels_read
+from repro.report.render import Link, Table, fmt
+from repro.report.seeds import ClaimResult, claim_seeds, model_checks, outcomes
+from repro.report.series import Seeded, any_seed
+
+SUMMARY_TITLE = "Summary"
+SUMMARY_HEADERS = ["claim", "paper", "ours (mean over seeds, 95% CI)", "verdict"]
+
+
+def with_unit(value: object, unit: str) -> str:
+    text = fmt(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{text} {unit}" if numeric and unit and text != "never reached" else text
+
+
+def anchor(claim_id: str) -> str:
+    """The HTML id of a claim's row in the detailed claims tables."""
+    return f"claim-{claim_id}"
+
+
+def plain_verdict(result: ClaimResult) -> str:
+    """The verdict in words a reader needs no legend for."""
+    n = result.seeds
+    seeds = f"{n} seed" + ("s" if n != 1 else "")
+    claim = result.claim
+    text = {
+        "reproduced": "reproduced",
+        "partly": "partly reproduced",
+        "not reproduced": "not reproduced",
+        "undecided": f"undecided at {seeds}: its interval straddles a band edge; more seeds decide",
+        "inconclusive": f"inconclusive at {seeds} (its seed cap), 95% CI {result.ci_text()}",
+        "not run": "not run: a run it reads is missing",
+        "not measured": "not measured: the runs lack a metric or setting it needs",
+        "not assessed": f"not assessed: stated for scale {', '.join(claim.scales)}",
+    }.get(result.verdict, result.verdict)
+    if claim.kind == "model_check" and result.verdict in ("reproduced", "not reproduced"):
+        text += " (model check)"
+    return f"{text}; its magnitude claims are not reproduced" if result.magnitude else text
+
+
+def summary_table(results: list[ClaimResult]) -> Table:
+    """The page's first table (see module doc)."""
+    rows = []
+    ids = []
+    for r in [*outcomes(results), *model_checks(results)]:
+        statement = (r.claim.statement, " ", Link(r.claim.id, f"#{anchor(r.claim.id)}"))
+        claim = ("Model check: ", *statement) if r.claim.kind == "model_check" else statement
+        rows.append(
+            [
+                claim,
+                with_unit(r.claim.published, r.claim.unit),
+                r.ours_text(r.claim.unit),
+                plain_verdict(r),
+            ]
+        )
+        ids.append(f"summary-{r.claim.id}")
+    return Table(SUMMARY_TITLE, SUMMARY_HEADERS, rows, 3, ids, css="summary")
+
+
+def claim_reads(result: ClaimResult, runs: Seeded) -> tuple[list[str], list[int]]:
+    """The labels a claim read (in the page's run order, then those without a run) and the
+    seeds it was judged on."""
+    params = result.claim.metric.get("params") or {}
+    labels = labels_read(result.claim.metric["calculator"], params, any_seed(runs))
+    ordered = [label for label in runs if label in labels]
+    ordered += sorted(labels - set(ordered))
+    return ordered, claim_seeds(result.claim, runs)
