@@ -2,7 +2,11 @@
 
 repro report PAPER [--runs ROOT] [--out DIR | --dir DIR] [--scale S] [--publish]
     one paper's report: DIR/PAPER/report.md, report.html and the figures beside them;
-    --publish also builds a wandb Report over the run group (needs a key and a server)
+    --publish also saves the W&B Report's spec there (wandb_report.json) and publishes it
+    when a key and a server exist, else says how to publish it later (exit 0 either way)
+repro report publish PATH
+    publishes a saved Report spec (PATH: the spec or its report directory); exit 2 and one
+    line saying what is missing without a key or a server
 repro report all [--runs ROOT] [--out DIR]
     every paper's report, then DIR/index.html and index.md over all of them
 repro report compare RUN_OR_GROUP ... [--metric M] [--x X] [--out DIR]
@@ -37,7 +41,7 @@ def _paper_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", help="write into exactly this directory (default OUT/PAPER)")
     p.add_argument("--scale", choices=SCALES, help="which reproduction, when several exist")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
-    p.add_argument("--publish", action="store_true", help="also build a wandb Report")
+    p.add_argument("--publish", action="store_true", help="also publish a W&B Report")
     return p
 
 
@@ -58,13 +62,9 @@ def _paper(argv: list[str]) -> int:
     )
     print(f"wrote {out_dir / 'report.md'} and {html}")
     if args.publish:
-        from repro.report.wandb_report import publish
+        from repro.report.wandb_publish import publish
 
-        url, missing = publish(args.paper, Path(args.runs), args.scale, claims_dir)
-        if url:
-            print(f"wandb report: {url}")
-        else:
-            print(f"wandb report not published: {missing}; wrote the local report only")
+        print(publish(args.paper, Path(args.runs), args.scale, claims_dir, out_dir))
     return 0
 
 
@@ -109,13 +109,22 @@ def _compare(argv: list[str]) -> int:
     return main(argv)
 
 
+def _publish(argv: list[str]) -> int:
+    p = _Parser(prog="repro report publish", description="publish a saved W&B Report spec")
+    p.add_argument("path", help="wandb_report.json, or the report directory holding it")
+    from repro.report.wandb_publish import publish_saved
+
+    print(f"wandb report: {publish_saved(Path(p.parse_args(argv).path))}")
+    return 0
+
+
 def _check(argv: list[str]) -> int:
     from repro.report.browser import main
 
     return main(argv)
 
 
-SUBCOMMANDS = {"all": _all, "compare": _compare, "check": _check}
+SUBCOMMANDS = {"all": _all, "compare": _compare, "check": _check, "publish": _publish}
 
 
 def main(argv: list[str]) -> int:

@@ -1,80 +1,161 @@
-"""A paper's reproduction as a wandb Report (`repro report PAPER --publish`).
+"""A paper's reproduction as a W&B Report: its spec (plain JSON) and the Report built from it.
 
-The Report shows what the local report shows, over the reproduction's run group
-(`<paper>_<scale>`) on the server: the setup and claims tables as Markdown, then one line
-plot per curve figure of the claims file, and every plotted metric against both the modeled
-clock and steps. Run colours are the local reports' colours (`colours.colour_for`), so a
-method looks the same on both. Figures of one number per run (`points`) have no wandb
-panel; the Report names them and they stay in the local report.
+The Report says what the local report says, over the reproduction's run group
+(`<paper>_<scale>`) on the server, in the order a reader asks: the summary table (each
+claim, the paper's number, ours as the mean over seeds with its 95% interval, the verdict),
+why claims did not reproduce, the curves, the choices and deviations from the paper, how
+the learning rates were tuned, the setup, and the checks of our implementation against the
+paper's formulas.
 
-Building the Report needs no server (`build_wandb_report`); saving it needs an API key and a
-reachable server (`publish` says which is missing instead of failing). Runs tracked offline
-appear on the server after `wandb sync`.
+Curves: one panel grid per curve or step figure of the claims file (the headline figure
+first), over that figure's runs only, grouped by run label (`experiment.label`), so wandb
+draws each method's mean over its seeds with a band from the lowest to the highest seed, in
+the local reports' colour for that method (`colours.colour_for`). wandb's line plots have
+no reference lines, so a figure's reference lines (a target, the paper's number) are stated
+in a text panel beside its plot, with the value the local figure draws them at. Then each
+plotted metric against both the modeled clock and steps. Figures of one number per run
+(`points`, `drops`) have no wandb panel; the Report names them.
+
+The spec is what `repro report PAPER --publish` saves beside the local report
+(`wandb_report.json`), so that a Report built offline can be published later with
+`repro report publish PATH` (`repro.report.wandb_publish`): it holds text, tables as
+Markdown, and panels as plain data, and needs no server to build. `to_report` turns it into
+a `wandb_workspaces` Report once the entity is known.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-from collections.abc import Sequence
-from pathlib import Path
-from urllib.parse import urlparse
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import wandb_workspaces.reports.v2 as wr
 
-from repro.report.claims import ClaimsFile, load_claims
+from repro.errors import UserError
+from repro.report.choices import choices_table
+from repro.report.claims import ClaimsFile
 from repro.report.colours import colour_for
-from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, claims_table, setup_table
-from repro.report.plots import FigureSpec, axis_label
-from repro.report.render import markdown_table
-from repro.report.seeds import ClaimResult, evaluate, model_checks, outcomes
-from repro.report.series import Seeded, cfg, every_run, x_metric
+from repro.report.findings import findings_table
+from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, setup_table
+from repro.report.plots import FigureSpec, axis_label, resolve_reference
+from repro.report.render import Table, fmt, markdown_table
+from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
+from repro.report.series import Seeded, cfg, seeds_of, x_metric
+from repro.sweep.tuned import tuning_table
 
+SPEC_FORMAT = "repro wandb report spec 1"
 TITLE_MAX = 128  # wandb refuses longer report titles
 BOTH_CLOCKS = ("time/modeled_s", "step")
+GROUP_BY = "experiment.label"  # a run's label within its set: one group per method
+BAND = "minmax"  # the band spans the lowest to the highest seed
+CURVES_TEXT = (
+    "Each line is one run of the set: the mean over its seeds, with a band from the lowest "
+    "to the highest seed (runs grouped by experiment.label). Clocks: "
+)
 
 
-def _line(title: str, x: str, y: str, *, logx=False, logy=False, xlabel="", ylabel=""):
-    return wr.LinePlot(
-        title=title,
-        x=x,
-        y=[y],
-        log_x=logx or None,
-        log_y=logy or None,
-        title_x=xlabel or axis_label(x),
-        title_y=ylabel or axis_label(y),
+def _with_unit(value: Any, unit: str) -> str:
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{fmt(value)} {unit}" if numeric and unit else fmt(value)
+
+
+def summary_table(results: list[ClaimResult]) -> Table:
+    """Every claim, outcome claims first: the paper's number, ours, the verdict."""
+    rows = []
+    for r in [*outcomes(results), *model_checks(results)]:
+        prefix = "Model check: " if r.claim.kind == "model_check" else ""
+        rows.append(
+            [
+                f"{prefix}{r.claim.statement} ({r.claim.id})",
+                _with_unit(r.claim.published, r.claim.unit),
+                r.ours_text(r.claim.unit),
+                r.verdict_text(),
+            ]
+        )
+    headers = ["claim", "paper", "ours (mean over seeds, 95% CI)", "verdict"]
+    return Table("Summary", headers, rows)
+
+
+def checks_table(results: list[ClaimResult]) -> Table:
+    """The model checks with their criterion and every seed's value."""
+    rows = [
+        [r.claim.id, r.claim.criterion(), r.ours_text(r.claim.unit), r.per_seed_text()]
+        for r in model_checks(results)
+    ]
+    return Table(CHECKS_TITLE, ["claim", "criterion", "ours (mean)", "per seed"], rows)
+
+
+def _markdown(table: Table) -> dict:
+    return {"kind": "markdown", "text": "\n".join(markdown_table(table)).strip()}
+
+
+def reference_text(ref: Mapping[str, Any], x: str, y: str) -> str:
+    """A resolved reference line or marker (`plots.resolve_reference`) in words."""
+    label = ref.get("label", "published")
+    at = []
+    if "x" in ref:
+        at.append(f"{axis_label(x)} = {fmt(ref['x'])}")
+    if "y" in ref:
+        at.append(f"{axis_label(y)} = {fmt(ref['y'])}")
+    return f"{label}: at {' and '.join(at)}"
+
+
+def _line(
+    title: str, x: str, y: str, *, logx=False, logy=False, xlabel="", ylabel=""
+) -> dict[str, Any]:
+    return {
+        "title": title,
+        "x": x,
+        "y": y,
+        "log_x": bool(logx),
+        "log_y": bool(logy),
+        "title_x": xlabel or axis_label(x),
+        "title_y": ylabel or axis_label(y),
+    }
+
+
+def _grid(title: str, group: str, runs: Seeded, labels: Sequence[str], lines: list) -> dict:
+    """A panel grid over `labels`' runs of `group` (every seed), grouped by label."""
+    ids = [run.run_id for label in labels for run in runs[label].values()]
+    every = sorted(labels) == sorted(runs)
+    return {
+        "kind": "panels",
+        "title": title,
+        "group": group,
+        "run_ids": None if every else ids,
+        "colours": {label: colour_for(label) for label in labels},
+        "lines": lines,
+        "references": [],
+    }
+
+
+def figure_grids(figures: Sequence[FigureSpec], runs: Seeded, group: str) -> list[dict]:
+    """One grid per curve or step figure (the headline first), then one of every plotted
+    metric against both clocks where no figure already plots it so."""
+    curves = sorted(
+        (f for f in figures if f.kind in ("curves", "steps")), key=lambda f: not f.headline
     )
-
-
-def panels(figures: Sequence[FigureSpec]) -> list[wr.LinePlot]:
-    """One line plot per curve or step figure, then each of their metrics against the
-    modeled clock and against steps where no figure already plots it so."""
-    curves = [f for f in figures if f.kind in ("curves", "steps")]
     out, seen = [], set()
     for f in curves:
         x = x_metric(f.x)
-        out.append(
-            _line(f.title, x, f.y, logx=f.logx, logy=f.logy, xlabel=f.xlabel, ylabel=f.ylabel)
-        )
+        labels = [label for label in f.selected(list(runs)) if label in runs]
+        if not labels:
+            continue
+        line = _line(f.title, x, f.y, logx=f.logx, logy=f.logy, xlabel=f.xlabel, ylabel=f.ylabel)
+        grid = _grid(f.title, group, runs, labels, [line])
+        resolved = [resolve_reference(ref, f, runs) for ref in f.reference]
+        grid["references"] = [reference_text(r, x, f.y) for r in resolved if r is not None]
+        out.append(grid)
         seen.add((x, f.y))
     logy = {f.y: f.logy for f in curves}
-    for y in logy:
-        for x in BOTH_CLOCKS:
-            if (x, y) not in seen:
-                title = f"{axis_label(y)} against {axis_label(x)}"
-                out.append(_line(title, x, y, logy=logy[y]))
+    lines = [
+        _line(f"{axis_label(y)} against {axis_label(x)}", x, y, logy=logy[y])
+        for y in logy
+        for x in BOTH_CLOCKS
+        if (x, y) not in seen
+    ]
+    if lines:
+        out.append(_grid("Every curve against both clocks", group, runs, list(runs), lines))
     return out
-
-
-def runset(entity: str, project: str, group: str, runs: Seeded) -> wr.Runset:
-    """The reproduction's run group (every seed), coloured as in the local reports."""
-    return wr.Runset(
-        entity=entity,
-        project=project,
-        name=group,
-        filters=f"Group = '{group}'",
-        custom_run_colors={run.run_id: colour_for(label) for label, _, run in every_run(runs)},
-    )
 
 
 def title_of(claims: ClaimsFile) -> str:
@@ -82,98 +163,126 @@ def title_of(claims: ClaimsFile) -> str:
     return title if len(title) <= TITLE_MAX else title[: TITLE_MAX - 1] + "…"
 
 
-def build_wandb_report(
+def _tuning(paper: str, scale: str, runs: Seeded) -> list[dict]:
+    tuned = any(cfg(run, "experiment.tuned", False) for by in runs.values() for run in by.values())
+    table = tuning_table(paper, scale) if tuned else None
+    if table is None:
+        text = "Learning rates: set by hand per run (experiment.tuned is false)."
+        return [{"kind": "p", "text": text}]
+    return [
+        _markdown(Table(table.title, table.headers, table.rows)),
+        {"kind": "p", "text": table.summary},
+    ]
+
+
+def build_spec(
     claims: ClaimsFile,
     runs: Seeded,
     results: list[ClaimResult],
     scale: str,
     *,
-    entity: str,
     project: str,
-) -> wr.Report:
-    """The Report of one reproduction, not saved (see module doc)."""
+    entity: str | None,
+) -> dict[str, Any]:
+    """The Report of one reproduction as plain data (see module doc); `entity` None: the
+    publishing key's default entity."""
     group = f"{claims.paper}_{scale}"
-    blocks: list = [
-        wr.P(f"{claims.citation} Scale: {scale}; run group {group}."),
-        wr.MarkdownBlock("\n".join(markdown_table(setup_table(runs, scale)))),
-        wr.MarkdownBlock("\n".join(markdown_table(claims_table(outcomes(results), scale)))),
-        wr.MarkdownBlock(
-            "\n".join(markdown_table(claims_table(model_checks(results), scale, CHECKS_TITLE)))
-        ),
-        wr.H2("Curves"),
-        wr.P(f"Clocks: {CLOCKS_TEXT}."),
-        wr.PanelGrid(runsets=[runset(entity, project, group, runs)], panels=panels(claims.figures)),
+    seeds = seeds_of(runs)
+    lead = (
+        f"{claims.citation} Scale: {scale}; wandb run group {group}; {len(seeds)} seeds "
+        f"({', '.join(map(str, seeds))}). Claims: {summary(results)}."
+    )
+    blocks: list[dict] = [
+        {"kind": "p", "text": lead},
+        _markdown(summary_table(results)),
+        {"kind": "p", "text": f"Verdicts: {VERDICTS_TEXT}."},
     ]
-    local_only = [f.title for f in claims.figures if f.kind == "points"]
+    why = findings_table(claims.findings, results, scale, runs)
+    if why.rows:
+        blocks.append(_markdown(why))
+    blocks += [
+        {"kind": "h2", "text": "Curves"},
+        {"kind": "p", "text": CURVES_TEXT + CLOCKS_TEXT + "."},
+        *figure_grids(claims.figures, runs, group),
+    ]
+    local_only = [f.title for f in claims.figures if f.kind not in ("curves", "steps")]
     if local_only:
         note = "In the local report only (one number per run): " + "; ".join(local_only)
-        blocks.append(wr.P(note))
+        blocks.append({"kind": "p", "text": note})
+    if claims.choices:
+        blocks.append(_markdown(choices_table(claims.choices)))
+    blocks += _tuning(claims.paper, scale, runs)
+    blocks.append(_markdown(setup_table(runs, scale)))
+    if model_checks(results):
+        blocks.append(_markdown(checks_table(results)))
+    return {
+        "format": SPEC_FORMAT,
+        "paper": claims.paper,
+        "scale": scale,
+        "project": project,
+        "entity": entity,
+        "title": title_of(claims),
+        "description": f"{claims.paper} at scale {scale}: published claims against our runs",
+        "blocks": blocks,
+    }
+
+
+def _panel_grid(block: Mapping[str, Any], entity: str, project: str) -> wr.PanelGrid:
+    group = block["group"]
+    filters = f"Group = '{group}'"
+    if block["run_ids"] is not None:
+        filters += " and ID in [" + ", ".join(f"'{i}'" for i in block["run_ids"]) + "]"
+    name = f"{group}: {block['title']}"
+    runset = wr.Runset(
+        entity=entity, project=project, name=name, filters=filters, groupby=[f"config.{GROUP_BY}"]
+    )
+    panels: list = [
+        wr.LinePlot(
+            title=line["title"],
+            x=line["x"],
+            y=[line["y"]],
+            log_x=line["log_x"] or None,
+            log_y=line["log_y"] or None,
+            title_x=line["title_x"],
+            title_y=line["title_y"],
+            groupby=wr.Config(GROUP_BY),
+            groupby_aggfunc="mean",
+            groupby_rangefunc=BAND,
+            max_runs_to_show=len(block["colours"]),
+        )
+        for line in block["lines"]
+    ]
+    if block["references"]:
+        text = "**Reference lines**\n\n" + "\n".join(f"- {r}" for r in block["references"])
+        panels.append(wr.MarkdownPanel(markdown=text))
+    colours = {
+        wr.RunsetGroup(name, (wr.RunsetGroupKey(wr.Config(GROUP_BY), label),)): colour
+        for label, colour in block["colours"].items()
+    }
+    return wr.PanelGrid(runsets=[runset], panels=panels, custom_run_colors=colours)
+
+
+def to_report(spec: Mapping[str, Any], entity: str) -> wr.Report:
+    """The `wandb_workspaces` Report of a spec from `build_spec`, not saved."""
+    project = spec["project"]
+    blocks: list = []
+    for block in spec["blocks"]:
+        kind = block["kind"]
+        if kind == "p":
+            blocks.append(wr.P(block["text"]))
+        elif kind == "h2":
+            blocks.append(wr.H2(block["text"]))
+        elif kind == "markdown":
+            blocks.append(wr.MarkdownBlock(block["text"]))
+        elif kind == "panels":
+            blocks.append(wr.H3(block["title"]))
+            blocks.append(_panel_grid(block, entity, project))
+        else:
+            raise UserError(f"wandb report spec: unknown block kind {kind!r}")
     return wr.Report(
         project=project,
         entity=entity,
-        title=title_of(claims),
-        description=f"{claims.paper} at scale {scale}: published claims against our runs",
+        title=spec["title"],
+        description=spec["description"],
         blocks=blocks,
     )
-
-
-def _reachable(url: str, timeout_s: float = 5.0) -> bool:
-    parsed = urlparse(url)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname or "", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _stored_key(base_url: str) -> str | None:
-    """The API key `wandb login` stored for `base_url` (~/.netrc), if any."""
-    try:
-        from wandb.sdk.lib.wbauth.wbnetrc import read_netrc_auth
-
-        return read_netrc_auth(host=base_url)
-    except (ImportError, OSError, ValueError):
-        return None
-
-
-def _api_or_missing():
-    """(wandb.Api, "") when a key and a reachable server exist, else (None, what is missing).
-
-    The key and the server are checked before wandb.Api() is built, because building it
-    verifies the key with the server and can wait a long time for one that is not there."""
-    import wandb
-
-    base_url = wandb.Settings().base_url
-    if not (os.environ.get("WANDB_API_KEY") or _stored_key(base_url)):
-        return None, "no wandb API key (set WANDB_API_KEY or run `wandb login`)"
-    if not _reachable(base_url):
-        return None, f"wandb server {base_url} is not reachable (set WANDB_BASE_URL)"
-    try:
-        return wandb.Api(timeout=20), ""
-    except wandb.errors.Error as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        return None, f"wandb server {base_url} refused the API key: {first}"
-
-
-def publish(
-    paper: str, runs_root: Path, scale: str | None, claims_dir: Path
-) -> tuple[str | None, str]:
-    """Save the Report of `paper`'s reproduction under `runs_root`: (its URL, "") or
-    (None, what is missing)."""
-    from repro.report.build import ordered, select_runs
-    from repro.track.runs import find_runs
-
-    api, missing = _api_or_missing()
-    if api is None:
-        return None, missing
-    claims = load_claims(paper, claims_dir)
-    chosen, runs, _ = select_runs(find_runs(runs_root), paper, scale, str(runs_root))
-    runs = ordered(claims, runs)
-    first = every_run(runs)[0][2]
-    entity = cfg(first, "tracking.entity") or api.default_entity
-    project = cfg(first, "tracking.project") or "repro"
-    results = evaluate(claims.claims, runs, chosen)
-    report = build_wandb_report(claims, runs, results, chosen, entity=entity, project=project)
-    report.save()
-    return report.url, ""

@@ -1,0 +1,115 @@
+"""What a training run tells wandb, read back with wandb's own offline reader.
+
+A reproduction run and a sweep trial are opened exactly as the trainer opens them
+(`RunLog` over a composed config), log a few points offline and finish; `wandb leet inspect
+--json` then decodes the run's transaction log with wandb's Go core, independently of our
+parser: the run's name carries its seed, its tags name paper, scale, method, seed and study,
+a sweep trial sits in its study's group, not the reproduction's, and the metric records make
+the modeled clock the default x axis with the min / max summaries computed over the points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from repro.config import compose
+from repro.sweep.spec import load_spec
+from repro.sweep.study import trial_overrides
+from repro.sweep.tune_spec import load_tune_spec
+from repro.sweep.tune_study import trial_overrides as tune_overrides
+from repro.track.naming import run_identity
+from repro.track.wandb_metrics import SUMMARIES
+from repro.train.run_log import RunLog
+from tests.integration.test_wandb_leet import leet
+
+ROOT = Path(__file__).resolve().parents[2]
+# Neither loss nor accuracy is monotone, so min / max differ from the first and last points.
+LOSSES = [2.0, 0.7, 1.1, 0.9]
+ACCS = [0.2, 0.8, 0.6, 0.7]
+
+
+def logged_run(overrides: list[str], run_dir: Path) -> Path:
+    """One finished offline run of LOSSES / ACCS through the trainer's RunLog; its segment."""
+    cfg = compose([*overrides, "tracking=wandb_offline", f"run_dir={run_dir}"])
+    log = RunLog(cfg, run_dir, first_process=True)
+    log.open()
+    for step, (loss, acc) in enumerate(zip(LOSSES, ACCS, strict=True)):
+        log.log(
+            {
+                "step": step,
+                "train/loss": loss,
+                "test/acc": acc,
+                "time/modeled_s": 0.5 * step,
+                "time/wall_s": 2.0 * step,
+            }
+        )
+    log.finish({**log.last_point, "target/reached": 0.0})
+    (segment,) = (run_dir / "wandb").glob("offline-run-*")
+    return segment
+
+
+def records(segment: Path) -> tuple[dict, dict]:
+    """The run record and the metric definitions (name -> record) wandb wrote."""
+    lines = [json.loads(line) for line in leet(str(segment)).splitlines()]
+    (run,) = [r["run"] for r in lines if r["type"] == "run"]
+    metrics = {
+        m.get("name") or m.get("glob_name"): m
+        for m in (r["metric"] for r in lines if r["type"] == "metric")
+    }
+    return run, metrics
+
+
+def test_reproduction_run_name_tags_group_axes_and_summaries(tmp_path):
+    overrides = ["experiment=adacomm_small", "experiment.label=local_sgd_tau4", "seed=2"]
+    segment = logged_run([*overrides, "method=local_sgd", "method.tau=4"], tmp_path / "run")
+    run, metrics = records(segment)
+    assert run["display_name"] == "local_sgd_tau4-s2"
+    assert run["run_group"] == "adacomm_small"
+    assert run["tags"] == ["paper:adacomm", "scale:small", "method:local_sgd", "seed:2"]
+
+    # every curve against the modeled clock by default, the wall clock against steps
+    assert metrics["*"]["step_metric"] == "time/modeled_s"
+    assert metrics["train/loss"]["step_metric"] == "time/modeled_s"
+    assert metrics["time/wall_s"]["step_metric"] == "step"
+    assert {"step", "time/modeled_s"} <= metrics.keys()
+    for name, kinds in SUMMARIES.items():
+        assert set(metrics[name]["summary"]) == set(kinds.split(","))
+
+    summary = json.loads(leet("--summary", str(segment)))["summary"]
+    assert summary["train/loss"] == {"min": min(LOSSES), "last": LOSSES[-1]}
+    assert summary["test/acc"] == {"max": max(ACCS), "last": ACCS[-1]}
+    assert summary["target/reached"] == 0
+    assert summary["time/modeled_s"] == 0.5 * (len(LOSSES) - 1)
+
+
+def test_sweep_trial_sits_in_its_study_group_not_the_reproductions(tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "topk_cr_pareto.yaml")
+    params = {p.key: p.probe_values()[0] for p in spec.space}
+    overrides = trial_overrides(spec, 3, params, tmp_path / "trial_3")
+    run, _ = records(logged_run(overrides, tmp_path / "trial_3"))
+    cfg = compose(overrides)
+    assert cfg.experiment.group == "topk_small"  # the reproduction's group, not the trial's
+    assert run["run_group"] == spec.name
+    assert run["display_name"] == f"{cfg.label}-s{cfg.seed}"
+    assert run["tags"] == [
+        "paper:topk",
+        "scale:small",
+        f"method:{cfg.method.name}",
+        f"seed:{cfg.seed}",
+        "sweep",
+        f"study:{spec.name}",
+        "trial:3",
+    ]
+
+
+def test_tuning_trials_have_their_own_group_and_tags():
+    spec = load_tune_spec(ROOT / "sweeps" / "tune" / "topk_small.yaml")
+    runs = compose([f"experiment={spec.experiment}"]).experiment.runs
+    arm = spec.arms["star_topk"]
+    params = {p.key: p.low for p in spec.space_of(arm)}
+    cfg = compose(tune_overrides(spec, runs, arm, params, spec.seeds[0]))
+    who = run_identity(cfg)
+    assert who.group == "tune_topk_small" != cfg.experiment.group
+    assert who.name == f"{arm.trained}-s{spec.seeds[0]}"
+    assert who.tags[-3:] == ["tune", "study:tune_topk_small", "arm:star_topk"]
