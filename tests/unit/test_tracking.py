@@ -162,6 +162,8 @@ def test_auto_mode_and_validation():
         TrackingConfig(project="a/b")
     with pytest.raises(UserError, match="tracking.tags"):
         TrackingConfig(tags=["x" * 65])
+    with pytest.raises(UserError, match="tracking.group='xxx.*' must be at most 128 characters"):
+        TrackingConfig(group="x" * 129)
 
 
 @pytest.mark.parametrize(
