@@ -1,8 +1,9 @@
 """A paper's reproduction as a W&B Report: its spec (plain JSON) and the Report built from it.
 
 The Report says what the local report says, over the reproduction's run group
-(`<paper>_<scale>`) on the server, in the order a reader asks: the summary table (each
-claim, the paper's number, ours as the mean over seeds with its 95% interval, the verdict),
+(`<paper>_<scale>`) on the server, in the order a reader asks: the page's summary table
+(`repro.report.summary`: each claim, the paper's number, ours as the mean over seeds with
+its 95% interval, the verdict in plain words),
 why claims did not reproduce, the curves, the choices and deviations from the paper, how
 the learning rates were tuned, the setup, and the checks of our implementation against the
 paper's formulas.
@@ -38,8 +39,9 @@ from repro.report.findings import findings_table
 from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, setup_table
 from repro.report.plots import FigureSpec, axis_label, resolve_reference
 from repro.report.render import Table, fmt, markdown_table
-from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
+from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, summary
 from repro.report.series import Seeded, cfg, seeds_of, x_metric
+from repro.report.summary import summary_table
 from repro.sweep.tuned import tuning_table
 
 SPEC_FORMAT = "repro wandb report spec 1"
@@ -51,28 +53,6 @@ CURVES_TEXT = (
     "Each line is one run of the set: the mean over its seeds, with a band from the lowest "
     "to the highest seed (runs grouped by experiment.label). Clocks: "
 )
-
-
-def _with_unit(value: Any, unit: str) -> str:
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    return f"{fmt(value)} {unit}" if numeric and unit else fmt(value)
-
-
-def summary_table(results: list[ClaimResult]) -> Table:
-    """Every claim, outcome claims first: the paper's number, ours, the verdict."""
-    rows = []
-    for r in [*outcomes(results), *model_checks(results)]:
-        prefix = "Model check: " if r.claim.kind == "model_check" else ""
-        rows.append(
-            [
-                f"{prefix}{r.claim.statement} ({r.claim.id})",
-                _with_unit(r.claim.published, r.claim.unit),
-                r.ours_text(r.claim.unit),
-                r.verdict_text(),
-            ]
-        )
-    headers = ["claim", "paper", "ours (mean over seeds, 95% CI)", "verdict"]
-    return Table("Summary", headers, rows)
 
 
 def checks_table(results: list[ClaimResult]) -> Table:

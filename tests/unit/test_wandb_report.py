@@ -13,6 +13,7 @@ from repro.report.colours import colour_for
 from repro.report.plots import FigureSpec, axis_label
 from repro.report.report_cli import main as report_main
 from repro.report.seeds import evaluate, model_checks, outcomes
+from repro.report.summary import plain_verdict
 from repro.report.wandb_publish import SPEC_FILE
 from repro.report.wandb_report import (
     BAND,
@@ -63,9 +64,9 @@ def test_spec_opens_with_the_summary_then_findings_curves_choices_tuning_setup_c
     expected = [*outcomes(results), *model_checks(results)]
     assert len(summary) == len(expected) == len(claims.claims)
     for row, r in zip(summary, expected, strict=True):
-        assert row[0].endswith(f"({r.claim.id})")
+        assert row[0].endswith(f"{r.claim.statement} {r.claim.id}")
         assert row[0].startswith("Model check: ") == (r.claim.kind == "model_check")
-        assert row[2] == r.ours_text(r.claim.unit) and row[3] == r.verdict_text()
+        assert row[2] == r.ours_text(r.claim.unit) and row[3] == plain_verdict(r)
         assert "95% CI" in row[2] or r.interval is None
     choices = _rows(next(t for t in texts if t.startswith("## Choices")))
     assert [row[0] for row in choices] == [c.setting for c in claims.choices]
