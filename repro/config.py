@@ -49,6 +49,8 @@ NON_IDENTITY_KEYS = (
     "trainer.collective_timeout_s",
     "trainer.keep_checkpoints",
     "trainer.divergence",
+    "method.test_variants",
+    "method.model_copies",
     "experiment.runs",
     "experiment.seeds",
     "experiment.expected_minutes",
@@ -189,6 +191,7 @@ class Config:
                 f"{self.trainer.batch_size} needs more than the {n_train} training samples of "
                 f"workload={self.workload.name}; lower one of them"
             )
+        self.method.check_declared()
         self.method.validate_world_size(self.trainer.world_size)
         if self.trainer.engine == "auto":
             self.trainer.engine = "simulated" if simulated_by_default(self) else "processes"

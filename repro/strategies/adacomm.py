@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from repro.errors import UserError
-from repro.strategies.base import StepInfo, register
+from repro.strategies.base import Metrics, StepInfo, register
 from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
 from repro.strategies.tau_schedule import TauSchedule
 
@@ -68,6 +68,8 @@ class AdaCommConfig(LocalSGDConfig):
 
 @register(AdaCommConfig)
 class AdaCommStrategy(LocalSGDStrategy):
+    cfg: AdaCommConfig
+
     def __init__(self, cfg: AdaCommConfig, world_size: int):
         super().__init__(cfg, world_size)
         by_steps = cfg.interval_steps > 0
@@ -86,7 +88,7 @@ class AdaCommStrategy(LocalSGDStrategy):
         now = float(info.step) if self.by_steps else info.modeled_s
         self.tau = self.schedule.observe(now, avg_loss, info.lr)
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> Metrics:
         return {"method/tau": float(self.tau), "method/avg_loss": self.last_avg_loss}
 
     def state_dict(self) -> dict:

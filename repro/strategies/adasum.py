@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from repro.comm.adasum_rules import ZERO_NORM_GUARDS, check_world_size
 from repro.errors import UserError
 from repro.strategies.adasum_op import adasum_pair, adasum_per_tensor, adasum_reduce
-from repro.strategies.base import MethodConfig, StepInfo, no_grad, register
+from repro.strategies.base import MethodConfig, Metrics, StepInfo, Strategy, no_grad, register
 from repro.strategies.sync import allreduce_gradients
 
 if TYPE_CHECKING:
@@ -125,14 +125,18 @@ class AdasumConfig(MethodConfig):
 
 
 @register(AdasumConfig)
-class AdasumStrategy:
+class AdasumStrategy(Strategy):
     """Delta flow: local optimizer step, then per-tensor combination of the parameter
     deltas. Gradient flow: one allreduce of the gradients before the optimizer step.
 
     The delta flow's start copy and flat delta buffer are allocated once in `setup`: the
     deltas are written straight into the buffer the allreduce works on, so a step allocates
-    nothing of the model's size.
+    nothing of the model's size. Between steps it holds nothing a resumed run needs (the
+    start copy and the deltas matter only from after_backward to after_step, and optimizer
+    state is the trainer's), so its state is the base's empty one.
     """
+
+    cfg: AdasumConfig
 
     def __init__(self, cfg: AdasumConfig, world_size: int):
         # torch and the Adasum paths are imported in the methods that run: discovery
@@ -142,8 +146,7 @@ class AdasumStrategy:
         from repro.comm.adasum_allreduce import adasum_allreduce_
 
         cfg.validate_world_size(world_size)
-        self.cfg = cfg
-        self.world_size = world_size
+        super().__init__(cfg, world_size)
         self._params: list[torch.Tensor] = []
         self._start: list[torch.Tensor] = []
         self._layout: FlatLayout | None = None
@@ -229,20 +232,10 @@ class AdasumStrategy:
         deltas = self._flat[:, : layout.total]
         return [comm.allreduce(deltas, average=self.cfg.combiner == "mean")]
 
-    def metrics(self) -> dict[str, float | str]:
+    def metrics(self) -> Metrics:
         """`method/bytes`: payload bytes this worker contributed to the last combination."""
         return {
             "method/combiner": self.cfg.combiner,
             "method/flow": self.cfg.combines,
             "method/bytes": float(self._last_bytes),
         }
-
-    def state_dict(self) -> dict:
-        # Between steps the strategy holds nothing a resumed run would need: the start copy
-        # and the deltas matter only from after_backward to after_step, and optimizer state
-        # is the trainer's.
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:
-            raise ValueError(f"adasum strategy has no state to load, got keys {sorted(state)}")

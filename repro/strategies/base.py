@@ -1,4 +1,4 @@
-"""The Strategy protocol: how a communication method plugs into the trainer.
+"""The Strategy base: how a communication method plugs into the trainer.
 
 The trainer knows no method by name. Each step it calls `after_backward` (gradient
 communication, before the optimizer step) and `after_step` (model or delta communication,
@@ -6,8 +6,10 @@ after it), collects the returned `CommRecord`s for the modeled clock and the met
 reads `metrics()` at log points. A strategy never reads the clock or the tracker: what it
 needs to know about time, loss, learning rate and the network arrives in `StepInfo`.
 
-Adding a method means one strategy module whose strategy class is decorated with
-`register(ItsConfig)`, one `configs/method/<name>.yaml`, and tests: methods are discovered.
+Adding a method means one strategy module whose strategy class subclasses `Strategy` and
+is decorated with `register(ItsConfig)`, one `configs/method/<name>.yaml` declaring the
+variants it is tested in and the model copies it holds (`MethodConfig`), and tests of its
+own: methods are discovered, and every shared guarantee runs the new one by itself.
 
 Discovery imports every module of `repro.strategies` to compose a config, so those modules
 import torch, `repro.comm` and `repro.compress` only in the methods that run (or under
@@ -21,7 +23,7 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from hydra.core.config_store import ConfigStore
@@ -39,9 +41,39 @@ if TYPE_CHECKING:
 @dataclass
 class MethodConfig:
     """Fields every method shares; each method subclasses it beside its strategy and sets
-    `name`'s default, the one place the method's name is written."""
+    `name`'s default, the one place the method's name is written.
+
+    Two declarations every `configs/method/<name>.yaml` makes, read by the conformance kit
+    (`repro.strategies.conformance`) so that no test keeps its own list of methods:
+    `test_variants`, the runs the method must pass every guarantee in, each a list of
+    overrides applied after `method=<name>` (`[]`: its defaults): engine equivalence at 2
+    and 4 workers, resume from a mid-run checkpoint, the torch-free config path and
+    `make gpu-check`; the first is the method's representative, which the checks too
+    costly for every variant (a SIGKILLed run, ResNet-18 on a GPU) take. `model_copies`,
+    how many copies of the model's size the method holds per worker besides the
+    parameters, their gradients and the optimizer's slots (flat send buffers, residuals, a
+    start copy), at most over its settings: the simulated engine's memory estimate counts
+    them. Neither changes what a run computes, so neither is part of a run's identity.
+    """
 
     name: str = "sync"
+    test_variants: list[list[str]] = field(default_factory=list)
+    model_copies: int | None = None
+
+    def check_declared(self) -> None:
+        """Refuse a method config that lacks either declaration, naming its file."""
+        where = f"configs/method/{self.name}.yaml"
+        if not self.test_variants:
+            raise UserError(
+                f"{where} declares no test_variants; add the overrides the method must be "
+                "tested in, e.g. `test_variants: [[]]` for its defaults alone"
+            )
+        if self.model_copies is None or self.model_copies < 0:
+            raise UserError(
+                f"{where} declares model_copies={self.model_copies}; set it to the copies "
+                "of the model the method holds per worker (0 or more), e.g. `model_copies: 1` "
+                "for one flat send buffer"
+            )
 
     def process_env(self) -> dict[str, str]:
         """Environment variables the worker sets before the process group starts (e.g. an
@@ -79,22 +111,55 @@ class Rehearsal(Protocol):
     def rehearse(self, n_steps: int, per_step: Callable[[int], None]) -> None: ...
 
 
-class Strategy(Protocol):
-    """`model` is the stacked `repro.train.replicas.Replicas` of the held workers."""
+Metrics = dict[str, float | str]
+"""What a strategy reports at a log point, under `method/...` names: numbers (tau, the
+compression ratio, bytes, k), or a word where the method reports a choice it made (the
+collective, the combiner)."""
+
+
+class Strategy:
+    """A communication method's hooks into the loop, each a no-op by default, so a method
+    writes only what it does (sync: `setup` and `after_backward`; local SGD: `after_step`
+    and its state).
+
+    `setup` gets `model`, the stacked `repro.train.replicas.Replicas` of the held workers,
+    their optimizer, the collectives and the trainer's `Rehearsal`, once before the first
+    step. `after_backward` (gradient communication, before the optimizer step) and
+    `after_step` (model or delta communication, after it) return the `CommRecord`s of
+    what they sent. `state_dict` is everything a resumed run needs to continue exactly;
+    the default keeps nothing, and the default `load_state_dict` refuses a non-empty
+    state, so a method that saves state but forgets to load it fails on its first resume.
+    """
+
+    def __init__(self, cfg: MethodConfig, world_size: int):
+        self.cfg, self.world_size = cfg, world_size
 
     def setup(
         self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal: Rehearsal
-    ) -> None: ...
+    ) -> None:
+        """Nothing to prepare by default."""
 
-    def after_backward(self, info: StepInfo) -> list[CommRecord]: ...
+    def after_backward(self, info: StepInfo) -> list[CommRecord]:
+        """No gradient communication by default."""
+        return []
 
-    def after_step(self, info: StepInfo) -> list[CommRecord]: ...
+    def after_step(self, info: StepInfo) -> list[CommRecord]:
+        """No model or delta communication by default."""
+        return []
 
-    def metrics(self) -> dict[str, float]: ...
+    def metrics(self) -> Metrics:
+        """Nothing to report by default."""
+        return {}
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict:
+        """No state by default."""
+        return {}
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(
+                f"{type(self).__name__} keeps no state; the checkpoint holds {sorted(state)}"
+            )
 
 
 def no_grad(fn: Callable) -> Callable:
@@ -111,7 +176,7 @@ def no_grad(fn: Callable) -> Callable:
     return run_without_grad
 
 
-_REGISTRY: dict[str, tuple[type[MethodConfig], type]] = {}
+_REGISTRY: dict[str, tuple[type[MethodConfig], type[Strategy]]] = {}
 
 
 def register(config_cls: type[MethodConfig]):
@@ -127,7 +192,7 @@ def register(config_cls: type[MethodConfig]):
     return wrap
 
 
-def registered() -> dict[str, tuple[type[MethodConfig], type]]:
+def registered() -> dict[str, tuple[type[MethodConfig], type[Strategy]]]:
     """Every method, discovered by importing each module of `repro.strategies` (a module
     registers its strategy when imported; nothing lists them)."""
     import repro.strategies as package

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from repro.errors import UserError
-from repro.strategies.base import MethodConfig, StepInfo, register
+from repro.strategies.base import MethodConfig, Metrics, StepInfo, Strategy, register
 from repro.strategies.flat import copy_into, flatten
 
 if TYPE_CHECKING:
@@ -101,11 +101,13 @@ class ModelAverager:
 
 
 @register(LocalSGDConfig)
-class LocalSGDStrategy:
+class LocalSGDStrategy(Strategy):
     """Fixed period: average every `tau` local steps."""
 
+    cfg: LocalSGDConfig
+
     def __init__(self, cfg: LocalSGDConfig, world_size: int):
-        self.cfg, self.world_size = cfg, world_size
+        super().__init__(cfg, world_size)
         import torch
 
         self.tau = cfg.tau
@@ -118,9 +120,6 @@ class LocalSGDStrategy:
 
         self.averager = ModelAverager(model, optimizer, comm, self.cfg)
         self.loss_sum = torch.zeros(len(comm.ranks), dtype=torch.float64)
-
-    def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        return []
 
     def after_step(self, info: StepInfo) -> list[CommRecord]:
         self.local_steps += 1
@@ -136,7 +135,7 @@ class LocalSGDStrategy:
     def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
         """Hook for subclasses that adapt tau; called on every rank with identical inputs."""
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> Metrics:
         return {"method/tau": float(self.tau)}
 
     def state_dict(self) -> dict:

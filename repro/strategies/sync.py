@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from repro.strategies.base import MethodConfig, StepInfo, register
+from repro.strategies.base import MethodConfig, StepInfo, Strategy, register
 from repro.strategies.flat import copy_into, flatten
 
 if TYPE_CHECKING:
@@ -33,9 +33,8 @@ class SyncConfig(MethodConfig):
 
 
 @register(SyncConfig)
-class SyncStrategy:
-    def __init__(self, cfg: SyncConfig, world_size: int):
-        self.cfg, self.world_size = cfg, world_size
+class SyncStrategy(Strategy):
+    cfg: SyncConfig
 
     def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -43,15 +42,3 @@ class SyncStrategy:
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         return [allreduce_gradients(self.params, self.comm, average=True)]
-
-    def after_step(self, info: StepInfo) -> list[CommRecord]:
-        return []
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
