@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import wandb_workspaces.reports.v2 as wr
+import yaml
 
 from repro.cli import main as cli_main
 from repro.report.build import ordered, select_runs
@@ -30,8 +31,8 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 NO_KEY = "no wandb API key (set WANDB_API_KEY or run `wandb login`)"
 
 
-def _parts(run_list):
-    claims = load_claims("adacomm", CLAIMS_DIR)
+def _parts(run_list, claims_dir=CLAIMS_DIR):
+    claims = load_claims("adacomm", claims_dir)
     scale, runs, _ = select_runs(run_list, "adacomm", None, "runs")
     runs = ordered(claims, runs)
     return claims, runs, scale, evaluate(claims.claims, runs, scale)
@@ -147,9 +148,13 @@ def test_publish_offline_saves_the_spec_and_says_how_to_publish_it(tmp_path, mon
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc with a stored key
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    runs_root, out = tmp_path / "runs", tmp_path / "reports"
+    runs_root, out, claims_dir = tmp_path / "runs", tmp_path / "reports", tmp_path / "claims"
     _write_offline_runs(runs_root)
-    argv = ["adacomm", "--runs", str(runs_root), "--out", str(out), "--claims", str(CLAIMS_DIR)]
+    # the claims without their figures: drawing them is the local report's test, not this one's
+    raw = yaml.safe_load((CLAIMS_DIR / "adacomm.yaml").read_text())
+    claims_dir.mkdir()
+    (claims_dir / "adacomm.yaml").write_text(yaml.safe_dump({**raw, "figures": []}))
+    argv = ["adacomm", "--runs", str(runs_root), "--out", str(out), "--claims", str(claims_dir)]
     assert report_main([*argv, "--publish"]) == 0  # the local report stands
     spec_path = out / "adacomm" / SPEC_FILE
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -159,7 +164,7 @@ def test_publish_offline_saves_the_spec_and_says_how_to_publish_it(tmp_path, mon
     )
     assert (out / "adacomm" / "report.html").is_file()
     saved = spec_path.read_bytes()
-    claims, runs, scale, results = _parts(find_runs(runs_root))
+    claims, runs, scale, results = _parts(find_runs(runs_root), claims_dir)
     assert json.loads(saved) == build_spec(
         claims, runs, results, scale, project="repro", entity=None
     )
