@@ -9,12 +9,13 @@ the learning rates were tuned, the setup, and the checks of our implementation a
 paper's formulas.
 
 Curves: one panel grid per curve or step figure of the claims file (the headline figure
-first), over that figure's runs only, grouped by run label (`experiment.label`), so wandb
-draws each method's mean over its seeds with a band from the lowest to the highest seed, in
-the local reports' colour for that method (`colours.colour_for`). wandb's line plots have
-no reference lines, so a figure's reference lines (a target, the paper's number) are stated
-in a text panel beside its plot, with the value the local figure draws them at. Then each
-plotted metric against both the modeled clock and steps. Figures of one number per run
+first), over that figure's runs only (named by id: the runs the local report read), grouped
+by run label (`experiment.label`), so wandb draws each method's mean over its seeds with a
+band from the lowest to the highest seed, in the local reports' colour for that method
+(`colours.colour_for`). wandb's line plots have no reference lines, so a figure's reference
+lines (a target, the paper's number) are stated in a text panel beside its plot, with the
+value the local figure draws them at. Then each plotted metric against both the modeled
+clock and steps. Figures of one number per run
 (`points`, `drops`) have no wandb panel; the Report names them.
 
 The spec is what `repro report PAPER --publish` saves beside the local report
@@ -94,14 +95,13 @@ def _line(
 
 
 def _grid(title: str, group: str, runs: Seeded, labels: Sequence[str], lines: list) -> dict:
-    """A panel grid over `labels`' runs of `group` (every seed), grouped by label."""
-    ids = [run.run_id for label in labels for run in runs[label].values()]
-    every = sorted(labels) == sorted(runs)
+    """A panel grid over `labels`' runs (every seed), grouped by label. The runs are named by
+    id: the ones the local report read, not an older run of the group left on the server."""
     return {
         "kind": "panels",
         "title": title,
         "group": group,
-        "run_ids": None if every else ids,
+        "run_ids": [run.run_id for label in labels for run in runs[label].values()],
         "colours": {label: colour_for(label) for label in labels},
         "lines": lines,
         "references": [],
@@ -209,9 +209,8 @@ def build_spec(
 
 def _panel_grid(block: Mapping[str, Any], entity: str, project: str) -> wr.PanelGrid:
     group = block["group"]
-    filters = f"Group = '{group}'"
-    if block["run_ids"] is not None:
-        filters += " and ID in [" + ", ".join(f"'{i}'" for i in block["run_ids"]) + "]"
+    ids = ", ".join(f"'{run_id}'" for run_id in block["run_ids"])
+    filters = f"Group = '{group}' and ID in [{ids}]"
     name = f"{group}: {block['title']}"
     runset = wr.Runset(
         entity=entity, project=project, name=name, filters=filters, groupby=[f"config.{GROUP_BY}"]

@@ -106,7 +106,8 @@ def test_figure_grids_group_by_label_select_runs_and_state_reference_lines():
     chosen = [r.run_id for lab in ("sync", "adacomm") for r in runs[lab].values()]
     assert sorted(head["run_ids"]) == sorted(chosen)
     assert head["colours"] == {"sync": colour_for("sync"), "adacomm": colour_for("adacomm")}
-    assert every["run_ids"] is None and every["lines"][0]["log_y"] is True
+    every_id = [r.run_id for by_seed in runs.values() for r in by_seed.values()]
+    assert sorted(every["run_ids"]) == sorted(every_id) and every["lines"][0]["log_y"] is True
     # sync's last point is at step 100, one modeled second per step
     quarter = 0.25 * STEPS[-1]
     assert every["references"] == [
