@@ -143,7 +143,7 @@ def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, ou
             missing = str(err)
     return (
         f"wandb report not published ({missing}): saved its spec to {path}; "
-        f"publish it with `repro report publish {path}` once a key is set"
+        f"publish it later with `repro report publish {path}`"
     )
 
 

@@ -161,7 +161,7 @@ def test_publish_offline_saves_the_spec_and_says_how_to_publish_it(tmp_path, mon
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == (
         f"wandb report not published ({NO_KEY}): saved its spec to {spec_path}; "
-        f"publish it with `repro report publish {spec_path}` once a key is set"
+        f"publish it later with `repro report publish {spec_path}`"
     )
     assert (out / "adacomm" / "report.html").is_file()
     saved = spec_path.read_bytes()
