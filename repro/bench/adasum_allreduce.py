@@ -31,9 +31,9 @@ import torch
 
 from repro.comm.adasum_allreduce import adasum_allreduce_
 from repro.comm.adasum_gather import adasum_gather_
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.flat_layout import FlatLayout
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 
 WORLD = 4
 SIZES_MB = (1, 4, 16, 64)

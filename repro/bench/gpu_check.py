@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.devices import cuda_problem, pick_device
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.stopwatch import Stopwatch
 from repro.config import compose
 from repro.errors import UserError

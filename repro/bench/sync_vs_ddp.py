@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.netmodel.calibrate import load_note
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.compress.exchange import ag_topk_exchange, ar_topk_exchange, dense_exchange
 from repro.compress.topk import compress, k_for
 from repro.workload.models import build_model

@@ -25,10 +25,10 @@ from dataclasses import replace
 
 import torch
 
-from repro.comm.adasum_rules import ZERO_NORM_SQ, check_world_size
-from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.adasum_rules import ADASUM_STATS_ALGO, ZERO_NORM_SQ, check_world_size
+from repro.comm.collectives import Collectives
 from repro.comm.flat_layout import FlatLayout
-from repro.netmodel.cost import ADASUM_STATS_ALGO
+from repro.comm.record import CommRecord
 
 
 def adasum_coefficients(

@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 from repro.comm.adasum_allreduce import ZERO_NORM_SQ, adasum_pair_, check_world_size
-from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.collectives import Collectives
 from repro.comm.flat_layout import FlatLayout
+from repro.comm.record import CommRecord
 
 
 def tree_reduce_rows_(

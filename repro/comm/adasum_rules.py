@@ -1,4 +1,5 @@
-"""What every Adasum path agrees on, without torch: the zero-norm guard and the worker count.
+"""What every Adasum path agrees on, without torch: the zero-norm guard, the worker count and
+the algorithm its statistics allreduce is charged as.
 
 The reference operator (`repro.strategies.adasum_op`), the gathering path
 (`adasum_gather`), the halving allreduce (`adasum_allreduce`) and `AdasumConfig` all read
@@ -31,3 +32,11 @@ def check_world_size(world_size: int) -> None:
             f"Adasum needs a power-of-two number of workers (1, 2, 4, 8, ...), got "
             f"{world_size}; change the worker count or use method.combiner=sum|mean"
         )
+
+
+# The allreduce of Adasum's per-level scalars (3 float64 per tensor) is tiny, so it is
+# charged as the latency-optimal tree (MPI serves messages this small by recursive doubling
+# or a tree; a ring would pay 2(g-1) latencies for 24 bytes). The allreduce stamps this on
+# its records and `repro.netmodel.cost.adasum_vhdd` charges it, so the modeled clock and
+# `repro cost` agree.
+ADASUM_STATS_ALGO = "tree"

@@ -1,8 +1,9 @@
 """Collectives of the simulated engine: every worker of the run on one tensor axis.
 
-The process holds all n workers, so each collective is a tensor operation along the leading
-axis: an allreduce is a sum over it, an allgather hands every row the whole axis, a
-broadcast copies one row, a pairwise exchange permutes rows. The records are those the
+The process holds all n workers, so each operation of the contract (`repro.comm.collectives`)
+is a tensor operation along the leading axis: an allreduce is a sum over it, an allgather
+hands every row the whole axis, a broadcast copies one row, a pairwise exchange permutes
+rows. The records are those the
 process engine writes for the same call (one worker's bytes, the group's size), so the
 modeled clock charges both engines alike; their seconds are the tensor operation's, not a
 network's.
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 
 import torch
 
-from repro.comm.collectives import Collectives, CommRecord, worker_nbytes
+from repro.comm.collectives import Collectives, worker_nbytes
+from repro.comm.record import CommRecord
 
 
 def _ordered_sum(rows: torch.Tensor) -> torch.Tensor:
@@ -64,7 +66,6 @@ class AxisCollectives(Collectives):
             t[part] = total
 
     def allreduce(self, t: torch.Tensor, average: bool = False) -> CommRecord:
-        """In-place sum (or mean) over each worker's group."""
         self._check(t)
         secs = self._timed(lambda: self._reduce_(t), t)
         if average:
@@ -72,9 +73,8 @@ class AxisCollectives(Collectives):
         return self._record("allreduce", t, secs, self.algo)
 
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
-        """(world_size, group_size, *row shape): each worker gets its group's rows in rank
-        order. With one group every worker's copy is the same storage (an expanded view of
-        one gathered copy, not world_size copies): read it, do not write it."""
+        """With one group every worker's copy is the same storage (an expanded view of one
+        gathered copy, not world_size copies)."""
         self._check(t)
         if len(self.parts) == 1:
             copy: list[torch.Tensor] = []
@@ -93,7 +93,6 @@ class AxisCollectives(Collectives):
         return out, self._record("allgather", t, secs)
 
     def broadcast(self, t: torch.Tensor, src: int) -> CommRecord:
-        """In-place: every worker of `src`'s group takes global worker `src`'s row."""
         self._check(t)
         part = next(p for p in self.parts if src in p)
 
@@ -104,7 +103,6 @@ class AxisCollectives(Collectives):
         return self._record("broadcast", t, secs)
 
     def reduce_scatter(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
-        """Sum over the group of rows (n * c, ...); worker i of a group keeps chunk i."""
         self._check(t)
         chunk = t.shape[1] // self.group_size
         out = torch.empty((self.world_size, chunk, *t.shape[2:]), dtype=t.dtype, device=t.device)
@@ -121,7 +119,7 @@ class AxisCollectives(Collectives):
     def sendrecv(
         self, send: torch.Tensor, peers: Sequence[int], out: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, CommRecord]:
-        """Row i receives row peers[i] (a symmetric pairing of global ranks)."""
+        """A permutation of the rows, refused unless the pairing is symmetric."""
         self._check(send)
         if any(peers[p] != r for r, p in enumerate(peers)):
             raise ValueError(f"sendrecv peers {list(peers)} are not a symmetric pairing")
@@ -131,15 +129,14 @@ class AxisCollectives(Collectives):
         return recv, CommRecord("sendrecv", worker_nbytes(send), secs, 2)
 
     def split(self, partition: list[list[int]]) -> AxisCollectives:
-        """Collectives reducing each part of `partition` separately (all parts at once)."""
+        """Every part at once: the result holds all of them, each reduced separately."""
         key = tuple(tuple(p) for p in partition)
         if key not in self._split:
             self._split[key] = AxisCollectives(self.world_size, self.algo, [list(p) for p in key])
         return self._split[key]
 
     def allreduce_untracked(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place sum over each worker's group of a CPU tensor for instrumentation
-        (metrics, clocks), which lives on the CPU here as in the process engine."""
+        """The tensor lives on the CPU here as in the process engine."""
         self._instrumentation(t, "allreduce_untracked")
         self._reduce_(t)
         return t

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.comm.collectives import CommRecord, ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
+from repro.comm.record import CommRecord
 from repro.errors import UserError
 from repro.netmodel.calibrate_fit import (
     JOINT,

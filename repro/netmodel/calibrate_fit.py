@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 from repro.errors import UserError
 from repro.netmodel.cost import Link, record_cost
 

@@ -20,14 +20,11 @@ Only the intermediate times inside such a sequence differ, and those are never l
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repro.comm.record import CommRecord
 from repro.netmodel.cost import Link, record_cost
-
-if TYPE_CHECKING:
-    from repro.comm.collectives import CommRecord
 
 
 class ModeledClock:

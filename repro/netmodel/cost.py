@@ -15,12 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from repro.comm.adasum_rules import ADASUM_STATS_ALGO
+from repro.comm.record import CommRecord
 from repro.errors import UserError
-
-if TYPE_CHECKING:
-    from repro.comm.collectives import CommRecord
 
 _SCALAR_BYTES = 8  # Adasum accumulates dot products and norms in float64
 
@@ -138,12 +136,6 @@ def art_tree(link: Link, nbytes: float, cr: float, n: int) -> float:
     levels = math.log2(n)
     return 3 * link.latency_s * levels + 3 * cr * nbytes * link.beta * levels
 
-
-# The allreduce of Adasum's per-level scalars (3 float64 per tensor) is tiny, so it is
-# charged as the latency-optimal tree (MPI serves messages this small by recursive doubling
-# or a tree; a ring would pay 2(g-1) latencies for 24 bytes). The allreduce stamps this on
-# its records and `adasum_vhdd` charges it, so the modeled clock and `repro cost` agree.
-ADASUM_STATS_ALGO = "tree"
 
 Step = tuple[str, float, int, str | None]
 

@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.collectives import Collectives
+from repro.comm.record import CommRecord
 from repro.netmodel.clock import ModeledClock
 from repro.netmodel.compute import ComputeConfig, ComputeModel
 from repro.netmodel.cost import Link

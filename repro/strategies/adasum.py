@@ -34,8 +34,9 @@ from repro.strategies.sync import allreduce_gradients
 if TYPE_CHECKING:
     import torch
 
-    from repro.comm.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives
     from repro.comm.flat_layout import FlatLayout
+    from repro.comm.record import CommRecord
     from repro.train.stacked_optim import StackedOptimizer
 
 __all__ = [

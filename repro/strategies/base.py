@@ -34,7 +34,8 @@ from repro.netmodel.cost import Link
 if TYPE_CHECKING:
     import torch
 
-    from repro.comm.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives
+    from repro.comm.record import CommRecord
     from repro.train.stacked_optim import StackedOptimizer
 
 

@@ -22,7 +22,8 @@ from repro.strategies.flat import copy_into, flatten
 if TYPE_CHECKING:
     import torch
 
-    from repro.comm.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives
+    from repro.comm.record import CommRecord
 
 MOMENTUM_MODES = ("local", "average")
 

@@ -14,7 +14,8 @@ from repro.strategies.base import MethodConfig, StepInfo, Strategy, register
 from repro.strategies.flat import copy_into, flatten
 
 if TYPE_CHECKING:
-    from repro.comm.collectives import Collectives, CommRecord
+    from repro.comm.collectives import Collectives
+    from repro.comm.record import CommRecord
 
 
 def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommRecord:

@@ -18,8 +18,8 @@ import torch
 
 from repro.comm import launch
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.devices import pick_device
+from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
 from repro.train import checkpoint

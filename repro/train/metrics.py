@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 
 
 @dataclass

@@ -10,7 +10,7 @@ import torch
 
 from repro.comm.adasum_allreduce import adasum_allreduce
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 from repro.netmodel.cost import Link, adasum_vhdd_steps, record_cost
 from repro.netmodel.cost_cli import main as cost_main
 from repro.netmodel.schedule import gbps_to_Bps

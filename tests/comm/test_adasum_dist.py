@@ -10,8 +10,8 @@ import torch
 
 from repro.comm.adasum_allreduce import adasum_allreduce
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import StepInfo

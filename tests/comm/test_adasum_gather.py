@@ -7,9 +7,9 @@ import torch
 
 from repro.comm.adasum_gather import adasum_gather_, tree_reduce_rows_
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.flat_layout import FlatLayout
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.strategies.adasum import adasum_per_tensor
 from tests.comm.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
 

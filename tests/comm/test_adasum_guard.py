@@ -9,9 +9,9 @@ from repro.comm.adasum_allreduce import adasum_allreduce
 from repro.comm.adasum_gather import adasum_gather_
 from repro.comm.adasum_rules import ZERO_NORM_GUARDS
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.flat_layout import FlatLayout
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor
 from repro.strategies.base import StepInfo

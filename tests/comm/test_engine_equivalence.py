@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.config import compose
 from repro.train.trainer import Trainer
 from repro.workload.workload import prepare

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.sync import SyncConfig, SyncStrategy

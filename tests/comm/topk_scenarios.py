@@ -12,8 +12,8 @@ import functools
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.collectives import ProcessCollectives
 from repro.comm.launch import init_process_group, spawn
+from repro.comm.process_collectives import ProcessCollectives
 from repro.compress.exchange import (
     ag_topk_exchange,
     ar_topk_exchange,

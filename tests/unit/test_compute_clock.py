@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 from repro.errors import UserError
 from repro.netmodel.clock import ModeledClock
 from repro.netmodel.compute import ComputeConfig, ComputeModel

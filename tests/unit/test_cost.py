@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 from repro.errors import UserError
 from repro.netmodel import cost
 from repro.netmodel.cost import Link

@@ -14,8 +14,10 @@ import torch
 import torch.distributed as dist
 
 from repro.comm import launch
-from repro.comm.collectives import CommRecord, DeviceMismatch, ProcessCollectives, backend_map
+from repro.comm.collectives import DeviceMismatch
 from repro.comm.devices import CudaFacts, backend_for, choose_device, cuda_problem
+from repro.comm.process_collectives import ProcessCollectives, backend_map
+from repro.comm.record import CommRecord
 from repro.comm.stopwatch import Stopwatch
 from repro.errors import UserError
 from repro.netmodel.compute import ComputeConfig

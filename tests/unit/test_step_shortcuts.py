@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.comm.collectives import CommRecord
+from repro.comm.record import CommRecord
 from repro.netmodel.clock import ModeledClock
 from repro.netmodel.compute import ComputeConfig, ComputeModel
 from repro.netmodel.cost import Link
