@@ -29,11 +29,11 @@ from repro.cluster.config import ClusterConfig
 from repro.errors import UserError, require_choice
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
+from repro.optim.config import OptimConfig
 from repro.strategies.base import MethodConfig, registered
 from repro.track.wandb_run import TrackingConfig
 from repro.train.divergence import DivergenceConfig
 from repro.train.engine_checks import ENGINES, VECTORIZE, check_simulated, simulated_by_default
-from repro.train.optim import OptimConfig
 from repro.workload.config import DataConfig, WorkloadConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

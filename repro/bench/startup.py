@@ -6,7 +6,7 @@ time and the median CPU time (user + system of the process and every child it wa
 from the kernel's rusage) are printed. Baselines measured in the same run: an empty
 interpreter, `import torch` (the floor of any run), and `import torch` plus one step of a
 torch.optim optimizer, whose first use imports torch._dynamo, about as costly again: the
-cost a run avoids by stepping with `repro.train.stacked_optim` and differentiating
+cost a run avoids by stepping with `repro.optim.stacked` and differentiating
 without torch.func's transforms.
 
 - Config errors: an unknown method and a bad value. Goal: under 1.5 s of CPU, reachable

@@ -2,7 +2,7 @@
 
 The floor of a workload is one worker's dense step of the same model at the same total
 batch (the run's workers x batch per worker), forward and backward with the model's own
-plain torch kernels and an SGD step of torch's rule (`repro.train.stacked_optim.SGD`, the
+plain torch kernels and an SGD step of torch's rule (`repro.optim.stacked.SGD`, the
 run's momentum and weight decay): the same samples' arithmetic with nothing of the
 method or of the worker axis. The simulated step is `Trainer.train_step` as the run set
 runs it (its labels composed as `repro reproduce` composes them; the untuned learning
@@ -38,7 +38,7 @@ from repro.bench.step_parts import PartTimer, instrument, module_parts
 from repro.cluster.runsets import run_set
 from repro.comm.axis_collectives import AxisCollectives
 from repro.config import Config
-from repro.train.stacked_optim import SGD
+from repro.optim.stacked import SGD
 from repro.train.trainer import Trainer
 
 TOPK = ["dense_ring"] + [

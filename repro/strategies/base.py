@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
-    from repro.train.stacked_optim import StackedOptimizer
+    from repro.optim.stacked import StackedOptimizer
 
 
 @dataclass

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 
 from repro.comm.stopwatch import Stopwatch
+from repro.optim.stacked import StackedOptimizer
 from repro.train.replicas import Replicas
-from repro.train.stacked_optim import StackedOptimizer
 from repro.train.worker_data import WorkerData
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

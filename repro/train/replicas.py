@@ -4,7 +4,7 @@ Every parameter and floating buffer is one tensor of shape (workers, *shape): ro
 worker i's copy. Methods, optimizers and checkpoints see only the stacked tensors, so the
 same code serves one worker per process (the process engine, 1 row) and a whole simulated
 cluster (all rows). SGD and Adam are elementwise, so the optimizers stepping the stacked
-tensors (`repro.train.stacked_optim`, torch's own rules) step every worker exactly as its
+tensors (`repro.optim.stacked`, torch's own rules) step every worker exactly as its
 own optimizer would.
 
 Forward/backward, `trainer.vectorize`:

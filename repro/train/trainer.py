@@ -21,12 +21,12 @@ from repro.comm.stopwatch import Stopwatch
 from repro.config import Config, config_hash, run_dir_of
 from repro.netmodel.schedule import NetworkSchedule
 from repro.netmodel.timekeeper import TimeKeeper
+from repro.optim.config import build_optimizer, lr_at, set_lr
 from repro.strategies.base import StepInfo, build_strategy
 from repro.train import checkpoint
 from repro.train.divergence import DivergenceGuard
 from repro.train.evaluate import averaged_model, test_sums, train_loss
 from repro.train.metrics import RunningStats, point
-from repro.train.optim import build_optimizer, lr_at, set_lr
 from repro.train.progress import Progress
 from repro.train.rehearsal import Rehearsal
 from repro.train.replicas import Replicas

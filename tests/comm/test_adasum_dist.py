@@ -13,9 +13,9 @@ from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.netmodel.cost import Link
+from repro.optim.lamb import Lamb
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy, adasum_per_tensor, adasum_reduce
 from repro.strategies.base import StepInfo
-from repro.train.lamb import Lamb
 from repro.train.replicas import Replicas
 from tests.comm.adasum_inputs import DTYPES, LAYERS, TINY, _inputs, axis_inputs
 

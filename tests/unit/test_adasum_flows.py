@@ -17,10 +17,10 @@ from torch.nn.functional import cross_entropy
 
 from repro.comm.axis_collectives import AxisCollectives
 from repro.netmodel.cost import Link
+from repro.optim.config import OptimConfig, build_optimizer
+from repro.optim.lamb import Lamb
 from repro.strategies.adasum import AdasumConfig, AdasumStrategy
 from repro.strategies.base import StepInfo
-from repro.train.lamb import Lamb
-from repro.train.optim import OptimConfig, build_optimizer
 from repro.train.replicas import Replicas
 
 WORKERS, STEPS = 2, 6

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from repro.errors import UserError
-from repro.train.lamb import Lamb
+from repro.optim.lamb import Lamb
 
 
 def _reference(w, grads, lr, b1, b2, eps, wd, clamp=None, bias_correction=True):

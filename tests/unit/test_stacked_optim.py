@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from repro.train.stacked_optim import SGD, Adam
+from repro.optim.stacked import SGD, Adam
 
 STEPS = 6
 
@@ -127,8 +127,8 @@ def test_state_dict_has_torchs_layout_and_resumes_from_torchs():
 def test_building_and_stepping_imports_no_dynamo():
     code = (
         "import sys, torch\n"
-        "from repro.train.stacked_optim import SGD, Adam\n"
-        "from repro.train.lamb import Lamb\n"
+        "from repro.optim.stacked import SGD, Adam\n"
+        "from repro.optim.lamb import Lamb\n"
         "for cls in (SGD, Adam, Lamb):\n"
         "    p = torch.zeros(3, requires_grad=True); p.grad = torch.ones(3)\n"
         "    opt = cls([p], lr=0.1); opt.step(); opt.load_state_dict(opt.state_dict())\n"

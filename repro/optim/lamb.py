@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import torch
 
 from repro.errors import UserError
-from repro.train.stacked_optim import StackedOptimizer
+from repro.optim.stacked import StackedOptimizer
 
 
 class Lamb(StackedOptimizer):

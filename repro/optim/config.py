@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from repro.errors import UserError, require_choice
 
 if TYPE_CHECKING:
-    from repro.train.stacked_optim import StackedOptimizer
+    from repro.optim.stacked import StackedOptimizer
 
 OPTIMIZERS = ("sgd", "adam", "lamb")
 
@@ -53,7 +53,7 @@ def build_optimizer(cfg: OptimConfig, params) -> StackedOptimizer:
     elementwise, stepping every worker as torch's own would; LAMB takes its trust ratio
     per worker. (Imported here, not with `OptimConfig`, so that validating a config does
     not load torch.)"""
-    from repro.train.stacked_optim import SGD, Adam
+    from repro.optim.stacked import SGD, Adam
 
     if cfg.name == "sgd":
         return SGD(
@@ -67,7 +67,7 @@ def build_optimizer(cfg: OptimConfig, params) -> StackedOptimizer:
         return Adam(
             params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
-    from repro.train.lamb import Lamb
+    from repro.optim.lamb import Lamb
 
     return Lamb(
         params,
