@@ -1,52 +1,68 @@
-"""Check report pages in a real browser: headless Chromium driven over the DevTools protocol.
+"""Check report pages in a real browser: headless Chromium at a 1,280 px window.
 
-For every HTML page: every `<img>` has loaded (`complete` and `naturalWidth > 0`), the page
-logged no console error, threw no exception and failed to load no resource (Chromium logs a
-missing image as a `Log.entryAdded` error), and a full-page screenshot at desktop width
-(1280 CSS px) is saved beside the page as `<page>.screenshot.png`.
-
-Chromium talks DevTools over a pipe (`--remote-debugging-pipe`: it reads commands on fd 3
-and writes replies and events on fd 4, each JSON message ending in a NUL byte), so no port,
-websocket library or network is involved. One browser checks all pages in turn.
+For every HTML page, after it has loaded (`repro.report.devtools` drives the browser):
+* no horizontal overflow: the page is no wider than the window (a table wider than the body
+  must scroll inside its own box); the failure names the widest element and its section;
+* every `<img>` has loaded (`complete` and `naturalWidth > 0`);
+* every link to a local file or directory (a figure, a run directory) points at one that
+  exists, and every link to a place on the page (`#id`) at an element with that id; links
+  to the web are not followed (the check needs no network);
+* the page logged no console error, threw no exception and failed to load no resource
+  (Chromium logs a missing image as a `Log.entryAdded` error).
+A full-page screenshot at 1,280 px is saved beside each page as `<page>.screenshot.png`, or
+under `--screenshots DIR` at the page's path relative to the checked directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
-import fcntl
-import json
-import os
-import select
-import shutil
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from urllib.parse import unquote, urlparse
 
 from repro.errors import UserError
+from repro.report.devtools import WIDTH, DevTools, find_browser
 
-WIDTH = 1280
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--remote-debugging-pipe",
-    f"--window-size={WIDTH},2000",
-)
+__all__ = ["PageCheck", "check_pages", "find_browser", "html_pages", "main"]
+
 IMAGES_JS = (
     "JSON.stringify(Array.from(document.images).map("
     "i => ({src: i.getAttribute('src'), complete: i.complete, width: i.naturalWidth})))"
 )
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+# Links as written and as resolved; a `#id` link is checked against the page's ids here.
+LINKS_JS = """JSON.stringify(Array.from(document.querySelectorAll('a[href]')).map(a => {
+  const raw = a.getAttribute('href');
+  const here = raw.startsWith('#');
+  const id = here ? decodeURIComponent(raw.slice(1)) : '';
+  return {raw: raw, url: a.href, here: here, found: !here || !!document.getElementById(id)};
+}))"""
+# The page's width against the window's; when wider, the first element in document order
+# that sticks out and is not inside a box that clips or scrolls it, and its section.
+OVERFLOW_JS = """(() => {
+  const root = document.documentElement, width = root.clientWidth, wide = root.scrollWidth;
+  if (wide <= width) return JSON.stringify({width, wide, what: ''});
+  const boxed = el => {
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement)
+      if (getComputedStyle(p).overflowX !== 'visible') return true;
+    return false;
+  };
+  // an element's right edge, or its content's when that spills out of it
+  const right = e => Math.max(e.getBoundingClientRect().right,
+                              e.getBoundingClientRect().left + e.scrollWidth);
+  const el = Array.from(document.body.querySelectorAll('*'))
+    .find(e => right(e) > width + 0.5 && !boxed(e));
+  let what = '';
+  if (el) {
+    const heads = Array.from(document.querySelectorAll('h1, h2'))
+      .filter(h => h.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const under = heads.length ? ` under '${heads[heads.length - 1].textContent}'` : '';
+    what = `<${el.tagName.toLowerCase()}>${under}, right edge at ${Math.round(right(el))} px`;
+  }
+  return JSON.stringify({width, wide, what});
+})()"""
+SHOWN = 5  # problems printed per page before "and N more"
 
 
 @dataclass
@@ -55,105 +71,33 @@ class PageCheck:
 
     page: Path
     images: int = 0
+    links: int = 0
     broken_images: list[str] = field(default_factory=list)
+    broken_links: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    overflow: str = ""
     screenshot: Path | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.broken_images and not self.console_errors
+        return not self.problems()
 
     def problems(self) -> list[str]:
-        return [f"image did not load: {src}" for src in self.broken_images] + [
-            f"console error: {msg}" for msg in self.console_errors
-        ]
-
-
-def find_browser() -> str:
-    """The Chromium executable on PATH; UserError naming how to install it."""
-    for name in BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    raise UserError("no Chromium on PATH: install it with scripts/ensure-chromium (Debian)")
-
-
-class DevTools:
-    """A headless Chromium and its DevTools pipe, attached to one page target."""
-
-    def __init__(self, browser: str, profile: Path, timeout_s: float = 60.0):
-        to_chrome_r, self._to_chrome = os.pipe()
-        self._from_chrome, from_chrome_w = os.pipe()
-
-        def fds() -> None:
-            # Runs in the child: the protocol wants exactly fds 3 and 4. Copying both ends
-            # above 10 first means neither can be overwritten by the other's dup2.
-            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_chrome_r, from_chrome_w)]
-            os.dup2(high[0], 3)
-            os.dup2(high[1], 4)
-
-        self.proc = subprocess.Popen(
-            [browser, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=fds,
-            pass_fds=(3, 4),
+        return (
+            ([f"wider than its window: {self.overflow}"] if self.overflow else [])
+            + [f"image did not load: {src}" for src in self.broken_images]
+            + [f"broken link: {href}" for href in self.broken_links]
+            + [f"console error: {msg}" for msg in self.console_errors]
         )
-        os.close(to_chrome_r)
-        os.close(from_chrome_w)
-        self.timeout_s = timeout_s
-        self._buffer = b""
-        self._next_id = 0
-        self.events: list[dict] = []
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        attached = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
-        self.session = attached["sessionId"]
 
-    def _read(self, deadline: float) -> dict:
-        while b"\0" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._from_chrome], [], [], left)[0]:
-                raise UserError(f"Chromium did not answer within {self.timeout_s:.0f} s")
-            chunk = os.read(self._from_chrome, 1 << 20)
-            if not chunk:
-                raise UserError(f"Chromium exited (code {self.proc.poll()}) during the check")
-            self._buffer += chunk
-        message, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(message)
-
-    def call(self, method: str, params: dict | None = None, session: bool = False) -> dict:
-        """Send one command and return its result; events that arrive meanwhile are kept."""
-        self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = self.session
-        os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            reply = self._read(deadline)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise UserError(f"Chromium refused {method}: {reply['error'].get('message')}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for(self, method: str) -> None:
-        """Until event `method` of the page has arrived (kept with the other events)."""
-        deadline = time.monotonic() + self.timeout_s
-        while not any(ev.get("method") == method for ev in self.events):
-            self.events.append(self._read(deadline))
-
-    def close(self) -> None:
-        with contextlib.suppress(UserError):
-            self.call("Browser.close")
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._to_chrome)
-        os.close(self._from_chrome)
+    def line(self) -> str:
+        """The page's one line of the check's output."""
+        counts = f"{self.images} images, {self.links} links; screenshot {self.screenshot}"
+        if self.ok:
+            return f"ok: {self.page} ({counts})"
+        problems = self.problems()
+        more = f"; and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+        return f"FAILED: {self.page}: {'; '.join(problems[:SHOWN])}{more} ({counts})"
 
 
 def _errors(events: list[dict]) -> list[str]:
@@ -173,15 +117,24 @@ def _errors(events: list[dict]) -> list[str]:
     return out
 
 
-def _check_one(tools: DevTools, page: Path) -> PageCheck:
-    tools.events.clear()
-    tools.call("Page.navigate", {"url": page.resolve().as_uri()}, session=True)
-    tools.wait_for("Page.loadEventFired")
-    images = json.loads(
-        tools.call("Runtime.evaluate", {"expression": IMAGES_JS, "returnByValue": True}, True)[
-            "result"
-        ]["value"]
-    )
+def broken_links(links: list[dict]) -> list[str]:
+    """The links (as written, each once) that lead nowhere: a `#id` the page lacks, or a
+    local file or directory that does not exist. Web links are not followed."""
+    broken = []
+    for link in links:
+        url = urlparse(link["url"])
+        if link["here"]:
+            missing = not link["found"]
+        elif url.scheme == "file":
+            missing = not Path(unquote(url.path)).exists()
+        else:
+            missing = False
+        if missing and link["raw"] not in broken:
+            broken.append(link["raw"])
+    return broken
+
+
+def _screenshot(tools: DevTools, path: Path) -> Path:
     height = tools.call("Page.getLayoutMetrics", session=True)["cssContentSize"]["height"]
     shot = tools.call(
         "Page.captureScreenshot",
@@ -192,19 +145,56 @@ def _check_one(tools: DevTools, page: Path) -> PageCheck:
         },
         session=True,
     )
-    screenshot = page.with_name(f"{page.stem}.screenshot.png")
-    screenshot.write_bytes(base64.b64decode(shot["data"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
+
+
+def _check_one(tools: DevTools, page: Path, screenshot: Path) -> PageCheck:
+    tools.events.clear()
+    tools.call("Page.navigate", {"url": page.resolve().as_uri()}, session=True)
+    tools.wait_for("Page.loadEventFired")
+    images = tools.evaluate(IMAGES_JS)
+    links = tools.evaluate(LINKS_JS)
+    width = tools.evaluate(OVERFLOW_JS)
+    overflow = ""
+    if width["wide"] > width["width"]:
+        overflow = (
+            f"{width['wide']} px of content in a {WIDTH} px window ({width['width']} px "
+            "inside its scrollbar)"
+        )
+        overflow += f"; sticking out: {width['what']}" if width["what"] else ""
     return PageCheck(
         page=page,
         images=len(images),
+        links=len(links),
         broken_images=[i["src"] for i in images if not i["complete"] or i["width"] <= 0],
+        broken_links=broken_links(links),
         console_errors=_errors(tools.events),
-        screenshot=screenshot,
+        overflow=overflow,
+        screenshot=_screenshot(tools, screenshot),
     )
 
 
-def check_pages(pages: list[Path], browser: str | None = None) -> list[PageCheck]:
-    """Open each page in one headless Chromium and report what it saw (see module doc)."""
+def screenshot_path(page: Path, root: Path | None, shots: Path | None) -> Path:
+    """Beside the page, or under `shots` at the page's path relative to `root`."""
+    name = f"{page.stem}.screenshot.png"
+    if shots is None:
+        return page.with_name(name)
+    base = root if root is not None and root.is_dir() else page.parent
+    return shots / page.parent.resolve().relative_to(base.resolve()) / name
+
+
+def check_pages(
+    pages: list[Path],
+    browser: str | None = None,
+    *,
+    root: Path | None = None,
+    screenshots: Path | None = None,
+) -> list[PageCheck]:
+    """Open each page in one headless Chromium at a 1,280 px window and report what it saw
+    (see module doc); screenshots go beside each page, or under `screenshots` (the pages'
+    paths relative to `root`)."""
     if not pages:
         return []
     with tempfile.TemporaryDirectory(prefix="repro-chromium-") as profile:
@@ -217,7 +207,9 @@ def check_pages(pages: list[Path], browser: str | None = None) -> list[PageCheck
                 {"width": WIDTH, "height": 2000, "deviceScaleFactor": 1, "mobile": False},
                 session=True,
             )
-            return [_check_one(tools, page) for page in pages]
+            return [
+                _check_one(tools, page, screenshot_path(page, root, screenshots)) for page in pages
+            ]
         finally:
             tools.close()
 
@@ -237,14 +229,17 @@ def html_pages(root: Path) -> list[Path]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="repro report check", description=__doc__.splitlines()[0])
     p.add_argument("path", nargs="?", default="reports", help="directory or page (reports)")
+    p.add_argument(
+        "--screenshots",
+        metavar="DIR",
+        help="write the screenshots under DIR (default: beside each page)",
+    )
     args = p.parse_args(argv)
-    checks = check_pages(html_pages(Path(args.path)))
-    bad = 0
-    for c in checks:
-        status = "ok" if c.ok else "FAILED"
-        print(f"{status}: {c.page} ({c.images} images; screenshot {c.screenshot})")
-        for problem in c.problems():
-            print(f"  {problem}")
-        bad += not c.ok
+    root = Path(args.path)
+    shots = Path(args.screenshots) if args.screenshots else None
+    checks = check_pages(html_pages(root), root=root, screenshots=shots)
+    for check in checks:
+        print(check.line())
+    bad = sum(not c.ok for c in checks)
     print(f"{len(checks) - bad} of {len(checks)} pages passed")
     return 1 if bad else 0

@@ -1,8 +1,9 @@
 """Reports from a tiny AdaComm reproduction, checked in headless Chromium (Debian's package).
 
 One reproduction per module (`repro reproduce adacomm scale=tiny`, then `repro report all`)
-serves the index, browser and comparison tests. The browser tests skip only when Chromium is
-absent and cannot be installed (not root) outside CI; in CI (env CI set) they must run.
+serves the index, browser and comparison tests; the page-check tests build their pages from
+synthetic runs in tmp_path (seconds). The browser tests skip only when Chromium is absent and
+cannot be installed (not root) outside CI; in CI (env CI set) they must run.
 """
 
 import os
@@ -14,10 +15,13 @@ from pathlib import Path
 import pytest
 
 from repro.report.browser import check_pages, find_browser
+from repro.report.browser import main as check_main
+from repro.report.build import render_report, select_runs
 from repro.report.claims import load_claims
 from repro.report.render import fmt
 from repro.track.runs import read_run
 from tests.helpers import REPO, repro_cli
+from tests.unit.report_data import adacomm_set, in_directories
 
 pytestmark = pytest.mark.slow
 LABELS = ("sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay")
@@ -94,6 +98,7 @@ def test_every_page_loads_its_images_without_console_errors(built, chromium):
     for check in checks:
         assert check.ok, check.problems()
         assert check.images == 5  # the AdaComm figures, inline in the index too
+        assert not check.overflow and not check.broken_links and check.links > 0
         width, height = _png_size(check.screenshot)
         assert width == 1280 and height >= 2000
         assert check.screenshot.parent == check.page.parent
@@ -115,6 +120,60 @@ def test_the_check_reports_a_missing_image_and_console_errors(built, chromium, t
     assert any("gone.png" in e for e in check.console_errors)  # the failed load itself
     proc = repro_cli("report", "check", str(page), cwd=tmp_path)
     assert proc.returncode == 1 and "image did not load: gone.png" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> tuple[Path, list]:
+    """A report page over two seeds of synthetic AdaComm runs, each in its own directory."""
+    root = tmp_path_factory.mktemp("synthetic")
+    runs = in_directories([*adacomm_set(), *adacomm_set(seed=1)], root / "runs")
+    claims = load_claims("adacomm", REPO / "reports" / "claims")
+    scale, chosen, _ = select_runs(runs, "adacomm", None, "runs")
+    page = render_report(claims, chosen, scale, root / "reports" / "adacomm", command="x")
+    return page, runs
+
+
+def test_a_report_fits_1280_px_and_its_links_lead_to_the_runs(synthetic, chromium, capsys):
+    page, runs = synthetic
+    shots = page.parents[2] / "shots"
+    (check,) = check_pages([page], chromium, screenshots=shots)
+    assert check.ok, check.problems()
+    assert not check.overflow and check.broken_links == []
+    # every link was followed: the runs' directories, the claims' rows
+    assert check.links == page.read_text().count("<a ") > len(runs)
+    assert check.screenshot == shots / "report.screenshot.png"
+    assert _png_size(check.screenshot)[0] == 1280
+
+    # a run directory gone: every link to it is broken, and the check fails the page
+    gone = next(r for r in runs if (r.name, r.config["seed"]) == ("sync", 1))
+    gone.path.rmdir()
+    try:
+        assert check_main([str(page)]) == 1
+    finally:
+        gone.path.mkdir()
+    (line, total) = capsys.readouterr().out.splitlines()
+    href = "../../runs/adacomm_small/sync-s1/"
+    assert line.startswith(f"FAILED: {page}: broken link: {href} (")
+    assert total == "0 of 1 pages passed"
+
+
+def test_the_check_fails_a_page_wider_than_its_window(synthetic, chromium):
+    page, _ = synthetic
+    html = page.read_text()
+    # a long line that cannot wrap, outside any scroll box, right after the summary; and
+    # the same line inside a box that scrolls, which leaves the page its width
+    wide = '<p style="white-space: nowrap">' + "word " * 400 + "</p>"
+    over, boxed = page.with_name("over.html"), page.with_name("boxed.html")
+    over.write_text(html.replace('<p class="rule">', wide + '<p class="rule">', 1))
+    boxed.write_text(html.replace('<p class="rule">', f'<div class="table-wrap">{wide}</div>', 1))
+    wider, fits = check_pages([over, boxed], chromium)
+    assert not wider.ok and wider.broken_links == [] and wider.images == html.count("<img ")
+    assert re.fullmatch(
+        r"\d+ px of content in a 1280 px window \(\d+ px inside its scrollbar\); sticking "
+        r"out: <p> under 'Summary', right edge at \d+ px",
+        wider.overflow,
+    )
+    assert fits.ok, fits.problems()
 
 
 def _run_dir(built: Path, label: str) -> Path:

@@ -3,6 +3,7 @@ number a calculator returns can be computed by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -154,3 +155,18 @@ def claim_dict(**over) -> dict:
 
 def claims_file(claims):
     return ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=claims)
+
+
+def in_directories(
+    runs: Iterable[RunData], root: Path, drop: tuple[str, ...] = ()
+) -> list[RunData]:
+    """The runs, each with a directory of its own under `root/<group>/<label>-s<seed>` (as a
+    report page links them), leaving out the labels in `drop`."""
+    placed = []
+    for run in runs:
+        if run.name in drop:
+            continue
+        path = root / str(run.group) / f"{run.name}-s{seed_of(run)}"
+        path.mkdir(parents=True)
+        placed.append(dataclasses.replace(run, path=path))
+    return placed

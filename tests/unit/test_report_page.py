@@ -1,0 +1,166 @@
+"""A paper's report page: the summary first, the setup per arm, links to runs, missing runs.
+
+Synthetic AdaComm runs (tests/unit/report_data.py) at two equal seeds, so every interval
+is its one value and the numbers can be worked out by hand."""
+
+import re
+from pathlib import Path
+
+from repro.report.build import ordered, select_runs
+from repro.report.claims import load_claims
+from repro.report.page import assemble
+from repro.report.render import FigureOut, Table, to_html, to_markdown
+from repro.report.run_links import WANDB_URL
+from repro.report.seeds import evaluate
+from repro.report.summary import SUMMARY_HEADERS
+from tests.unit.report_data import adacomm_set, in_directories, make_run
+
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
+URL = "https://wandb.ai/me/repro/runs/id-sync"
+
+
+def _runs(tmp_path: Path, drop: tuple[str, ...] = ()):
+    """Two equal seeds of the AdaComm set, each run in a directory of its own under
+    tmp_path/runs; seed 0 of sync has a wandb page."""
+    runs = in_directories([*adacomm_set(), *adacomm_set(seed=1)], tmp_path / "runs", drop)
+    for run in runs:
+        if (run.name, run.config["seed"]) == ("sync", 0):
+            run.summary[WANDB_URL] = URL
+    return runs
+
+
+def _page(tmp_path: Path, runs, figures=()):
+    claims = load_claims("adacomm", CLAIMS_DIR)
+    scale, chosen, _ = select_runs(runs, "adacomm", None, "runs")
+    chosen = ordered(claims, chosen)
+    results = evaluate(claims.claims, chosen, scale)
+    page_dir = tmp_path / "reports" / "adacomm"
+    page = assemble(claims, chosen, scale, results, list(figures), ["Regenerate: x"], page_dir)
+    return claims, results, page, page_dir
+
+
+def _md_rows(md: str, title: str) -> list[list[str]]:
+    part = md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in part.splitlines() if ln.startswith("| ") and "---|" not in ln]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", ln)[1:-1]] for ln in lines]
+
+
+def test_the_page_opens_with_the_summary_then_the_rule_and_the_headline_figure(tmp_path):
+    headline = FigureOut("loss_vs_modeled_time", "Loss", "Look at the crossing.", "h.png", "", True)
+    other = FigureOut("loss_vs_step", "Loss per step", "Per step.", "o.png")
+    claims, results, page, _ = _page(tmp_path, _runs(tmp_path), [other, headline])
+    md, html = to_markdown(page), to_html(page)
+
+    first = next(b for b in page.blocks if isinstance(b, Table))
+    assert first.title == "Summary" and first.headers == SUMMARY_HEADERS
+    # the first table of both files is the summary, before anything but the lead lines
+    assert md.index("## Summary") < md.index("| ") < md.index("## Setup")
+    assert html.index("<table") == html.index('<table class="summary">')
+    rows = _md_rows(md, "Summary")
+    assert rows[0] == SUMMARY_HEADERS
+    outcome = [c for c in claims.claims if c.kind == "outcome"]
+    checks = [c for c in claims.claims if c.kind == "model_check"]
+    # outcome claims first, then the model checks, each with its statement and id
+    assert [r[0] for r in rows[1:]] == [f"{c.statement} {c.id}" for c in outcome] + [
+        f"Model check: {c.statement} {c.id}" for c in checks
+    ]
+    by_id = {r.claim.id: r for r in results}
+    # sync ends at loss 1.120 (trailing mean of 3) at 100 s; adacomm first gets there at step
+    # 90 at 0.25 s per step: 22.5 s, 0.225 of sync's time at both seeds, so the interval is
+    # [0.225, 0.225]: below the band 0.267-0.4, inside the partly rule (at most 0.9)
+    headline_row = rows[1]
+    assert headline_row[1:] == [
+        "0.333 x sync's time",
+        "0.225 x sync's time (95% CI [0.225, 0.225])",
+        "partly reproduced",
+    ]
+    assert by_id["headline_time_to_sync_loss"].verdict == "partly"
+    # the summary's verdict cell is coloured by its verdict and links to the detailed row
+    assert '<td class="v-partly">partly reproduced</td>' in html
+    assert 'href="#claim-headline_time_to_sync_loss"' in html
+    assert 'id="claim-headline_time_to_sync_loss"' in html
+
+    # then the verdict rule, then the headline figure (once), then the setup
+    rule = html.index("How verdicts are given:")
+    assert html.index("</table>") < rule < html.index('src="h.png"') < html.index(">Setup</h2>")
+    assert html.count('src="h.png"') == 1 and html.index(">Figures</h2>") < html.index("o.png")
+    assert md.index("![Loss](h.png)") < md.index("## Setup") < md.index("![Loss per step]")
+
+
+def test_setup_names_each_arms_rate_and_the_stopping_rule_with_the_steps_reached(tmp_path):
+    budget = {"trainer": {"steps": 20000, "time_budget_s": 90.0}}
+    runs = [
+        make_run("sync", config={**budget, "optim": {"name": "sgd", "lr": 0.1}}),
+        make_run("local_sgd_tau4", steps=[10, 20, 30, 40], config=budget),
+        make_run(
+            "adacomm",
+            steps=[10, 20, 30, 40, 50, 60],
+            config={**budget, "optim": {"name": "sgd", "lr": 0.05, "milestones": [20]}},
+        ),
+    ]
+    _, _, page, _ = _page(tmp_path, runs)
+    setup = dict(_md_rows(to_markdown(page), "Setup")[1:])
+    assert setup["learning rate"] == "0.1: sync, local_sgd_tau4; 0.05, x0.1 at epoch 20: adacomm"
+    assert (
+        setup["stopping rule"] == "90 s modeled budget (at most 20,000 steps); 40-100 steps reached"
+    )
+    assert setup["workers"] == "4" and setup["seeds"] == "1 (0)"
+
+    target = {"trainer": {"steps": 500, "target_acc": 0.9}}
+    runs = [
+        make_run("sync", steps=[10, 20, 30], config=target),
+        make_run("adacomm", steps=[10, 20, 30, 40, 50], config=target),
+        make_run("local_sgd_tau4", config={"trainer": {"steps": 300}}),
+    ]
+    _, _, page, _ = _page(tmp_path, runs)
+    setup = dict(_md_rows(to_markdown(page), "Setup")[1:])
+    assert setup["stopping rule"] == (
+        "test accuracy 0.9 reached (at most 500 steps) for sync, adacomm: 30-50 steps reached; "
+        "300 steps for local_sgd_tau4: 100 steps reached"
+    )
+
+
+def _links(cell: str) -> list[tuple[str, str]]:
+    return re.findall(r"\[([^\]]+)\]\(([^)]+)\)", cell)
+
+
+def test_run_ids_and_the_runs_a_claim_read_link_to_their_directories(tmp_path):
+    runs = _runs(tmp_path)
+    claims, _, page, page_dir = _page(tmp_path, runs)
+    md = to_markdown(page)
+    by_id = {r.run_id: r for r in runs}
+    metrics = _md_rows(md, "Final metrics per run and seed (last logged point)")
+    assert len(metrics) - 1 == len(runs)
+    for row in metrics[1:]:
+        (run_id, href), *wandb = _links(row[-1])
+        assert (page_dir / href).resolve() == by_id[run_id].path.resolve()
+        assert href.startswith("../../runs/adacomm_small/") and href.endswith("/")
+        assert wandb == ([("wandb", URL)] if run_id == "id-sync" else [])
+
+    # a claim's row links every run it read: the run and reference its params name, at
+    # both seeds
+    claim = next(c for c in claims.claims if c.id == "headline_time_to_sync_loss")
+    params = claim.metric["params"]
+    row = next(r for r in _md_rows(md, "Claims") if r[0] == claim.id)
+    assert row[-1].startswith(f"{params['reference']}: seeds ")
+    read = {(page_dir / href).resolve() for _, href in _links(row[-1])}
+    named = {params["run"], params["reference"]}
+    assert read == {r.path.resolve() for r in runs if r.name in named}
+    assert len(read) == 4
+
+
+def test_missing_runs_are_named_once_with_the_command_that_makes_them(tmp_path):
+    runs = _runs(tmp_path, drop=("adacomm_lrdecay",))
+    _, results, page, _ = _page(tmp_path, runs)
+    md, html = to_markdown(page), to_html(page)
+    verdict = {r.claim.id: r.verdict for r in results}
+    assert verdict["headline_lrdecay_time_to_sync_loss"] == "not run"
+    assert md.count("repro reproduce adacomm scale=small") == 1
+    assert (
+        "Runs missing: adacomm_lrdecay (read by claim headline_lrdecay_time_to_sync_loss). "
+        "Make them with `repro reproduce adacomm scale=small`." in md
+    )
+    assert html.count('<p class="missing">') == 1
+    # the claim's own row names the label it lacks instead of linking it
+    row = next(r for r in _md_rows(md, "Claims") if r[0] == "headline_lrdecay_time_to_sync_loss")
+    assert row[-1].endswith("; adacomm_lrdecay (no run)")
