@@ -11,9 +11,10 @@ repro report all [--runs ROOT] [--out DIR]
     every paper's report, then DIR/index.html and index.md over all of them
 repro report compare RUN_OR_GROUP ... [--metric M] [--x X] [--out DIR]
     overlays one metric of any runs (run ids, run directories or group names)
-repro report check [DIR]
-    opens every HTML page under DIR in headless Chromium: images load, no console errors,
-    a screenshot of each page at 1280 px beside it
+repro report check [DIR] [--screenshots SHOTS]
+    opens every HTML page under DIR in headless Chromium at a 1,280 px window: no page wider
+    than the window, images load, local links lead somewhere, no console errors; one line
+    per page, and a screenshot of each beside it (or under SHOTS)
 """
 
 from __future__ import annotations
