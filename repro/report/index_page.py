@@ -28,7 +28,7 @@ from repro.report.render import (
     md_cell,
 )
 from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
-from repro.report.summary import with_unit
+from repro.report.summary import checks_summary, with_unit
 
 VERDICT_COL = 6
 CLAIM_HEADERS = [
@@ -83,17 +83,15 @@ def paper_lines(index: Index) -> list[tuple]:
     that could not be reported says why, one not run names the command that runs it."""
     lines: list[tuple] = []
     for s in index.sections:
-        name = f"{s.title} ({s.paper}, scale {s.scale}): "
         if s.refused:
-            lines.append((name, f"not reported: {s.refused}"))
+            lines.append((f"{s.paper}, scale {s.scale}: not reported: {s.refused}",))
             continue
-        checks = model_checks(s.results)
-        held = sum(r.verdict == "reproduced" for r in checks)
         counted = f"{len(outcomes(s.results))} outcome claims: {summary(s.results)}"
-        counted += f"; model checks: {held} of {len(checks)} hold" if checks else ""
-        lines.append((name, f"{counted}. ", Link("Report", s.where)))
+        if model_checks(s.results):
+            counted += f"; model checks: {checks_summary(s.results)}"
+        lines.append((Link(s.paper, s.where), f", scale {s.scale}: {counted} ({s.title})"))
     for p in index.not_run:
-        lines.append((f"{p.title} ({p.paper}): ", "not run; run it with ", Code(p.command)))
+        lines.append((f"{p.paper}: not run; run it with ", Code(p.command), f" ({p.title})"))
     return lines
 
 

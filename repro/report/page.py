@@ -37,7 +37,7 @@ from repro.report.run_setup import (
 )
 from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
 from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
-from repro.report.summary import anchor, claim_reads, summary_table, with_unit
+from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
 from repro.sweep.tuned import tuning_table
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
@@ -147,11 +147,9 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
 
 def _lead(claims: ClaimsFile, runs: Seeded, scale: str, results: list[ClaimResult]) -> list[Para]:
     seeds = len(seeds_of(runs))
-    checks = model_checks(results)
     counts = f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}"
-    if checks:
-        held = sum(r.verdict == "reproduced" for r in checks)
-        counts += f"; model checks: {held} of {len(checks)} hold"
+    if model_checks(results):
+        counts += f"; model checks: {checks_summary(results)}"
     return [Para(claims.citation, "lead"), Para(counts + ".", "lead")]
 
 

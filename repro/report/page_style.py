@@ -30,9 +30,9 @@ a { color: #0b57a4; }
 figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #444; }
-.v-reproduced { background: #d8f0d8; } .v-partly { background: #fff1c4; }
+.v-reproduced, .v-holds { background: #d8f0d8; } .v-partly, .v-partly-holds { background: #fff1c4; }
 .v-undecided { background: #fbd9b0; } .v-inconclusive { background: #e6d4f0; }
-.v-not-reproduced, .v-refused { background: #f7d4d4; }
+.v-not-reproduced, .v-does-not-hold, .v-refused { background: #f7d4d4; }
 .v-not-run, .v-not-measured, .v-not-assessed { background: #e8e8e8; }
 .missing { color: #a00; }
 """

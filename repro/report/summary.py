@@ -30,24 +30,33 @@ def anchor(claim_id: str) -> str:
     return f"claim-{claim_id}"
 
 
+CHECK_WORDS = {"reproduced": "holds", "partly": "partly holds", "not reproduced": "does not hold"}
+
+
 def plain_verdict(result: ClaimResult) -> str:
-    """The verdict in words a reader needs no legend for."""
+    """The verdict in words a reader needs no legend for; a model check holds or not."""
     n = result.seeds
     seeds = f"{n} seed" + ("s" if n != 1 else "")
     claim = result.claim
+    if claim.kind == "model_check" and result.verdict in CHECK_WORDS:
+        return CHECK_WORDS[result.verdict]
     text = {
-        "reproduced": "reproduced",
         "partly": "partly reproduced",
-        "not reproduced": "not reproduced",
-        "undecided": f"undecided at {seeds}: its interval straddles a band edge; more seeds decide",
+        "undecided": f"undecided at {seeds}: the interval straddles a band edge",
         "inconclusive": f"inconclusive at {seeds} (its seed cap), 95% CI {result.ci_text()}",
         "not run": "not run: a run it reads is missing",
         "not measured": "not measured: the runs lack a metric or setting it needs",
         "not assessed": f"not assessed: stated for scale {', '.join(claim.scales)}",
     }.get(result.verdict, result.verdict)
-    if claim.kind == "model_check" and result.verdict in ("reproduced", "not reproduced"):
-        text += " (model check)"
     return f"{text}; its magnitude claims are not reproduced" if result.magnitude else text
+
+
+def checks_summary(results: list[ClaimResult]) -> str:
+    """ "3 hold" / "2 hold, 1 does not hold" / "3 not assessed" over the model checks."""
+    words = [CHECK_WORDS.get(r.verdict, r.verdict) for r in model_checks(results)]
+    plural = {"holds": "hold", "partly holds": "partly hold", "does not hold": "do not hold"}
+    counts = {w: words.count(w) for w in dict.fromkeys(words)}
+    return ", ".join(f"{n} {plural.get(w, w) if n != 1 else w}" for w, n in counts.items())
 
 
 def summary_table(results: list[ClaimResult]) -> Table:

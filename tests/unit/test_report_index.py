@@ -51,6 +51,16 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     out = tmp_path / "reports"
     index = collect_runs(runs, "runs", out, claims_dir, "repro report all")
     md = to_markdown(index, [["python", "3.x"]])
+    # the index opens with one line per paper and scale: outcome claims by verdict, its page
+    title = load_claims("adacomm", claims_dir).title
+    assert md.split("\n")[2:6] == [
+        "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
+        f"model checks: 3 not assessed ({title})",
+        "- [adacomm](adacomm/small/report.html), scale small: 3 outcome claims: 1 partly, 2 "
+        f"reproduced; model checks: 3 hold ({title})",
+        "- other: not run; run it with `repro reproduce other scale=small` (Another paper)",
+        "",
+    ]
     tables = _claims_tables(md)
     assert set(tables) == {"small", "tiny"}
     for scale, rows in tables.items():

@@ -65,6 +65,10 @@ def test_the_page_opens_with_the_summary_then_the_rule_and_the_headline_figure(t
         f"Model check: {c.statement} {c.id}" for c in checks
     ]
     by_id = {r.claim.id: r for r in results}
+    # a model check holds or does not; every one holds on these runs
+    assert {by_id[c.id].verdict for c in checks} == {"reproduced"}
+    assert [r[3] for r in rows[1 + len(outcome) :]] == ["holds"] * len(checks)
+    assert html.count('<td class="v-holds">holds</td>') == len(checks)
     # sync ends at loss 1.120 (trailing mean of 3) at 100 s; adacomm first gets there at step
     # 90 at 0.25 s per step: 22.5 s, 0.225 of sync's time at both seeds, so the interval is
     # [0.225, 0.225]: below the band 0.267-0.4, inside the partly rule (at most 0.9)
