@@ -97,7 +97,7 @@ def draw_parts(
         seeds = seeds_sentence(spec.kind, runs)
         caption = f"{spec.caption} {spec.clock_sentence()} {seeds}".strip()
         try:
-            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.png")
+            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.svg")
         except NotMeasurable as err:
             figures.append(FigureOut(spec.id, spec.title, caption, None, str(err), spec.headline))
             continue
@@ -161,7 +161,7 @@ def build_report(
     """Report for `paper` from the runs under `runs_root`, written into `out_dir`.
 
     `command` is the command line the page names for regenerating it. Returns the path of
-    report.html (report.md and the PNGs lie beside it).
+    report.html (report.md and the figures' SVGs lie beside it).
     """
     claims = load_claims(paper, claims_dir or default_claims_dir())
     runs_root = Path(runs_root)

@@ -1,51 +1,139 @@
 """Report figures of one number per run and seed (`kind: points` and `kind: drops`).
 
 `points`: a calculator's value per run against a config value such as the effective batch,
-one series per setting. `drops`: each run's accuracy drop below the reference run of the
-same seed against c x steps, the fraction kept times the optimizer steps, i.e. how often
-each parameter reaches the other workers (about 9.8 in Flexible Top-k's 9,766 steps at
-c = 0.001, the horizon its accuracy claims rest on). The drop is read as the claims read it:
-percentage points of `y`, the mean of the last `smooth` evaluations. Spec fields of `drops`:
-`series` lists the families as run-label prefixes ("star_topk_c"), `measure.reference`
-names the reference run ("dense_ring"); `reference` marks a published value as on any
-figure (a vertical line at the paper's c x steps).
+one series per setting (Adasum's steps to the target against the batch, Adasum beside
+Horovod Average). `drops`: each run's accuracy drop below the reference run of the same seed
+against c x steps (how often each parameter reaches the other workers: about 9.8 in Flexible
+Top-k's 9,766 steps at c = 0.001, the horizon its accuracy claims rest on) or against a
+config value such as the ratio c. The drop is read as the claims read it: percentage points
+of `y`, the mean of the last `smooth` evaluations. Spec fields of `drops`: `series` lists the
+families as run-label prefixes ("star_topk_c"), `measure.reference` names the reference run
+("dense_ring"), `published` the paper's drops per family, drawn beside ours (Tables III-IV).
 
-Both draw every seed as a dot and the mean over seeds of a series as a joined line.
+Both draw every seed as a dot, the mean over the seeds of a series as a joined line and the
+band from the lowest to the highest seed; `panels` puts series in panels of their own.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repro.report.calculators import CALCULATORS
+from repro.report.canvas import (
+    REFERENCE_STYLES,
+    draw_reference,
+    finish,
+    mark_off_scale,
+    open_canvas,
+    panel_groups,
+)
 from repro.report.colours import colour_for
-from repro.report.plots import FigureSpec, Namer, _axes, _finish
+from repro.report.plots import FigureSpec, Namer, resolve_reference
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, final
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-def draw(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path:
-    """Draw `spec` (kind `points` or `drops`) into `path`; NotMeasurable when nothing to draw."""
+# series -> x -> each seed's value (inf: that seed never got there)
+Values = dict[str, dict[float, list[float]]]
+
+
+def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
+    """The figure of `spec` (kind `points` or `drops`); NotMeasurable when nothing to draw."""
     if spec.kind == "drops":
-        return _draw_drops(spec, runs, name, path)
-    return _draw_points(spec, runs, path)
+        drops = drops_by_family(spec, runs)
+        if not drops:
+            raise NotMeasurable(f"no run of {list(spec.series)} has a drop to draw")
+        panels = [
+            (title, {family: drops[family] for family in families})
+            for title, families in panel_groups(spec, list(drops))
+        ]
+    else:
+        panels = [
+            (title, _points_by_series(spec, runs, labels))
+            for title, labels in panel_groups(spec, spec.selected(list(runs)))
+        ]
+        panels = [(title, values) for title, values in panels if values]
+        finite = [v for _, values in panels for by_x in values.values() for vs in by_x.values()
+                  for v in vs if not math.isinf(v)]  # fmt: skip
+        if not finite:
+            raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
+    canvas = open_canvas(spec, [title for title, _ in panels], spec.x)
+    refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
+    for ax, (_, values) in zip(canvas.axes, panels, strict=True):
+        for key, by_x in values.items():
+            _draw_series(ax, spec, by_x, colour_for(key), spec.series_labels.get(key, key))
+            for entry in spec.published:
+                if entry["series"] == key:
+                    _draw_published(ax, entry)
+        if spec.kind == "drops":
+            ax.axhline(0.0, color="0.7", linewidth=0.8)
+        for ref in refs:
+            draw_reference(ax, ref)
+    settings = sorted({x for _, values in panels for by_x in values.values() for x in by_x})
+    return finish(canvas, spec, settings)
+
+
+def _draw_series(
+    ax: Axes, spec: FigureSpec, by_x: dict[float, list[float]], colour: str, label: str
+) -> None:
+    """A dot per seed, the means joined, the seeds' range shaded; values beyond `ylim` are
+    marked at the edge."""
+    dots = [(x, y) for x, ys in by_x.items() for y in ys if not math.isinf(y)]
+    if dots:
+        xs, ys = zip(*dots, strict=True)
+        ax.plot(xs, ys, ".", color=colour, alpha=0.5, markersize=6, label="_nolegend_")
+    # no mean where a seed never got there (its value is inf)
+    xs = sorted(x for x, ys in by_x.items() if not any(math.isinf(y) for y in ys))
+    if not xs:
+        return
+    means = [math.fsum(by_x[x]) / len(by_x[x]) for x in xs]
+    if any(len(by_x[x]) > 1 for x in xs):
+        low, high = [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs]
+        ax.fill_between(xs, low, high, color=colour, alpha=0.16, linewidth=0, gid=f"band-{label}")
+    ax.plot(xs, means, "o-", color=colour, label=label, zorder=3, gid=f"mean-{label}")
+    if spec.ylim is not None:
+        for x, y in zip(xs, means, strict=True):
+            mark_off_scale(ax, x, y, spec.ylim, colour)
+
+
+def _draw_published(ax: Axes, entry: dict) -> None:
+    """The paper's values of one series: hollow diamonds on a dotted black line."""
+    style = REFERENCE_STYLES["published"]
+    ax.plot(
+        entry["x"],
+        entry["y"],
+        marker="D",
+        markersize=6,
+        markerfacecolor="white",
+        markeredgecolor=style["color"],
+        color=style["color"],
+        linestyle=style["linestyle"],
+        linewidth=style["linewidth"],
+        zorder=4,
+        label=entry["label"],
+        gid=f"published-{entry['series']}",
+    )
 
 
 def _setting(run: Run, x: str) -> float | None:
     if x == "effective_batch":
         world, batch = cfg(run, "trainer.world_size"), cfg(run, "trainer.batch_size")
         return None if world is None or batch is None else float(world) * float(batch)
+    if x == "sends_per_parameter":
+        return sends_per_parameter(run)
     value = cfg(run, x)
     return None if value is None else float(value)
 
 
-def _draw_points(spec: FigureSpec, runs: Seeded, path: Path) -> Path:
-    fig, ax = _axes(spec, spec.x)
+def _points_by_series(spec: FigureSpec, runs: Seeded, labels: list[str]) -> Values:
+    """series -> x -> each seed's calculator value, over the runs of `labels`."""
     calc = CALCULATORS[spec.measure["calculator"]]
     params = {"metric": spec.y, **(spec.measure.get("params") or {})}
-    # series -> x -> each seed's value (inf: that seed never got there)
-    groups: dict[str, dict[float, list[float]]] = {}
-    for label in spec.selected(list(runs)):
+    values: Values = {}
+    for label in labels:
         for run in runs[label].values():
             x = _setting(run, spec.x)
             try:
@@ -55,22 +143,8 @@ def _draw_points(spec: FigureSpec, runs: Seeded, path: Path) -> Path:
             if x is None:
                 continue
             key = " / ".join(str(cfg(run, s)) for s in spec.series) or spec.y
-            groups.setdefault(key, {}).setdefault(x, []).append(y)
-    finite = {
-        key: [(x, y) for x, ys in by_x.items() for y in ys if not math.isinf(y)]
-        for key, by_x in groups.items()
-    }
-    if not any(finite.values()):
-        raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
-    for key, by_x in sorted(groups.items()):
-        colour = colour_for(key)
-        if finite[key]:
-            ax.plot(*zip(*finite[key], strict=True), ".", color=colour, alpha=0.5, markersize=5)
-        means = sorted((x, sum(ys) / len(ys)) for x, ys in by_x.items())
-        means = [(x, y) for x, y in means if not math.isinf(y)]
-        if means:
-            ax.plot(*zip(*means, strict=True), "o-", color=colour, label=key)
-    return _finish(fig, ax, spec, runs, path)
+            values.setdefault(key, {}).setdefault(x, []).append(y)
+    return dict(sorted(values.items()))
 
 
 def sends_per_parameter(run: Run) -> float | None:
@@ -81,43 +155,26 @@ def sends_per_parameter(run: Run) -> float | None:
     return float(cr) * float(steps)
 
 
-def drops_by_family(spec: FigureSpec, runs: Seeded) -> dict[str, list[tuple[float, float]]]:
-    """family -> (c x steps, drop in points) for every selected run and seed that has a
-    reference run of the same seed."""
+def drops_by_family(spec: FigureSpec, runs: Seeded) -> Values:
+    """family -> x -> each seed's drop in points below the reference run of its seed, for
+    every selected fixed-ratio run that has one (x: `spec.x`, c x steps or a config value)."""
     reference = (spec.measure or {}).get("reference")
     if reference not in runs:
         raise NotMeasurable(f"no reference run '{reference}' to measure drops against")
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: Values = {}
     for family in spec.series:
         for label in spec.selected(list(runs)):
             if not label.startswith(family) or label == reference:
                 continue
             for seed, run in runs[label].items():
-                ref, x = runs[reference].get(seed), sends_per_parameter(run)
-                if ref is None or x is None:
-                    continue
+                ref = runs[reference].get(seed)
+                if ref is None or sends_per_parameter(run) is None:
+                    continue  # a ratio that moves has no single c x steps or c
+                x = _setting(run, spec.x)
                 try:
                     ends = final(ref, spec.y, spec.smooth) - final(run, spec.y, spec.smooth)
                 except NotMeasurable:
                     continue
-                out.setdefault(family, []).append((x, 100 * ends))
+                if x is not None:
+                    out.setdefault(family, {}).setdefault(x, []).append(100 * ends)
     return out
-
-
-def _draw_drops(spec: FigureSpec, runs: Seeded, name: Namer, path: Path) -> Path:
-    families = drops_by_family(spec, runs)
-    if not families:
-        raise NotMeasurable(f"no run of {list(spec.series)} has a drop to draw")
-    fig, ax = _axes(spec, spec.x)
-    for family, dots in families.items():
-        colour = colour_for(family)
-        first = next(label for label in runs if label.startswith(family))
-        ax.plot(*zip(*dots, strict=True), ".", color=colour, alpha=0.5, markersize=6)
-        by_x: dict[float, list[float]] = {}
-        for x, drop in dots:
-            by_x.setdefault(x, []).append(drop)
-        means = sorted((x, math.fsum(ds) / len(ds)) for x, ds in by_x.items())
-        legend = name(first).split(" (c = ")[0]  # the family's name without its ratio
-        ax.plot(*zip(*means, strict=True), "o-", color=colour, label=legend)
-    ax.axhline(0.0, color="0.7", linewidth=0.8)
-    return _finish(fig, ax, spec, runs, path)

@@ -41,7 +41,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     html = (report / "report.html").read_text()
     for img in re.findall(r'<img src="([^"]+)"', html):
         assert (report / img).exists()
-    assert len(list(report.glob("*.png"))) >= 4
+    assert len(list(report.glob("*.svg"))) >= 4
 
     second = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]

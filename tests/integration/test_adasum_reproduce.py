@@ -61,16 +61,17 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     html = (report / "report.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)
     assert all((report / img).exists() for img in images)
-    # Steps-to-target points for SGD and LAMB, loss and accuracy curves, toy, cost; Adam
-    # has no runs here, so its figure is listed with the reason instead of an image.
+    # Steps-to-target points (SGD and LAMB panels; Adam has no runs here, so no panel),
+    # loss and accuracy curves, toy, cost.
     assert {
-        "steps_to_target_sgd.png",
-        "steps_to_target_lamb.png",
-        "toy_loss_vs_step.png",
-        "loss_vs_step_largest.png",
-        "comm_seconds_adasum_vs_allreduce.png",
+        "steps_to_target.svg",
+        "toy_loss_vs_step.svg",
+        "loss_vs_step_largest.svg",
+        "comm_seconds_adasum_vs_allreduce.svg",
     } <= set(images)
-    assert "steps_to_target_adam.png" not in images
+    svg = (report / "steps_to_target.svg").read_text()
+    assert "<!-- Momentum-SGD -->" in svg and "<!-- LAMB -->" in svg  # the panel titles
+    assert "<!-- Adam -->" not in svg
 
     second = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]

@@ -84,7 +84,7 @@ def test_index_has_the_claims_table_figures_environment_and_papers_not_run(built
     assert f"| CPU | {os.cpu_count()} logical cores" in md
     html = (reports / "index.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)
-    figures = [p for p in (reports / "adacomm").glob("*.png") if "screenshot" not in p.name]
+    figures = list((reports / "adacomm").glob("*.svg"))
     assert len(images) == len(figures) == 5
     assert all((reports / src).is_file() for src in images)
 
@@ -106,11 +106,11 @@ def test_every_page_loads_its_images_without_console_errors(built, chromium):
 
 def test_the_check_reports_a_missing_image_and_console_errors(built, chromium, tmp_path):
     page = tmp_path / "broken.html"
-    (tmp_path / "fine.png").write_bytes(
-        (built / "reports" / "adacomm" / "loss_vs_step.png").read_bytes()
+    (tmp_path / "fine.svg").write_bytes(
+        (built / "reports" / "adacomm" / "loss_vs_step.svg").read_bytes()
     )
     page.write_text(
-        '<!DOCTYPE html><html><body><img src="fine.png"><img src="gone.png">'
+        '<!DOCTYPE html><html><body><img src="fine.svg"><img src="gone.png">'
         "<script>console.error('bad number'); undefinedFunction();</script></body></html>"
     )
     (check,) = check_pages([page], chromium)

@@ -116,7 +116,7 @@ def test_tiny_run_set_produces_table_iv_and_every_figure_and_repeat_skips(tmp_pa
 
     html = (report / "report.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)
-    assert sorted(images) == sorted(f"{fid}.png" for fid in FIGURES)
+    assert sorted(images) == sorted(f"{fid}.svg" for fid in FIGURES)
     for img in images:
         assert (report / img).stat().st_size > 0
     # every run figure is drawn; only the sweep's CR front waits for `repro sweep`

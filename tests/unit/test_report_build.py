@@ -9,7 +9,8 @@ import pytest
 from repro.errors import UserError
 from repro.report.build import build_report, render_report, select_runs
 from repro.report.claims import load_claims
-from repro.report.plots import FigureSpec, colour_for, draw_figure
+from repro.report.colours import colour_for
+from repro.report.plots import FigureSpec, draw_figure
 from repro.report.report_cli import main as report_main
 from repro.report.series import NotMeasurable
 from repro.track.runs import find_runs
@@ -110,8 +111,8 @@ def test_render_report_writes_every_section(tmp_path):
     html = html_path.read_text().replace("<wbr>", "")
     md = (tmp_path / "report.md").read_text()
     srcs = img_sources(html)
-    headline = [f"{f.id}.png" for f in claims.figures if f.headline]
-    assert srcs == headline + [f"{f.id}.png" for f in claims.figures if not f.headline]
+    headline = [f"{f.id}.svg" for f in claims.figures if f.headline]
+    assert srcs == headline + [f"{f.id}.svg" for f in claims.figures if not f.headline]
     assert all((tmp_path / s).is_file() for s in srcs)
     for claim in claims.claims:
         assert f"<td>{claim.id}</td>" in html and f"| {claim.id} |" in md
@@ -135,8 +136,8 @@ def test_a_figure_without_data_is_named_not_linked(tmp_path):
     claims = load_claims("adacomm", CLAIMS_DIR)
     runs = {"sync": {0: make_run("sync")}}  # sync logs no method/tau
     html = render_report(claims, runs, "small", tmp_path, command="x").read_text()
-    assert "tau_vs_modeled_time.png" not in html
-    assert not (tmp_path / "tau_vs_modeled_time.png").exists()
+    assert "tau_vs_modeled_time.svg" not in html
+    assert not (tmp_path / "tau_vs_modeled_time.svg").exists()
     assert "not drawn: no selected run logged &#x27;method/tau&#x27;" in html
     assert all((tmp_path / s).is_file() for s in img_sources(html))
 

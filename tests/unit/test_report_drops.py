@@ -6,7 +6,7 @@ import math
 import pytest
 
 from repro.errors import UserError
-from repro.report.plots import FigureSpec, draw_figure
+from repro.report.plots import FigureSpec, draw_figure, render
 from repro.report.point_plots import drops_by_family, sends_per_parameter
 from repro.report.series import NotMeasurable
 from tests.unit.report_data import make_run
@@ -71,21 +71,60 @@ def test_drops_are_the_seeds_own_reference_minus_the_run():
         family = label.split("_c0")[0] + "_c"
         for seed, base in enumerate(bases):
             ref = last3(RUNS["dense_ring"][3][seed], 100)
-            expected.setdefault(family, []).append((cr * steps, 100 * (ref - last3(base, steps))))
+            by_x = expected.setdefault(family, {})
+            by_x.setdefault(cr * steps, []).append(100 * (ref - last3(base, steps)))
     assert set(got) == set(expected) == {"star_topk_c", "var_topk_c"}
-    for family, dots in expected.items():
-        for (gx, gy), (ex, ey) in zip(sorted(got[family]), sorted(dots), strict=True):
-            assert gx == pytest.approx(ex) and gy == pytest.approx(ey, abs=1e-9)
+    for family, by_x in expected.items():
+        pairs = zip(sorted(got[family].items()), sorted(by_x.items()), strict=True)
+        for (got_x, got_drops), (x, drops) in pairs:
+            assert got_x == pytest.approx(x) and got_drops == pytest.approx(drops, abs=1e-9)
     # c x steps from the run's own config
     assert sends_per_parameter(runs["star_topk_c0.001"][1]) == pytest.approx(0.8)
 
 
 def test_drops_figure_is_drawn_and_refuses_what_it_cannot_draw(tmp_path):
     runs = seeded_runs()
-    path = draw_figure(spec(), runs, lambda label: label, tmp_path / "drops.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    path = draw_figure(spec(), runs, lambda label: label, tmp_path / "drops.svg")
+    assert path.read_text().startswith("<?xml") and "<svg" in path.read_text()
     no_reference = {k: v for k, v in runs.items() if k != "dense_ring"}
     with pytest.raises(NotMeasurable, match="dense_ring"):
-        draw_figure(spec(), no_reference, str, tmp_path / "none.png")
+        draw_figure(spec(), no_reference, str, tmp_path / "none.svg")
     with pytest.raises(UserError, match="kind 'drops' needs series"):
         spec(measure={})
+
+
+def test_drops_against_the_ratio_beside_the_papers_per_family_panel():
+    runs = seeded_runs()
+    paper = {"series": "star_topk_c", "x": [0.1, 0.001], "y": [0.6, 1.98], "label": "paper"}
+    figure = spec(
+        x="method.cr",
+        series=["star_topk_c", "var_topk_c"],
+        panels=[{"title": "STAR", "runs": "star.*"}, {"title": "VAR", "runs": "var.*"}],
+        published=[paper],
+        ylim=[-1.0, 5.0],
+    )
+    fig = render(figure, runs, str)
+    star, var = fig.axes
+    assert (star.get_title(), var.get_title()) == ("STAR", "VAR")
+    (drawn,) = [line for line in star.lines if line.get_gid() == "published-star_topk_c"]
+    assert list(drawn.get_xdata()) == paper["x"] and list(drawn.get_ydata()) == paper["y"]
+    assert not any(line.get_gid() == "published-star_topk_c" for line in var.lines)
+    # ours: the mean over the seeds of each ratio's drops, at the run's own c
+    means = {
+        ax.get_title(): line
+        for ax in fig.axes
+        for line in ax.lines
+        if "mean-" in str(line.get_gid())
+    }
+    drops = drops_by_family(figure, runs)
+    for title, family in (("STAR", "star_topk_c"), ("VAR", "var_topk_c")):
+        by_c = drops[family]
+        assert list(means[title].get_xdata()) == sorted(by_c)
+        assert list(means[title].get_ydata()) == pytest.approx(
+            [sum(by_c[c]) / len(by_c[c]) for c in sorted(by_c)]
+        )
+    # VAR's mean drop at c = 0.001 is above the ylim: marked at the edge with its value
+    beyond = sum(drops["var_topk_c"][0.001]) / 2
+    assert beyond > 5.0
+    notes = [t.get_text() for t in var.texts]
+    assert notes == [f"{beyond:.3g}\noff scale"]

@@ -154,7 +154,7 @@ def test_report_shows_per_seed_values_every_seed_run_and_figure_captions(tmp_pat
     metrics = md.split("## Final metrics per run and seed")[1]
     rows = [line.split(" | ")[1:3] for line in metrics.splitlines() if line.startswith("| ")]
     assert rows[1:3] == [["sync", "0"], ["sync", "1"]] and len(rows) == 1 + 10
-    assert "2 seeds (0, 1): one thin line per seed in the method&#x27;s colour." in html
+    assert "2 seeds (0, 1): faint lines are the seeds; the thick line is their mean" in html
     assert all((tmp_path / src).is_file() for src in re.findall(r'<img src="([^"]+)"', html))
 
 
@@ -172,8 +172,9 @@ def test_points_figure_draws_each_seed_and_the_mean(tmp_path):
     )
     assert draw_figure(spec, seeded(runs), str, tmp_path / "pts.png").stat().st_size > 1000
     assert seeds_sentence("points", seeded(runs)) == (
-        "2 seeds (0, 1): a small dot per seed, the mean over the seeds joined by a line "
-        "(no mean where a seed never got there)."
+        "2 seeds (0, 1): a small dot per seed; the line joins the means over the seeds and "
+        "the shaded band spans the lowest to the highest seed (no mean where a seed never "
+        "got there)."
     )
     assert seeds_sentence("curves", seeded(runs[:2])) == "One seed (0)."
 

@@ -1,0 +1,230 @@
+"""The frame of a report figure: panels on one y axis, one legend outside the data, reference
+lines in styles that tell a paper's number from a target, crossing marks, and the file.
+
+A figure with `panels` gets one axes per panel that holds runs (small multiples sharing both
+axes, so a level reads the same in every panel); otherwise one axes. The legend sits outside
+every axes, below them, so it never covers a curve and the data keeps the figure's width.
+Reference roles differ in colour and dash: a paper's value ("published") is dotted black,
+the value a claim measures against ("target") solid grey; a marker reference is a star
+(published) or a circle (target). SVG is written without a date and with fixed element ids,
+so redrawing the same runs gives the same file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from repro.errors import UserError
+from repro.report.plots import FigureSpec, axis_label
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+BASE_DPI = 100  # the figure's size in inches times this is its size on screen, in pixels
+PNG_SCALE = 2  # a PNG is written at twice that, so it stays sharp when zoomed or on HiDPI
+# Above this many logged points the seed lines are rasterized inside the SVG (at the PNG
+# resolution); the means, bands' edges, text and axes stay vector and the file small.
+RASTER_POINTS = 20_000
+REFERENCE_STYLES = {
+    "published": {"color": "black", "linestyle": (0, (1.2, 1.8)), "linewidth": 1.8},
+    "target": {"color": "0.55", "linestyle": "-", "linewidth": 1.5},
+}
+REFERENCE_MARKERS = {"published": "*", "target": "o"}
+CROSSING_LABEL = "where the mean first reaches the target line"
+LEGEND_FONT = 8
+SHORT_ENTRY_CHARS = 32  # legend entries this short fit three columns under one axes
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """A figure and its axes, one per panel in panel order."""
+
+    fig: Figure
+    axes: list
+
+
+def panel_groups(
+    spec: FigureSpec, labels: Sequence[str], key: Callable[[str], str] = str
+) -> list[tuple[str, list[str]]]:
+    """(title, labels) of each panel that holds runs: those whose key matches the panel's
+    regex (each label in the first panel it matches), the baseline left out (it is drawn in
+    every panel), leftovers in a last panel "other runs". Without panels (or without a run
+    in any): one untitled panel with every label."""
+    if not spec.panels:
+        return [("", list(labels))]
+    left = [label for label in labels if label != spec.baseline]
+    groups = []
+    for panel in spec.panels:
+        members = [label for label in left if re.fullmatch(panel["runs"], key(label))]
+        left = [label for label in left if label not in members]
+        if members:
+            groups.append((panel["title"], members))
+    if left:
+        groups.append(("other runs", left))
+    return groups or [("", [])]  # no run but the baseline: it still gets its axes
+
+
+def open_canvas(spec: FigureSpec, titles: Sequence[str], xname: str) -> Canvas:
+    """A figure with one axes per title (shared x and y), labelled for `spec`."""
+    from matplotlib.figure import Figure  # loads only when a figure is drawn
+
+    n = max(1, len(titles))
+    ncols = n if n <= 3 else 2 if n == 4 else 3
+    nrows = math.ceil(n / ncols)
+    size = (8.0, 4.2) if n == 1 else (3.7 * ncols, 2.8 * nrows + 1.0)
+    fig = Figure(figsize=size, dpi=BASE_DPI, layout="constrained")
+    grid = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
+    cells = list(grid.flat)
+    axes, spare = cells[:n], cells[n:]
+    for ax in spare:
+        fig.delaxes(ax)
+    for ax in axes:
+        # an axes with no panel below it shows its own x tick labels
+        if ax.get_subplotspec().rowspan.stop < nrows and any(
+            other.get_subplotspec().colspan == ax.get_subplotspec().colspan for other in spare
+        ):
+            ax.xaxis.set_tick_params(labelbottom=True)
+        ax.grid(True, alpha=0.3)
+    xlabel, ylabel = spec.xlabel or axis_label(xname), spec.ylabel or axis_label(spec.y)
+    if n == 1:
+        axes[0].set_title(spec.title)
+        axes[0].set_xlabel(xlabel)
+        axes[0].set_ylabel(ylabel)
+        return Canvas(fig, axes)
+    fig.suptitle(spec.title)
+    fig.supylabel(ylabel, fontsize=10)
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        if ax.xaxis.get_tick_params()["labelbottom"]:  # the lowest panel of its column
+            ax.set_xlabel(xlabel, fontsize=9)
+    return Canvas(fig, axes)
+
+
+def draw_reference(ax: Axes, ref: dict) -> None:
+    """One resolved reference: a horizontal or vertical line, or a marker."""
+    role = ref.get("role", "published")
+    label = ref.get("label", role)
+    style = REFERENCE_STYLES[role]
+    if "x" in ref and "y" in ref:
+        ax.plot(
+            [ref["x"]],
+            [ref["y"]],
+            linestyle="none",
+            marker=REFERENCE_MARKERS[role],
+            markersize=11 if role == "published" else 8,
+            color=style["color"],
+            label=label,
+            gid=f"ref-{role}",
+        )
+    elif "y" in ref:
+        ax.axhline(ref["y"], **style, label=label, gid=f"ref-{role}", zorder=1.5)
+    else:
+        ax.axvline(ref["x"], **style, label=label, gid=f"ref-{role}", zorder=1.5)
+
+
+def mark_crossing(ax: Axes, x: float, y: float, colour: str, label: str) -> None:
+    """A triangle where a mean curve first reaches a target line (its x is in the legend)."""
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker="v",
+        markersize=9,
+        color=colour,
+        markeredgecolor="black",
+        markeredgewidth=0.8,
+        zorder=5,
+        label=CROSSING_LABEL,
+        gid=f"cross-{label}",
+    )
+
+
+def mark_off_scale(ax: Axes, x: float, y: float, ylim: Sequence[float], colour: str) -> None:
+    """A value beyond the figure's ylim: an arrowhead at the edge, the value under (over) it."""
+    low, high = ylim
+    if low <= y <= high:
+        return
+    edge, marker, offset, align = (high, "^", -8, "top") if y > high else (low, "v", 8, "bottom")
+    ax.plot(
+        [x],
+        [edge],
+        linestyle="none",
+        marker=marker,
+        markersize=9,
+        color=colour,
+        clip_on=False,
+        zorder=5,
+        label="_nolegend_",
+    )
+    ax.annotate(
+        f"{y:.3g}\noff scale",
+        (x, edge),
+        xytext=(0, offset),
+        textcoords="offset points",
+        ha="center",
+        va=align,
+        fontsize=7,
+        color=colour,
+    )
+
+
+def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> Figure:
+    """Scales, limits and the one legend outside the data. `settings`: the x values of a
+    figure of run settings (a handful of batches or ratios), ticked and written plainly
+    (4096, 0.001) instead of as a log axis's powers of ten."""
+    from matplotlib.ticker import NullFormatter
+
+    first = canvas.axes[0]
+    if spec.logx:
+        first.set_xscale("log")
+    if spec.logy:
+        first.set_yscale("log")
+    if 0 < len(settings) <= 8:
+        first.set_xticks(list(settings), [f"{x:g}" for x in settings])
+        first.xaxis.set_minor_formatter(NullFormatter())
+    if spec.invert_x:
+        first.invert_xaxis()
+    if spec.ylim is not None:
+        first.set_ylim(*spec.ylim)
+    entries: dict[str, Any] = {}
+    for ax in canvas.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        if len(canvas.axes) == 1:
+            # under one axes: three columns of short entries, two of long ones
+            columns = 2 if max(map(len, entries)) > SHORT_ENTRY_CHARS else 3
+        else:
+            # as many columns as the panels have, so the legend is no wider than they are
+            columns = len({ax.get_subplotspec().colspan.start for ax in canvas.axes})
+        canvas.fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="outside lower center",
+            ncols=min(columns, len(entries)),
+            fontsize=LEGEND_FONT,
+            frameon=False,
+        )
+    return canvas.fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Write `fig` as SVG (no date, fixed ids: the same runs give the same file) or as PNG at
+    PNG_SCALE times the screen resolution; the suffix of `path` says which."""
+    from matplotlib import rc_context
+
+    if path.suffix not in (".svg", ".png"):
+        raise UserError(f"figure file {path.name} must end in .svg or .png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".svg":
+        with rc_context({"svg.hashsalt": "repro-report"}):
+            fig.savefig(path, format="svg", metadata={"Date": None}, dpi=BASE_DPI * PNG_SCALE)
+    else:
+        fig.savefig(path, format="png", dpi=BASE_DPI * PNG_SCALE)
+    return path
