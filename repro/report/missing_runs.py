@@ -17,13 +17,13 @@ import yaml
 from repro.config import CONFIG_DIR
 from repro.report.claims import ClaimsFile
 from repro.report.reads import labels_read
-from repro.report.render import Cell, Code, Para
+from repro.report.render import Code, Para
 from repro.report.seeds import ClaimResult
 from repro.report.series import Seeded, any_seed
 
 
 def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
-    """Label -> what reads it ("claim x", "figure 'T'", "table 'T'"), for every label a
+    """Label -> what reads it ("claim x", "figure f", "table t", by id), for every label a
     claim, figure or table names that has no run, in the order first named."""
     present = any_seed(runs)
     needs: dict[str, list[str]] = {}
@@ -40,10 +40,10 @@ def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult])
         named = [] if spec.runs == "all" else list(spec.runs)
         reference = spec.measure.get("reference")
         for label in [*named, *([reference] if isinstance(reference, str) else [])]:
-            need(label, f"figure '{spec.title}'")
+            need(label, f"figure {spec.id}")
     for table in claims.tables:
         for row in table.parsed:
-            need(row.run, f"table '{table.title}'")
+            need(row.run, f"table {table.id}")
     return {label: readers for label, readers in needs.items() if label not in present}
 
 
@@ -57,27 +57,40 @@ def run_set_labels(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> lis
 
 
 def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
-    return "; ".join(f"{label} (read by {', '.join(needs[label])})" for label in labels)
+    """ "a, b (read by claims x, y; figure f)": the labels, then their readers by kind."""
+    by_kind: dict[str, list[str]] = {}
+    for label in labels:
+        for reader in needs[label]:
+            kind, name = reader.split(" ", 1)
+            if name not in by_kind.setdefault(kind, []):
+                by_kind[kind].append(name)
+    readers = "; ".join(
+        f"{kind}{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        for kind, names in by_kind.items()
+    )
+    return f"{', '.join(labels)} (read by {readers})"
 
 
-def missing_note(
+def missing_notes(
     paper: str, scale: str, needs: dict[str, list[str]], config_dir: Path = CONFIG_DIR
-) -> Para | None:
-    """One paragraph naming the missing runs and the command that makes them; None when
-    nothing is missing."""
-    if not needs:
-        return None
+) -> list[Para]:
+    """The runs the report lacks and the one command that makes them; apart, in small
+    print, the labels this scale's run set does not make (what reads them is for another
+    scale). Empty when nothing is missing."""
     in_set = run_set_labels(paper, scale, config_dir)
     ours = [label for label in needs if in_set is None or label in in_set]
     other = [label for label in needs if label not in ours]
-    parts: list[Cell] = []
+    notes = []
     if ours:
         command = f"repro reproduce {paper} scale={scale}"
-        parts += [f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), "."]
+        text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
+        notes.append(Para(text, css="missing"))
     if other:
-        lead = " Not" if ours else "Not"
-        parts.append(
-            f"{lead} in the {paper}_{scale} run set, so not made at this scale: "
-            f"{_listed(needs, other)}; what reads them is judged at another scale."
+        notes.append(
+            Para(
+                f"Not in the {paper}_{scale} run set, so never made at this scale: "
+                f"{_listed(needs, other)}.",
+                css="rule",
+            )
         )
-    return Para(tuple(parts), css="missing")
+    return notes

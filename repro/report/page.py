@@ -22,7 +22,7 @@ from typing import Any
 from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
 from repro.report.findings import findings_table
-from repro.report.missing_runs import missing_note, needed_missing
+from repro.report.missing_runs import missing_notes, needed_missing
 from repro.report.published import render_table
 from repro.report.render import Block, Cell, FigureOut, Heading, Page, Para, Table, fmt
 from repro.report.run_links import reads_cell, run_cell
@@ -167,7 +167,7 @@ def assemble(
     tuning = tuning_table(claims.paper, scale) if tuned else None
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
-    missing = missing_note(claims.paper, scale, needed_missing(claims, runs, results))
+    missing = missing_notes(claims.paper, scale, needed_missing(claims, runs, results))
 
     def reads(result: ClaimResult) -> Cell:
         return reads_cell(*claim_reads(result, runs), runs, page_dir)
@@ -175,9 +175,9 @@ def assemble(
     headline = [f for f in figures if f.headline]
     blocks: list[Block] = [
         *_lead(claims, runs, scale, results),
-        summary_table(results),
+        summary_table(results, scale),
         Para(f"How verdicts are given: {VERDICTS_TEXT}.", "rule"),
-        *([missing] if missing else []),
+        *missing,
         *headline,
         Para(
             tuning.summary

@@ -23,6 +23,7 @@ th { background: #f2f2f2; overflow-wrap: break-word; }
 table.summary { font-size: 1em; }
 table.summary td:nth-child(1) { min-width: 22em; }
 table.summary td:nth-child(2), table.summary td:nth-child(3) { min-width: 9em; }
+table.summary td:nth-child(4) { min-width: 12em; }
 table.summary a { font-size: 0.85em; }
 table.keyvalue td:first-child { white-space: nowrap; }
 code { font-size: 0.95em; background: #f4f4f4; padding: 0 0.2em; overflow-wrap: anywhere; }

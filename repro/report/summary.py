@@ -33,20 +33,24 @@ def anchor(claim_id: str) -> str:
 CHECK_WORDS = {"reproduced": "holds", "partly": "partly holds", "not reproduced": "does not hold"}
 
 
-def plain_verdict(result: ClaimResult) -> str:
-    """The verdict in words a reader needs no legend for; a model check holds or not."""
+def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
+    """The verdict in words a reader needs no legend for; a model check holds or not. With
+    the report's `scale`, a claim not run because it is stated for another scale says so."""
     n = result.seeds
     seeds = f"{n} seed" + ("s" if n != 1 else "")
     claim = result.claim
+    stated = ", ".join(claim.scales)
     if claim.kind == "model_check" and result.verdict in CHECK_WORDS:
         return CHECK_WORDS[result.verdict]
+    if result.verdict == "not run" and scale is not None and scale not in claim.scales:
+        return f"not run: stated for scale {stated}, whose runs this scale does not make"
     text = {
         "partly": "partly reproduced",
         "undecided": f"undecided at {seeds}: the interval straddles a band edge",
         "inconclusive": f"inconclusive at {seeds} (its seed cap), 95% CI {result.ci_text()}",
         "not run": "not run: a run it reads is missing",
         "not measured": "not measured: the runs lack a metric or setting it needs",
-        "not assessed": f"not assessed: stated for scale {', '.join(claim.scales)}",
+        "not assessed": f"not assessed: stated for scale {stated}",
     }.get(result.verdict, result.verdict)
     return f"{text}; its magnitude claims are not reproduced" if result.magnitude else text
 
@@ -59,7 +63,7 @@ def checks_summary(results: list[ClaimResult]) -> str:
     return ", ".join(f"{n} {plural.get(w, w) if n != 1 else w}" for w, n in counts.items())
 
 
-def summary_table(results: list[ClaimResult]) -> Table:
+def summary_table(results: list[ClaimResult], scale: str | None = None) -> Table:
     """The page's first table (see module doc)."""
     rows = []
     ids = []
@@ -71,7 +75,7 @@ def summary_table(results: list[ClaimResult]) -> Table:
                 claim,
                 with_unit(r.claim.published, r.claim.unit),
                 r.ours_text(r.claim.unit),
-                plain_verdict(r),
+                plain_verdict(r, scale),
             ]
         )
         ids.append(f"summary-{r.claim.id}")

@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 
 from repro.report.build import ordered, select_runs
-from repro.report.claims import load_claims
+from repro.report.claims import Claim, build, load_claims
+from repro.report.missing_runs import missing_notes
 from repro.report.page import assemble
-from repro.report.render import FigureOut, Table, to_html, to_markdown
+from repro.report.render import FigureOut, Table, md_cell, to_html, to_markdown
 from repro.report.run_links import WANDB_URL
-from repro.report.seeds import evaluate
-from repro.report.summary import SUMMARY_HEADERS
-from tests.unit.report_data import adacomm_set, in_directories, make_run
+from repro.report.seeds import ClaimResult, evaluate
+from repro.report.summary import SUMMARY_HEADERS, plain_verdict
+from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 URL = "https://wandb.ai/me/repro/runs/id-sync"
@@ -164,7 +165,32 @@ def test_missing_runs_are_named_once_with_the_command_that_makes_them(tmp_path):
         "Runs missing: adacomm_lrdecay (read by claim headline_lrdecay_time_to_sync_loss). "
         "Make them with `repro reproduce adacomm scale=small`." in md
     )
-    assert html.count('<p class="missing">') == 1
+    assert html.count('<p class="missing">') == 1 and "Not in the adacomm_small" not in md
     # the claim's own row names the label it lacks instead of linking it
     row = next(r for r in _md_rows(md, "Claims") if r[0] == "headline_lrdecay_time_to_sync_loss")
     assert row[-1].endswith("; adacomm_lrdecay (no run)")
+
+
+def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "x_small.yaml").write_text(
+        "experiment:\n  runs:\n    a: [method=sync]\n    c: [method=sync]\n"
+    )
+    needs = {"a": ["claim one"], "b": ["claim two", "figure f"], "d": ["claim two", "table t"]}
+    mine, other = missing_notes("x", "small", needs, tmp_path)
+    assert (mine.css, other.css) == ("missing", "rule")
+    assert md_cell(mine.text) == (
+        "Runs missing: a (read by claim one). Make them with `repro reproduce x scale=small`."
+    )
+    assert md_cell(other.text) == (
+        "Not in the x_small run set, so never made at this scale: b, d (read by claim two; "
+        "figure f; table t)."
+    )
+    assert missing_notes("x", "small", {}, tmp_path) == []
+    # a claim stated for another scale, whose runs this one lacks, says so in the summary
+    claim = build(Claim, claim_dict(scales=["paper"]), "claim")
+    result = ClaimResult(claim, None, "not run", "no run labelled 'adacomm'")
+    assert plain_verdict(result, "small") == (
+        "not run: stated for scale paper, whose runs this scale does not make"
+    )
+    assert plain_verdict(result, "paper") == "not run: a run it reads is missing"
