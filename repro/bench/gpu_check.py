@@ -1,9 +1,9 @@
 """`make gpu-check`: every method for a few steps on a GPU, under both engines, checked.
 
-On a machine with CUDA it runs, for each method (sync, local SGD, AdaComm, Top-k, Adasum)
-and two workloads (the small scales' MNIST-1D CNN, and ResNet-18 at the Top-k paper's size:
-CIFAR-100 images, batch 32 per worker, BatchNorm; random images of that shape when CIFAR-100
-is not under `data.root`):
+On a machine with CUDA it runs every registered method in every variant its config
+declares (`repro.conformance`), on two workloads (the small scales' MNIST-1D CNN, and
+ResNet-18 at the Top-k paper's size: CIFAR-100 images, batch 32 per worker, BatchNorm;
+random images of that shape when CIFAR-100 is not under `data.root`):
 1. the process engine, one process per GPU here (at most 8; one on a one-GPU machine),
    NCCL carrying the method's traffic and gloo the metrics, as on a cluster;
 2. the simulated engine with as many workers on one axis on `cuda:0`, looping over its
@@ -13,12 +13,12 @@ CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relat
 the first step and 1e-3 after the last (NCCL may sum in another order across GPUs), both
 under deterministic kernels (`deterministic_kernels`: cuDNN's default ones alone make one
 engine differ from itself on ResNet-18). Then the simulated engine with 8 workers on one
-GPU runs each method on each workload, with the default kernels and vectorized as it runs
-by default (`trainer.vectorize=auto`: the CNN through its own all-workers
-forward, ResNet-18 under vmap): the paper's 8-worker cluster on one device. Step times
-(the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
+GPU runs each method, in its first variant, on each workload, with the default kernels and
+vectorized as it runs by default (`trainer.vectorize=auto`: the CNN through its own
+all-workers forward, ResNet-18 under vmap): the paper's 8-worker cluster on one device.
+Step times (the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
 
-A method that fails under either engine is reported (its error in one line) and the
+A variant that fails under either engine is reported (its error in one line) and the
 others still run; any failure or mismatch makes the exit status 1. Without a GPU it says
 so and exits 0. `python -m repro.bench.gpu_check [DATA_ROOT]` (default: `data.root`).
 `check(device="cpu", ...)` runs the same code on the CPU with gloo, which is how the tests
@@ -28,10 +28,11 @@ cover it.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,18 +45,12 @@ from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.stopwatch import Stopwatch
 from repro.config import compose
+from repro.conformance import Variant, variants
 from repro.errors import UserError
 from repro.train.trainer import Trainer
 from repro.workload import data as data_mod
 
 SGD = ["optim.name=sgd", "optim.lr=0.05", "optim.momentum=0.9"]
-METHODS = {
-    "sync": ["method=sync"],
-    "local_sgd": ["method=local_sgd", "method.tau=2"],
-    "adacomm": ["method=adacomm", "method.tau0=2", "method.interval_steps=2"],
-    "topk": ["method=topk", "method.cr=0.01"],
-    "adasum": ["method=adasum"],
-}
 DECISIONS = ("method/tau", "method/cr", "method/collective", "method/k", "method/leader")
 FIRST_STEP_TOL, LAST_STEP_TOL = 1e-6, 1e-3
 SCALE_WORKERS = 8
@@ -101,12 +96,14 @@ def _has_cifar100(data_root: Path) -> bool:
     return True
 
 
-def _config(root: Path, workload: list[str], method: str, world: int, engine: str, vectorize):
+def _config(root: Path, workload: list[str], variant: Variant, world: int, engine: str, vectorize):
+    """`variant`'s overrides after SGD's, so a variant naming another optimizer takes it."""
+    run = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{engine}-{vectorize}-{world}-{variant.id}")
     return compose(
         [
             *workload,
-            *METHODS[method],
             *SGD,
+            *variant.overrides,
             "tracking=disabled",
             "compute.mode=sampled",
             f"trainer.world_size={world}",
@@ -114,7 +111,7 @@ def _config(root: Path, workload: list[str], method: str, world: int, engine: st
             "trainer.progress=false",
             f"trainer.engine={engine}",
             f"trainer.vectorize={vectorize}",
-            f"run_dir={root / f'{engine}-{vectorize}-{world}-{method}'}",
+            f"run_dir={root / run}",
         ]
     )
 
@@ -163,9 +160,11 @@ def deterministic_kernels() -> Iterator[None]:
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
 
 
-def _process_worker(rank: int, world: int, kind: str, root: str, chosen, steps: int) -> dict:
-    """One process engine worker: every (workload, method) in turn on its own device. A
-    method that fails is reported as its error (every rank fails alike: same code, same
+def _process_worker(
+    rank: int, world: int, kind: str, root: str, chosen, compared: Sequence[Variant], steps: int
+) -> dict:
+    """One process engine worker: every (workload, variant) in turn on its own device. A
+    variant that fails is reported as its error (every rank fails alike: same code, same
     collectives) and the next one runs."""
     torch.set_num_threads(1)
     device = pick_device("auto" if kind == "cuda" else "cpu")
@@ -174,27 +173,27 @@ def _process_worker(rank: int, world: int, kind: str, root: str, chosen, steps: 
     out: dict[tuple[str, str], Trace | str] = {}
     with deterministic_kernels():
         for name, workload in chosen.items():
-            for method in METHODS:
+            for variant in compared:
                 _reset_peak(device)
-                cfg = _config(Path(root), workload, method, world, "processes", "loop")
-                out[name, method] = _attempt(
+                cfg = _config(Path(root), workload, variant, world, "processes", "loop")
+                out[name, variant.id] = _attempt(
                     lambda c=cfg: trace(Trainer(c, comm, device), steps, device)
                 )
     return out
 
 
 def _attempt(run: Callable[[], Trace]) -> Trace | str:
-    """The run's trace, or its error in one line: a first GPU run reports every method."""
+    """The run's trace, or its error in one line: a first GPU run reports every variant."""
     try:
         return run()
-    except Exception as e:  # noqa: BLE001  (reported as the method's FAIL line)
+    except Exception as e:  # noqa: BLE001  (reported as the variant's FAIL line)
         first = str(e).splitlines()[0] if str(e) else ""
         return f"{type(e).__name__}: {first}"
 
 
-def _simulated(root: Path, workload, method, world, device, vectorize, steps) -> Trace:
+def _simulated(root: Path, workload, variant: Variant, world, device, vectorize, steps) -> Trace:
     _reset_peak(device)
-    cfg = _config(root, workload, method, world, "simulated", vectorize)
+    cfg = _config(root, workload, variant, world, "simulated", vectorize)
     return trace(Trainer(cfg, AxisCollectives(world), device, vectorize), steps, device)
 
 
@@ -230,10 +229,14 @@ def check(
     names: tuple[str, ...] = ("mnist1d_cnn", "resnet18"),
     scale_workers: int = SCALE_WORKERS,
     steps: int = 4,
+    compared: Sequence[Variant] | None = None,
 ) -> bool:
-    """Both engines at `world` workers on `device` ("cuda" or "cpu"), then the simulated
-    engine at `scale_workers` on one device, each of `names` in turn; each result line
-    goes to `say`. Returns whether every method ran and the engines agreed."""
+    """Both engines at `world` workers on `device` ("cuda" or "cpu") in each of `compared`
+    (every registered method's every declared variant by default), then the simulated
+    engine at `scale_workers` on one device in the first variant of each method among
+    them, each of `names` in turn; each result line goes to `say`. Returns whether every
+    variant ran and the engines agreed."""
+    compared = tuple(variants() if compared is None else compared)
     if steps < 2:
         raise ValueError(f"steps={steps}: the check compares a first and a later step")
     kind = "cuda" if device.startswith("cuda") else "cpu"
@@ -251,40 +254,40 @@ def check(
             f"engines at {world} worker(s), {steps} steps, deterministic kernels: processes "
             f"({backend}, one per device) vs simulated on {one}"
         )
-        ranks = spawn(_process_worker, world, kind, str(root), chosen, steps)
+        ranks = spawn(_process_worker, world, kind, str(root), chosen, compared, steps)
         for name, workload in chosen.items():
-            for method in METHODS:
-                held = [r[name, method] for r in ranks]
+            for variant in compared:
+                held = [r[name, variant.id] for r in ranks]
                 with deterministic_kernels():
                     sim = _attempt(
-                        lambda w=workload, m=method: _simulated(
-                            root, w, m, world, one, "loop", steps
+                        lambda w=workload, v=variant: _simulated(
+                            root, w, v, world, one, "loop", steps
                         )
                     )
                 failed = [t for t in (*held[:1], sim) if isinstance(t, str)]
                 if failed:
                     ok = False
-                    say(f"  {name:<11} {method:<9} FAIL {'; '.join(failed)}")
+                    say(f"  {name:<11} {variant.id} FAIL {'; '.join(failed)}")
                     continue
                 processes = held[0]
                 processes.params = [torch.cat([h.params[i] for h in held]) for i in range(2)]
                 same, summary = compare(processes, sim)
                 ok &= same
                 say(
-                    f"  {name:<11} {method:<9} {'ok  ' if same else 'FAIL'} {summary}; "
+                    f"  {name:<11} {variant.id} {'ok  ' if same else 'FAIL'} {summary}; "
                     f"processes {_ms(processes)}{_mem(processes)}; simulated {_ms(sim)}{_mem(sim)}"
                 )
         for name, workload in chosen.items():
             say(f"simulated engine, {scale_workers} workers on {one}, {name}:")
-            for method in METHODS:
+            for variant in (v for v in compared if v.first):
                 t = _attempt(
-                    lambda w=workload, m=method: _simulated(
-                        root, w, m, scale_workers, one, "auto", steps + 1
+                    lambda w=workload, v=variant: _simulated(
+                        root, w, v, scale_workers, one, "auto", steps + 1
                     )
                 )
                 ok &= not isinstance(t, str)
                 say(
-                    f"  {method:<9} "
+                    f"  {variant.id} "
                     + (f"FAIL {t}" if isinstance(t, str) else f"{_ms(t)}{_mem(t)} ({t.vectorize})")
                 )
     return ok

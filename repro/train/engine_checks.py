@@ -29,9 +29,9 @@ ENGINES = ("auto", "processes", "simulated")
 VECTORIZE = ("auto", "stacked", "vmap", "loop")
 _FIX = "or use trainer.engine=processes"
 # Per parameter and worker: the value, its gradient, the optimizer's slots, and the
-# method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual).
+# method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual),
+# which each method's config declares (`method.model_copies`).
 _OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2, "lamb": 2}
-_METHOD_COPIES = 4
 # Activations are kept for the backward pass; their gradients and the kernels' work space
 # take about as much again.
 _ACTIVATION_FACTOR = 3
@@ -104,7 +104,7 @@ def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) ->
     consumed)."""
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
-    per_param = 1 + 1 + _OPTIMIZER_SLOTS[cfg.optim.name] + _METHOD_COPIES
+    per_param = 1 + 1 + _OPTIMIZER_SLOTS[cfg.optim.name] + cfg.method.model_copies
     activations = _activation_numel(model, sample) * _ACTIVATION_FACTOR
     per_worker = (params * per_param + buffers + activations) * 4
     return per_worker * cfg.trainer.world_size

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from repro.bench.gpu_check import (
-    METHODS,
     SYNTHETIC,
     _attempt,
     _config,
@@ -23,6 +22,8 @@ from repro.bench.gpu_check import (
     workloads,
 )
 from repro.comm.axis_collectives import AxisCollectives
+from repro.conformance import firsts
+from repro.strategies.base import registered
 from repro.train.trainer import Trainer
 from tests.helpers import REPO
 
@@ -43,6 +44,8 @@ def test_without_a_gpu_gpu_check_says_so_and_exits_0():
 
 @pytest.mark.slow
 def test_every_method_under_both_engines_on_the_cpu(tmp_path):
+    """Each registered method in its first variant (the GPU run compares every variant;
+    the CPU suite compares them all in tests/comm/test_engine_equivalence.py)."""
     lines: list[str] = []
     ok = check(
         "cpu",
@@ -52,13 +55,16 @@ def test_every_method_under_both_engines_on_the_cpu(tmp_path):
         names=("mnist1d_cnn",),
         scale_workers=2,
         steps=2,
+        compared=firsts(),
     )
     print("\n".join(lines))
     assert ok
+    ids = [v.id for v in firsts()]
+    assert sorted(v.method for v in firsts()) == sorted(registered())
     rows = [line.split() for line in lines if line.startswith("  mnist1d_cnn")]
-    assert [(r[1], r[2]) for r in rows] == [(m, "ok") for m in METHODS]
+    assert [(r[1], r[2]) for r in rows] == [(i, "ok") for i in ids]
     scale = lines[lines.index(next(x for x in lines if x.startswith("simulated engine"))) + 1 :]
-    assert [s.split()[0] for s in scale] == list(METHODS)
+    assert [s.split()[0] for s in scale] == ids
     assert all("ms/step" in s and s.endswith("(stacked)") for s in scale)
 
 
@@ -67,7 +73,8 @@ def test_paper_size_resnet18_without_cifar_runs_on_images_of_its_shape(tmp_path)
     two simulated workers, vectorized, one step at a small batch."""
     overrides = workloads(tmp_path / "data", ("resnet18",))["resnet18"]
     assert f"workload.dataset={SYNTHETIC}" in overrides
-    cfg = _config(tmp_path, [*overrides, "trainer.batch_size=2"], "sync", 2, "simulated", "vmap")
+    sync = next(v for v in firsts() if v.method == "sync")
+    cfg = _config(tmp_path, [*overrides, "trainer.batch_size=2"], sync, 2, "simulated", "vmap")
     trainer = Trainer(cfg, AxisCollectives(2), "cpu", "vmap")
     assert trainer.workload.arrays.x_train.shape[1:] == (3, 32, 32)
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in trainer.replicas.template.modules())

@@ -4,6 +4,7 @@ nothing written."""
 import pytest
 
 from repro.config import compose
+from repro.strategies.base import registered
 from repro.train.engine_checks import estimate_bytes
 from repro.workload.models import build_model
 from tests.helpers import repro_cli
@@ -70,13 +71,19 @@ def test_auto_engine_by_scale_and_launch():
     assert compose(["compute.mode=measured"]).trainer.engine == "processes"
 
 
-def test_memory_estimate_counts_parameters_slots_and_activations():
-    cfg = compose(["workload=synthetic_mlp", "optim.name=adam", "trainer.world_size=8"])
+@pytest.mark.parametrize("method", sorted(registered()))
+def test_memory_estimate_counts_parameters_slots_copies_and_activations(method):
+    """Every registered method's estimate counts the model copies its config declares."""
+    cfg = compose(
+        ["workload=synthetic_mlp", "optim.name=adam", "trainer.world_size=8", f"method={method}"]
+    )
+    copies = cfg.method.model_copies
+    assert isinstance(copies, int) and copies >= 0
     model = build_model("mlp", 4, in_dim=16)
     params = 16 * 32 + 32 + 32 * 4 + 4
     import torch
 
     # outputs for a batch of 5: Linear 32, ReLU 32, Linear 4, the Sequential 4, the MLP 4
     activations = 5 * (32 + 32 + 4 + 4 + 4)
-    want = 8 * 4 * (params * (1 + 1 + 2 + 4) + activations * 3)
+    want = 8 * 4 * (params * (1 + 1 + 2 + copies) + activations * 3)
     assert estimate_bytes(cfg, model, torch.zeros(5, 16)) == want
