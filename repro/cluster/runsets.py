@@ -15,6 +15,8 @@ added for undecided claims can take. The runs go where the `cluster` group says
 the runs of each claim whose interval straddles a band edge, up to its seed cap
 (`repro.cluster.more_seeds`), and the report is built; or as job arrays, after which
 `repro report PAPER` builds it once they end (and a repeated `repro reproduce` adds seeds).
+A set whose `experiment.search` names a sweep spec runs that search once, here, after its
+runs and before the report (`repro.cluster.set_search`: the Top-k set's Pareto search).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import os
 import sys
 from pathlib import Path
 
-from repro.cluster.launcher import launch_runs
+from repro.cluster.launcher import launch_runs, runs_here
+from repro.cluster.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.config import CONFIG_DIR, Config, compose
 from repro.errors import UserError
 from repro.sweep.tuned import run_overrides
@@ -123,6 +127,12 @@ def main(argv: list[str]) -> int:
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
         also = most_added(claims, runs, scale, minutes) if seeds is None else ""
     root = Path(runs[0][1].runs_root)
+    search, here = None, runs_here(runs[0][1].cluster)
+    if experiment.search:  # a bad search spec stops us before any run
+        search = search_spec(experiment, set_dir_of(runs[0][1]), extra)
+        workers = max(1, min(os.cpu_count() or 1, search.n_trials))
+        if here:
+            also += f"; then {search_minutes(search, experiment, workers)}"
     try:
         launched = launch_runs(
             runs,
@@ -131,15 +141,24 @@ def main(argv: list[str]) -> int:
             minutes_per_run=minutes,
             also=also,
         )
-        if launched.jobs or claims is None:
+        if launched.jobs:
             return 0
-        from repro.cluster.more_seeds import extend
-
         # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
         # seed, say): the report then says which claims stay undecided at N
-        if seeds is None:
+        if claims is not None and seeds is None:
+            from repro.cluster.more_seeds import extend
+
             make = functools.partial(run_set, args.paper, scale, extra)
             extend(args.paper, scale, claims, make, root, minutes)
+        if search is not None and here:
+            run_search(search, experiment, workers)
+        elif search is not None:
+            print(
+                f"search: {experiment.search} runs only here, not on cluster="
+                f"{runs[0][1].cluster.name}; `repro reproduce {args.paper} scale={scale}` "
+                "with cluster=local runs it (finished runs are skipped)",
+                flush=True,
+            )
     except KeyboardInterrupt:
         print(
             f"interrupted: run set {args.paper} {scale} stopped; run the same command again "
@@ -148,6 +167,8 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 130
+    if claims is None:
+        return 0
     from repro.report.build import build_report
 
     out = build_report(

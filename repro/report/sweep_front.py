@@ -1,13 +1,16 @@
 """A sweep's Pareto front drawn in a paper's report (the CR front beside the
-compression ratios the Flexible Top-k paper's controller chose).
+compression ratios the Flexible Top-k paper's controller chose, Sec. IV, Eq. 6).
 
-A claims file lists `sweep_fronts`: each names a sweep spec, the two objectives to plot, the
-searched parameter to read off each front point, and the paper's chosen band of that
-parameter. `chosen_run` names a run of the set whose own choices of that parameter (its
+A claims file lists `sweep_fronts`: each names the full sweep spec, the two objectives to
+plot, the searched parameter to read off each front point, and the paper's chosen band of
+that parameter. `chosen_run` names a run of the set whose own choices of that parameter (its
 logged `chosen_metric`, e.g. the ratio the MOO controller picked at each log point) are
-marked beside the front, with their share of the run's log points over every seed. The
-study is read from the spec's own storage; when the sweep has not been run the figure is
-listed as missing with the command that produces it.
+marked beside the front, with their share of the run's log points over every seed, and whose
+end (its two objectives, each seed) is a point beside the front. Which study is drawn, the
+full sweep or the reproduction's own search, is `repro.report.sweep_source`'s choice; with
+none the figure is listed as missing with the command that runs one. The front's points are
+coloured by the collective (`repro.sweep.front`); the front is also written beside the page
+as `<id>.csv` and an interactive `<id>.html` (hover shows a trial's settings).
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from repro.errors import UserError
+from repro.report.colours import colour_for
 from repro.report.plots import axis_label
 from repro.report.render import FigureOut
 from repro.report.series import Seeded
-
-SOURCE_TREE = Path(__file__).resolve().parents[2]
+from repro.report.sweep_source import find_source
+from repro.sweep.front import OTHER, Front, write_csv
+from repro.sweep.front_page import write_front_page
+from repro.sweep.front_plot import KNEE_RING, draw_front
 
 
 @dataclass(frozen=True)
@@ -62,77 +69,150 @@ def chosen_shares(front: SweepFrontSpec, runs: Seeded) -> dict[float, float]:
     return {v: n / total for v, n in sorted(counts.items())}
 
 
+def _knee_words(front: SweepFrontSpec, data: Front) -> str:
+    knee = data.knee_row
+    params = ", ".join(
+        f"{k.rsplit('.', 1)[-1]} {f'{v:.3g}' if isinstance(v, float) else v}"
+        for k, v in knee["params"].items()
+    )
+    return (
+        f"knee (ringed): trial {knee['trial']}, {params}: {axis_label(front.y)} "
+        f"{knee['values'][front.y]:.4g} at {axis_label(front.x)} {knee['values'][front.x]:.4g}"
+    )
+
+
+def _last(run: Any, metric: str) -> float | None:
+    """The run's last logged value of `metric` (its final point, as a trial's objective)."""
+    for row in reversed(run.history):
+        value = row.get(metric)
+        if isinstance(value, int | float) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _chosen_ends(ax: Any, front: SweepFrontSpec, runs: Seeded) -> int:
+    """The chosen run's end in objective space, one cross per seed; how many were drawn."""
+    ends = [
+        (_last(run, front.x), _last(run, front.y))
+        for run in runs.get(front.chosen_run, {}).values()
+    ]
+    ends = [(x, y) for x, y in ends if x is not None and y is not None]
+    if ends:
+        # a thin cross under the front's points: where it meets one, the point stays visible
+        ax.scatter(
+            [x for x, _ in ends],
+            [y for _, y in ends],
+            marker="x",
+            s=70,
+            color=colour_for(front.chosen_run),
+            linewidths=1.8,
+            label=f"{front.chosen_run} run's end (each seed)",
+            zorder=2.5,
+        )
+    return len(ends)
+
+
+def _against_param(ax: Any, front: SweepFrontSpec, data: Front, shares: dict) -> None:
+    """The right panel: y against the searched parameter, the paper's band and the chosen
+    run's own choices."""
+    param = front.param
+    if front.band:
+        ax.axvspan(*front.band, color="#2ca02c", alpha=0.15, label=front.band_label or "paper")
+    for i, (value, share) in enumerate(shares.items()):
+        ax.axvline(
+            value,
+            ls="--",
+            color=colour_for(front.chosen_run),
+            alpha=0.3 + 0.7 * share,
+            label=f"{front.chosen_run} run's choices of {param}" if i == 0 else None,
+        )
+    other = [r for r in data.dominated() if param in r["params"]]
+    ax.scatter(
+        [float(r["params"][param]) for r in other],
+        [float(r["values"][front.y]) for r in other],
+        s=22,
+        facecolors="none",
+        edgecolors=OTHER,
+        linewidths=0.9,
+        zorder=1,
+    )
+    for row in data.front:
+        ax.scatter(
+            [float(row["params"][param])],
+            [float(row["values"][front.y])],
+            s=42,
+            color=data.colour(row),
+            edgecolors="white",
+            linewidths=0.6,
+            zorder=3,
+        )
+    knee = data.knee_row
+    ax.scatter(
+        [float(knee["params"][param])], [float(knee["values"][front.y])], zorder=4, **KNEE_RING
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel(param)
+    ax.set_ylabel(axis_label(front.y))
+    ax.set_title(f"{axis_label(front.y)} against {param}", fontsize=10)
+
+
+def _legend_below(fig: Any, axes: list[Any]) -> None:
+    """One legend for both panels, under them: it covers no data."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(text, handle)
+    names = sorted(seen, key=lambda text: text.startswith("dominated"))
+    fig.legend([seen[n] for n in names], names, loc="outside lower center", ncol=3, fontsize=8)
+
+
 def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> FigureOut:
-    """Two panels: the front in objective space, and accuracy against the searched parameter
-    with the paper's chosen band shaded and the `chosen_run`'s own choices marked."""
+    """Two panels: the front in objective space (coloured by collective, the knee ringed,
+    the chosen run's ends beside it), and y against the searched parameter with the paper's
+    band shaded and the chosen run's own choices marked. Writes `<id>.svg`, and the
+    front as `<id>.csv` and `<id>.html`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from repro.sweep.results import pareto_front
-    from repro.sweep.spec import load_spec
-
-    caption = f"{front.caption} Points: the sweep's Pareto-optimal trials ({front.spec})."
+    source = find_source(front.spec, runs)
+    if isinstance(source, str):
+        return FigureOut(front.id, front.title, front.caption, None, source)
+    data = source.front
     shares = chosen_shares(front, runs)
+    fig = Figure(figsize=(11, 5.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    draw_front(
+        left, data, front.x, front.y, label=lambda r: f"{r['params'].get(front.param, 0):.2g}"
+    )
+    ends = _chosen_ends(left, front, runs)
+    left.set_xlabel(axis_label(front.x))
+    left.set_ylabel(axis_label(front.y))
+    left.set_title(f"Pareto front (labels: {front.param})", fontsize=10)
+    _against_param(right, front, data, shares)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    _legend_below(fig, [left, right])
+    fig.suptitle(front.title)
+    path = out_dir / f"{front.id}.svg"
+    fig.savefig(path)
+    write_csv(data, out_dir / f"{front.id}.csv")
+    write_front_page(data, out_dir / f"{front.id}.html", front.title, f"Study: {source.where}.")
+    caption = (
+        f"{front.caption} Points: the Pareto search {source.where}; filled: its front, "
+        f"coloured by {data.colour_by}; open: dominated trials; {_knee_words(front, data)}."
+    )
+    if ends:
+        caption += f" Crosses: where the {front.chosen_run} run ended, each seed."
     if shares:
         picks = ", ".join(f"{v:g} ({share:.0%})" for v, share in shares.items())
         caption += (
             f" Dashed lines: the values of {front.param} the {front.chosen_run} run chose "
             f"(share of its log points, all seeds): {picks}."
         )
-    spec_path = Path(front.spec)
-    if not spec_path.is_absolute() and not spec_path.exists():
-        spec_path = SOURCE_TREE / spec_path  # the shipped sweeps/ beside reports/claims/
-    try:
-        rows, knee = pareto_front(load_spec(spec_path))
-    except UserError as err:
-        return FigureOut(
-            front.id,
-            front.title,
-            caption,
-            None,
-            f"{err}; run `repro sweep {front.spec}` to draw it",
-        )
-    xs = [float(r["values"][front.x]) for r in rows]
-    ys = [float(r["values"][front.y]) for r in rows]
-    ps = [float(r["params"].get(front.param, math.nan)) for r in rows]
-    fig = Figure(figsize=(10, 4.2))
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    left.plot(xs, ys, "o-", color="#1f77b4")
-    left.plot(
-        [float(knee["values"][front.x])],
-        [float(knee["values"][front.y])],
-        "*",
-        ms=14,
-        color="#d62728",
-        label="knee point",
+    caption += (
+        " Look at which collective holds the front and where the knee's ratio falls against "
+        f"the shaded band and the dashed choices. The front as a table: {front.id}.csv; "
+        f"interactive: {front.id}.html."
     )
-    for x, y, p in zip(xs, ys, ps, strict=True):
-        left.annotate(f"{p:.3g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    left.set_xlabel(axis_label(front.x))
-    left.set_ylabel(axis_label(front.y))
-    left.set_title("Pareto front (labels: " + front.param.rsplit(".", 1)[-1] + ")", fontsize=10)
-    left.legend(fontsize=8)
-    if front.band:
-        right.axvspan(*front.band, color="#2ca02c", alpha=0.15, label=front.band_label or "paper")
-    right.plot(ps, ys, "o", color="#1f77b4", label="front points")
-    for i, (value, share) in enumerate(shares.items()):
-        right.axvline(
-            value,
-            ls="--",
-            color="#d62728",
-            alpha=0.3 + 0.7 * share,
-            label=f"{front.chosen_run}'s choices" if i == 0 else None,
-        )
-    right.set_xscale("log")
-    right.set_xlabel(front.param)
-    right.set_ylabel(axis_label(front.y))
-    right.set_title(f"{axis_label(front.y)} against {front.param}", fontsize=10)
-    right.legend(fontsize=8)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    fig.suptitle(front.title)
-    fig.tight_layout()
-    path = out_dir / f"{front.id}.png"
-    fig.savefig(path, dpi=110)
     return FigureOut(front.id, front.title, caption, path.name)

@@ -1,18 +1,19 @@
-"""`repro sweep show`: the Pareto front table, the knee point and Optuna's figures.
+"""`repro sweep show`: the Pareto front table, the knee point, the front's files and figures.
 
 The whole study's front is Optuna's own
 `study.best_trials` (the non-dominated completed trials). Added here is what Optuna lacks: the
 knee (the front point closest to the ideal after scaling every objective to [0, 1],
 `pareto.knee_index`) and, with `group_by`, one front per value of a categorical parameter
-(`pareto.pareto_indices` on that group's trials). The figures are `optuna.visualization`'s
-(its matplotlib flavour, so no plotly is needed), each written as PNG and as a standalone HTML
-page (inline SVG plus the data as a table, no plotting server):
+(`pareto.pareto_indices` on that group's trials). Written beside the study:
 
-* `pareto.png/.html`: Optuna's Pareto-front plot of the first two objectives, the knee starred
-  (one objective: Optuna's optimization history, the best trial starred);
+* `front.csv`: every front trial, its parameters and objectives (`repro.sweep.front`);
+* `pareto.png` and `pareto.html`: the front drawn here, coloured by a categorical parameter
+  (the collective of the Top-k CR sweep), labelled by trial number, the knee a ring around
+  its point; the HTML page is interactive (hover shows a trial's settings) and needs no
+  network (`repro.sweep.front_page`). One objective: the value per trial, the best ringed;
 * `hypervolume.png/.html` (two or more objectives): Optuna's hypervolume history against the
-  reference point of `pareto.reference_point`; a curve that flattens says more trials would
-  add little.
+  reference point of `pareto.reference_point` (its matplotlib flavour, so no plotly is
+  needed); a curve that flattens says more trials would add little.
 
 `pareto_front` is the piece a report reuses (e.g. the Top-k CR front beside the paper's CRs).
 """
@@ -29,14 +30,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from repro.errors import UserError
-from repro.sweep.pareto import knee_index, pareto_indices, reference_point
+from repro.sweep.front import Front, front_of, front_rows, write_csv
+from repro.sweep.front_page import write_front_page
+from repro.sweep.front_plot import plot_front_png
+from repro.sweep.pareto import pareto_indices, reference_point
 from repro.sweep.spec import SweepSpec
 from repro.sweep.stops import stop_reason
 from repro.sweep.storage import open_storage
 
 LOST = "lost with its worker (no heartbeat within grace_s); its point was queued again"
-STAR = {"marker": "*", "s": 260, "c": "#ffbf00", "edgecolors": "black", "zorder": 3}
-"""The knee's marker: gold, so it stands out on Optuna's red best trials."""
 
 
 def load_study(spec: SweepSpec) -> Any:
@@ -55,22 +57,6 @@ def _completed(study: Any) -> list[Any]:
     from optuna.trial import TrialState
 
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-
-
-def _row(spec: SweepSpec, t: Any) -> dict[str, Any]:
-    return {
-        "trial": t.number,
-        "params": dict(t.params),
-        "values": dict(zip(spec.metric_names, t.values, strict=True)),
-    }
-
-
-def front_rows(spec: SweepSpec, front: list[Any]) -> tuple[list[dict[str, Any]], int]:
-    """Front trials as rows ordered by the first objective, and the knee's index."""
-    front = sorted(front, key=lambda t: (t.values[0], t.number))
-    if not front:
-        return [], -1
-    return [_row(spec, t) for t in front], knee_index([t.values for t in front], spec.directions)
 
 
 def group_front(spec: SweepSpec, trials: list[Any]) -> list[Any]:
@@ -143,26 +129,19 @@ def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 
-def plot_pareto(spec: SweepSpec, study: Any, knee: dict[str, Any], table: str) -> list[Path]:
-    """Optuna's Pareto-front plot (one objective: its optimization history), knee starred."""
-    from optuna.visualization import matplotlib as optuna_plots
-
-    names = spec.metric_names
-    with _optuna_figures():
-        if len(names) == 1:
-            ax = optuna_plots.plot_optimization_history(study, target_name=names[0])
-            ax.scatter([knee["trial"]], [knee["values"][names[0]]], label="best", **STAR)
-            title = f"{spec.name}: {names[0]} ({spec.directions[0]}) per trial, best starred"
-        else:
-            ax = optuna_plots.plot_pareto_front(
-                study, targets=lambda t: t.values[:2], target_names=names[:2]
-            )
-            x, y = knee["values"][names[0]], knee["values"][names[1]]
-            ax.scatter([x], [y], label="knee", **STAR)
-            extra = f", first 2 of {len(names)} objectives" if len(names) > 2 else ""
-            title = f"{spec.name}: Pareto front ({', '.join(spec.directions[:2])}{extra})"
-        ax.legend()
-        return _figure_pair(ax, spec.study_dir / "pareto", title, table)
+def plot_front(front: Front) -> list[Path]:
+    """The front's table and figures beside the study: front.csv, pareto.png, pareto.html."""
+    spec, directions = front.spec, ", ".join(front.spec.directions)
+    if len(spec.metric_names) == 1:
+        title = f"{spec.name}: {spec.metric_names[0]} per trial ({directions}), best ringed"
+    else:
+        extra = f", first 2 of {len(spec.metric_names)}" if len(spec.metric_names) > 2 else ""
+        title = f"{spec.name}: Pareto front ({directions}{extra})"
+    return [
+        write_csv(front, spec.study_dir / "front.csv"),
+        plot_front_png(front, spec.study_dir / "pareto.png", title),
+        write_front_page(front, spec.study_dir / "pareto.html", title),
+    ]
 
 
 def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any]) -> list[Path]:
@@ -231,7 +210,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = whole
-    files = plot_pareto(spec, study, rows[knee], format_table(spec, rows, knee))
+    files = plot_front(front_of(spec, study))
     if len(spec.metric_names) > 1:
         files += plot_hypervolume(spec, study, trials)
     print("\nwrote " + ", ".join(str(f) for f in files), file=stream)

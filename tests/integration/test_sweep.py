@@ -3,6 +3,7 @@ processes, journal file and a real PostgreSQL server, SIGKILL and resume, a dive
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -93,6 +94,10 @@ def run_tiny_sweep_and_show(spec_path: Path) -> None:
     assert knee in front
     for name in ("pareto.png", "pareto.html", "hypervolume.png", "hypervolume.html"):
         assert (out / name).stat().st_size > 1000
+    with (out / "front.csv").open() as f:
+        assert sorted(int(row["trial"]) for row in csv.DictReader(f)) == front
+    page = (out / "pareto.html").read_text()
+    assert all(f'data-trial="{t.number}"' in page for t in done)  # every trial can be hovered
 
 
 def _storage_of(spec_path: Path):

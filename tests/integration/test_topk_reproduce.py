@@ -2,6 +2,7 @@
 Table-IV-like table and every figure; a repeat skips every finished run. The tiny set runs
 the small set's labels with the same settings, so it smoke-tests the reproduction's regime."""
 
+import csv
 import re
 
 import pytest
@@ -116,15 +117,21 @@ def test_tiny_run_set_produces_table_iv_and_every_figure_and_repeat_skips(tmp_pa
 
     html = (report / "report.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)
-    assert sorted(images) == sorted(f"{fid}.svg" for fid in FIGURES)
+    assert sorted(images) == sorted(f"{fid}.svg" for fid in [*FIGURES, "cr_pareto_front"])
     for img in images:
         assert (report / img).stat().st_size > 0
-    # every run figure is drawn; only the sweep's CR front waits for `repro sweep`
-    missing = [ln for ln in md.splitlines() if "not drawn" in ln]
-    assert "Table IV" in html and len(missing) == 1
-    assert "repro sweep sweeps/topk_cr_pareto.yaml" in missing[0]
+    # every figure is drawn, the CR front from the set's own Pareto search, whose study and
+    # trials lie in the set's runs directory
+    assert "Table IV" in html and not [ln for ln in md.splitlines() if "not drawn" in ln]
+    (study,) = (tmp_path / "runs" / "topk_tiny").glob("topk_cr_pareto_tiny-*")
+    assert len(list(study.glob("trial_*/summary.json"))) == 4
+    assert f"Pareto search {study.name}, 4 completed of 4 trials" in md
+    with (report / "cr_pareto_front.csv").open() as f:
+        assert len(list(csv.DictReader(f))) >= 1
+    assert "search: a Pareto search of 4 trials" in first.stdout
 
     second = repro_cli(*args, cwd=tmp_path, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     out = second.stderr + second.stdout
     assert out.count("finished earlier") == len(LABELS) and "run dense_ring\n" not in out
+    assert f"sweep {study.name}: all 4 trials finished; nothing to run" in out

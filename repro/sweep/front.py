@@ -1,0 +1,125 @@
+"""A study's Pareto front as data: every completed trial, the front, its knee, the colour of
+each point, and the front as a CSV table.
+
+Every figure of a front (`repro sweep show`'s `pareto.png` and interactive `pareto.html`, the
+Top-k report's CR front) is drawn from one `Front`, so they agree on which trials are on the
+front, which is the knee and which colour a point has. The front is Optuna's own
+`study.best_trials` (its non-dominated completed trials); the knee is `pareto.knee_index`.
+Points are coloured by one categorical search parameter (the spec's `group_by`, else its first
+categorical key: the collective of the Top-k CR sweep), one colour per choice in the order the
+spec lists them, so a collective has the same colour in every figure of every study that
+searches the same choices.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.sweep.pareto import knee_index
+from repro.sweep.spec import SweepSpec
+
+# Okabe and Ito's colour-blind-safe palette, the choices of the colour parameter in order
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+OTHER = "#9a9a9a"
+"""A point whose colour parameter has no colour (more choices than the palette, or none)."""
+TRIAL = "trial"
+"""The x axis of a single-objective study's figure: the trial number."""
+
+
+def row_of(spec: SweepSpec, trial: Any) -> dict[str, Any]:
+    """A completed trial as `{trial, params, values}`, its values named by metric."""
+    return {
+        "trial": trial.number,
+        "params": dict(trial.params),
+        "values": dict(zip(spec.metric_names, trial.values, strict=True)),
+    }
+
+
+def front_rows(spec: SweepSpec, front: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Front trials as rows ordered by the first objective, and the knee's index (-1: none)."""
+    front = sorted(front, key=lambda t: (t.values[0], t.number))
+    if not front:
+        return [], -1
+    return [row_of(spec, t) for t in front], knee_index([t.values for t in front], spec.directions)
+
+
+def colour_key(spec: SweepSpec) -> str | None:
+    """The categorical parameter points are coloured by: `group_by`, else the first one."""
+    if spec.group_by is not None:
+        return spec.group_by
+    return next((p.key for p in spec.space if p.type == "categorical"), None)
+
+
+@dataclass(frozen=True)
+class Front:
+    """Completed trials (`trials`), the non-dominated ones (`front`, ordered by the first
+    objective) and the knee's index in `front`; rows are `{trial, params, values}`."""
+
+    spec: SweepSpec
+    trials: list[dict[str, Any]]
+    front: list[dict[str, Any]]
+    knee: int
+
+    @property
+    def knee_row(self) -> dict[str, Any]:
+        return self.front[self.knee]
+
+    @property
+    def colour_by(self) -> str | None:
+        return colour_key(self.spec)
+
+    def colours(self) -> dict[Any, str]:
+        """Each choice of the colour parameter and its colour, in the spec's order."""
+        key = self.colour_by
+        if key is None:
+            return {}
+        choices = next(p.choices for p in self.spec.space if p.key == key)
+        return {c: PALETTE[i] if i < len(PALETTE) else OTHER for i, c in enumerate(choices)}
+
+    def colour(self, row: dict[str, Any]) -> str:
+        if self.colour_by is None:
+            return PALETTE[0]
+        return self.colours().get(row["params"].get(self.colour_by), OTHER)
+
+    def dominated(self) -> list[dict[str, Any]]:
+        on_front = {r["trial"] for r in self.front}
+        return [r for r in self.trials if r["trial"] not in on_front]
+
+    def axes(self) -> tuple[str, str]:
+        """(x, y) of the front's figure: the second objective against the first (the first
+        being the quality a sweep is about, e.g. accuracy, it goes up the page); one
+        objective: its value against the trial number."""
+        names = self.spec.metric_names
+        return (TRIAL, names[0]) if len(names) == 1 else (names[1], names[0])
+
+
+def coordinate(row: dict[str, Any], key: str) -> float:
+    """A row's position on axis `key`: an objective's value or, for `TRIAL`, its number."""
+    return float(row["trial"]) if key == TRIAL else float(row["values"][key])
+
+
+def front_of(spec: SweepSpec, study: Any) -> Front:
+    """The `Front` of a loaded study (its `front` empty when no trial has completed)."""
+    from optuna.trial import TrialState
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    rows, knee = front_rows(spec, study.best_trials)
+    return Front(spec, [row_of(spec, t) for t in done], rows, knee)
+
+
+def write_csv(front: Front, path: Path) -> Path:
+    """Every front trial, one row each: its number, whether it is the knee, its parameters
+    and its objectives (floats written at full precision: the table holds the study's own
+    values)."""
+    keys = [p.key for p in front.spec.space]
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow([TRIAL, "knee", *keys, *front.spec.metric_names])
+        for i, row in enumerate(front.front):
+            params = [row["params"].get(k, "") for k in keys]
+            values = [row["values"][m] for m in front.spec.metric_names]
+            out.writerow([row["trial"], "yes" if i == front.knee else "", *params, *values])
+    return path

@@ -1,0 +1,206 @@
+"""`repro sweep show`'s `pareto.html`: the front as a page that needs nothing but a browser.
+
+One self-contained file: the figure as inline SVG written here (no plotting library, no
+network), every completed trial a point whose `<title>` holds its settings and objectives (a
+browser shows it on hover, and a few lines of inline script copy it into a box beside the
+figure), the front's points coloured by the colour parameter and labelled by trial number,
+the knee an open ring around its point, and under the figure the front as a table.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from repro.sweep.front import OTHER, TRIAL, Front, coordinate
+from repro.sweep.front_plot import axis_name
+
+WIDTH, HEIGHT = 880, 500
+LEFT, RIGHT, TOP, BOTTOM = 80, 210, 20, 56
+"""Plot area margins; the legend sits in the right one."""
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em; max-width: 1200px; }
+.wrap { display: flex; gap: 1em; align-items: flex-start; flex-wrap: wrap; }
+svg text { font-size: 12px; }
+.pt { cursor: pointer; }
+.pt:hover { stroke: #000; stroke-width: 2.5; }
+#info { min-width: 18em; background: #f4f4f4; padding: 0.6em; white-space: pre; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
+tr.knee { font-weight: bold; }
+"""
+SCRIPT = """
+for (const p of document.querySelectorAll('.pt')) {
+  p.addEventListener('mouseenter', () => {
+    document.getElementById('info').textContent = p.querySelector('title').textContent;
+  });
+}
+"""
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def settings(front: Front, row: dict[str, Any], role: str) -> str:
+    """A trial's hover text: its number and role, its parameters, its objectives."""
+    lines = [f"trial {row['trial']} ({role})"]
+    lines += [f"{k} = {_fmt(v)}" for k, v in row["params"].items()]
+    lines += [f"{m} = {_fmt(v)}" for m, v in row["values"].items()]
+    return "\n".join(lines)
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    from matplotlib.ticker import MaxNLocator
+
+    return [t for t in MaxNLocator(nbins=6).tick_values(lo, hi) if lo <= t <= hi]
+
+
+class _Scale:
+    """Data to pixels along one axis, padded by 6 % of the span on each side."""
+
+    def __init__(self, values: list[float], start: float, stop: float):
+        lo, hi = min(values), max(values)
+        pad = 0.06 * (hi - lo) if hi > lo else abs(lo) * 0.05 or 0.5
+        self.lo, self.hi, self.start, self.stop = lo - pad, hi + pad, start, stop
+
+    def __call__(self, v: float) -> float:
+        return self.start + (v - self.lo) / (self.hi - self.lo) * (self.stop - self.start)
+
+
+def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
+    x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
+    out = [
+        f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="none" stroke="#444"/>'
+    ]
+    for t in _ticks(sx.lo, sx.hi):
+        px = sx(t)
+        out.append(f'<line x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#eee"/>')
+        out.append(f'<text x="{px:.1f}" y="{y0 + 16}" text-anchor="middle">{t:.6g}</text>')
+    for t in _ticks(sy.lo, sy.hi):
+        py = sy(t)
+        out.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" text-anchor="end">{t:.6g}</text>')
+    out.append(
+        f'<text x="{(x0 + x1) / 2}" y="{HEIGHT - 14}" text-anchor="middle">'
+        f"{html.escape(xname)}</text>"
+    )
+    out.append(
+        f'<text transform="translate(18,{(y0 + y1) / 2}) rotate(-90)" text-anchor="middle">'
+        f"{html.escape(yname)}</text>"
+    )
+    return out
+
+
+def _point(front: Front, row: dict[str, Any], px: float, py: float, on_front: bool) -> str:
+    knee = on_front and row["trial"] == front.knee_row["trial"]
+    role = "knee of the front" if knee else "on the front" if on_front else "dominated"
+    title = html.escape(settings(front, row, role))
+    if on_front:
+        look = f'r="6" fill="{front.colour(row)}" stroke="#fff" stroke-width="1"'
+    else:
+        look = f'r="4.5" fill="#fff" stroke="{OTHER}" stroke-width="1.2"'
+    return (
+        f'<circle class="pt" data-trial="{row["trial"]}" cx="{px:.1f}" cy="{py:.1f}" {look}>'
+        f"<title>{title}</title></circle>"
+    )
+
+
+def _legend(front: Front) -> list[str]:
+    x, y = WIDTH - RIGHT + 20, TOP + 14
+    out = []
+    if front.colour_by:
+        name = html.escape(front.colour_by)
+        out.append(f'<text x="{x}" y="{y}" font-weight="bold">{name}</text>')
+        y += 20
+    present = {front.colour(r) for r in front.front}
+    for value, colour in front.colours().items():
+        if colour in present:
+            out.append(f'<circle cx="{x + 6}" cy="{y - 4}" r="6" fill="{colour}"/>')
+            out.append(f'<text x="{x + 18}" y="{y}">{html.escape(str(value))}</text>')
+            y += 20
+    out.append(
+        f'<circle cx="{x + 6}" cy="{y - 4}" r="4.5" fill="#fff" stroke="{OTHER}"/>'
+        f'<text x="{x + 18}" y="{y}">dominated trials</text>'
+    )
+    y += 22
+    out.append(
+        f'<circle cx="{x + 6}" cy="{y - 4}" r="11" fill="none" stroke="#000" stroke-width="2"/>'
+        f'<text x="{x + 22}" y="{y}">knee: trial {front.knee_row["trial"]}</text>'
+    )
+    return out
+
+
+def front_svg(front: Front) -> str:
+    """The figure: every completed trial, the front joined and coloured, the knee ringed."""
+    x, y = front.axes()
+    every = front.trials
+    sx = _Scale([coordinate(r, x) for r in every], LEFT, WIDTH - RIGHT)
+    sy = _Scale([coordinate(r, y) for r in every], HEIGHT - BOTTOM, TOP)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
+        *_axes(sx, sy, axis_name(front, x), axis_name(front, y)),
+    ]
+    out += [
+        _point(front, r, sx(coordinate(r, x)), sy(coordinate(r, y)), False)
+        for r in front.dominated()
+    ]
+    line = sorted(front.front, key=lambda r: coordinate(r, x))
+    if len(line) > 1 and x != TRIAL:
+        pts = " ".join(f"{sx(coordinate(r, x)):.1f},{sy(coordinate(r, y)):.1f}" for r in line)
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#555" stroke-width="1"/>')
+    for r in front.front:
+        px, py = sx(coordinate(r, x)), sy(coordinate(r, y))
+        out.append(_point(front, r, px, py, True))
+        out.append(f'<text x="{px + 8:.1f}" y="{py - 7:.1f}">#{r["trial"]}</text>')
+    k = front.knee_row
+    out.append(
+        f'<circle class="knee" cx="{sx(coordinate(k, x)):.1f}" cy="{sy(coordinate(k, y)):.1f}" '
+        'r="11" fill="none" stroke="#000" stroke-width="2"/>'
+    )
+    out += _legend(front)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def front_table(front: Front) -> str:
+    keys = [p.key for p in front.spec.space]
+    head = ["trial", "knee", *keys, *front.spec.metric_names]
+    rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for i, r in enumerate(front.front):
+        knee = i == front.knee
+        cells = [r["trial"], "knee" if knee else ""]
+        cells += [r["params"].get(k, "") for k in keys]
+        cells += [r["values"][m] for m in front.spec.metric_names]
+        tds = "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in cells)
+        mark = ' class="knee"' if knee else ""
+        rows.append(f"<tr{mark}>{tds}</tr>")
+    return "<table>" + "\n".join(rows) + "</table>"
+
+
+def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Path:
+    """Write the page to `path` (a trial's settings show on hover; nothing is fetched);
+    `note` is a sentence put before the figure's explanation (e.g. which study it is)."""
+    how = (
+        f"{len(front.front)} of {len(front.trials)} completed trials are on the front "
+        f"(filled, labelled by trial number"
+        + (f", coloured by {front.colour_by}" if front.colour_by else "")
+        + "); open circles are dominated trials; the ring marks the knee (the front point "
+        "closest to the ideal with every objective scaled to [0, 1]). Hover a point for its "
+        "trial's settings."
+    )
+    how = f"{note} {how}" if note else how
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(how)}</p>"
+        f'<div class="wrap">{front_svg(front)}<pre id="info">hover a point</pre></div>'
+        f"<h2>The front: {len(front.front)} trial{'s' if len(front.front) != 1 else ''}</h2>"
+        f"{front_table(front)}"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )
+    path.write_text(page)
+    return path

@@ -1,0 +1,121 @@
+"""A Pareto front drawn with matplotlib: `repro sweep show`'s `pareto.png` and a panel of the
+Top-k report's CR front.
+
+Each front point is filled in its colour parameter's colour (the collective, say) and labelled
+(by trial number here, by the searched ratio in the report); the knee is an open ring around
+its point, so the point and its colour stay visible; the dominated trials are faint open
+circles behind the front, which is joined by a thin line in x order; the legend stands
+outside the axes, so it never covers a point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from repro.sweep.front import OTHER, TRIAL, Front, coordinate
+
+KNEE_RING = {"s": 260, "facecolors": "none", "edgecolors": "black", "linewidths": 1.6}
+
+
+def trial_label(row: dict[str, Any]) -> str:
+    return f"#{row['trial']}"
+
+
+def draw_front(
+    ax: Any,
+    front: Front,
+    x: str,
+    y: str,
+    label: Callable[[dict[str, Any]], str] = trial_label,
+) -> None:
+    """Draw `front` on `ax`: y against x (objective names, or `TRIAL` for x)."""
+    other = front.dominated()
+    if other:
+        ax.scatter(
+            [coordinate(r, x) for r in other],
+            [coordinate(r, y) for r in other],
+            s=22,
+            facecolors="none",
+            edgecolors=OTHER,
+            linewidths=0.9,
+            label=f"dominated trials ({len(other)})",
+            zorder=1,
+        )
+    ordered = sorted(front.front, key=lambda r: coordinate(r, x))
+    if len(ordered) > 1 and x != TRIAL:
+        xs, ys = [coordinate(r, x) for r in ordered], [coordinate(r, y) for r in ordered]
+        ax.plot(xs, ys, "-", color="#555555", lw=0.8, zorder=2)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in front.front:
+        groups.setdefault(front.colour(row), []).append(row)
+    names = {colour: value for value, colour in reversed(front.colours().items())}
+    for colour, rows in groups.items():
+        ax.scatter(
+            [coordinate(r, x) for r in rows],
+            [coordinate(r, y) for r in rows],
+            s=42,
+            color=colour,
+            edgecolors="white",
+            linewidths=0.6,
+            label=str(names.get(colour, "front")) if front.colour_by else "front",
+            zorder=3,
+        )
+    knee = front.knee_row
+    ax.scatter(
+        [coordinate(knee, x)],
+        [coordinate(knee, y)],
+        label=f"knee: trial {knee['trial']}",
+        zorder=4,
+        **KNEE_RING,
+    )
+    for row in front.front:
+        ax.annotate(
+            label(row),
+            (coordinate(row, x), coordinate(row, y)),
+            textcoords="offset points",
+            xytext=(6, 5),
+            fontsize=7,
+        )
+
+
+def legend_outside(ax: Any, title: str | None = None) -> None:
+    """The legend to the right of the axes, where it covers no point; the colours first,
+    the dominated trials last."""
+    pairs = list(zip(*ax.get_legend_handles_labels(), strict=True))
+    pairs.sort(key=lambda hl: hl[1].startswith("dominated"))
+    ax.legend(
+        [h for h, _ in pairs],
+        [lb for _, lb in pairs],
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        fontsize=8,
+        title=title,
+        title_fontsize=8,
+    )
+
+
+def axis_name(front: Front, key: str) -> str:
+    if key == TRIAL:
+        return "trial number"
+    return f"{key} ({front.spec.directions[front.spec.metric_names.index(key)]})"
+
+
+def plot_front_png(front: Front, path: Path, title: str) -> Path:
+    """`repro sweep show`'s front figure: points labelled by trial number, PNG at 2x."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    x, y = front.axes()
+    fig = Figure(figsize=(8.0, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    draw_front(ax, front, x, y)
+    ax.set_xlabel(axis_name(front, x))
+    ax.set_ylabel(axis_name(front, y))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    legend_outside(ax, front.colour_by)
+    fig.savefig(path, dpi=200)
+    return path
