@@ -1,24 +1,22 @@
-"""Sparse gradient exchanges of Flexible Top-k, built only on `Collectives` calls.
+"""The exchanges on the wire: how a compressor's payload crosses the workers, built only on
+`Collectives` calls. Which one runs each step is the Exchange part's choice
+(`repro.compress.exchange_parts`); the compressor shapes are `repro.compress.compressor`'s.
 
-Three ways to average the workers' error-compensated gradients G (one flat row per worker
-this process holds, on the leading worker axis):
+- Allgather (`allgather_exchange`): every worker sends its own payload; each worker
+  combines all N (Top-k: sums the sparse vectors and divides by N, the paper's AG-Topk
+  baseline; sign: the majority vote).
+- Leader (`leader_exchange`, AR-Topk, Flexible Top-k Algorithm 1): a leader's positions
+  are broadcast; every worker takes its own values of G there; the values are allreduced,
+  divided by N and scattered into a dense vector. STAR-Topk picks the leader round robin
+  (`star_leader`), VAR-Topk the worker with the largest norm statistic (`var_leader`).
+- Allreduce (`allreduce_exchange`): a summable payload is summed round by round; the dense
+  average (Top-k at CR = 1, `dense_exchange`) is one round, PowerSGD two.
 
-- AG-Topk (the paper's baseline): every worker sends its own Top-k (values and indices) by
-  one allgather; each worker sums all N sparse vectors into a dense one and divides by N.
-- AR-Topk (Algorithm 1): a leader's Top-k indices are broadcast; every worker takes its own
-  values of G at those indices; the values are allreduced, divided by N and scattered into
-  a dense vector. STAR-Topk picks the leader round robin (`star_leader`), VAR-Topk the
-  worker with the largest squared gradient norm (`var_leader`; the paper's ||g||^2, or
-  optionally ||G||^2).
-- Dense: an allreduce-average of the whole G, what AR-Topk becomes at CR = 1.
-
-Wire format: indices travel at the same width as the values (int32 beside float32, int64
-beside float64), the byte count the paper's cost formulas assume (values and indices the same
-size). AG-Topk packs the indices' bits into the value dtype so (values, indices) is one
-allgather, as in the paper's single-allgather cost. Every exchange also carries this
-worker's two squared norms ||g_c||^2 and ||G||^2 (two extra entries in the allgather or
-allreduce message, no extra collective), so all workers learn the same global compression
-gain and a ratio controller fed by it decides identically everywhere.
+Sparse payloads carry indices at the values' width (`repro.compress.topk.index_dtype`).
+The Top-k exchanges also carry this worker's two squared norms ||g_c||^2 and ||G||^2 (two
+extra entries in the allgather or allreduce message, no extra collective), so all workers
+learn the same global compression gain and a ratio controller fed by it decides
+identically everywhere.
 """
 
 from __future__ import annotations
@@ -28,41 +26,108 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from repro.comm.collectives import Collectives, CommRecord
+from repro.comm.collectives import Collectives
+from repro.comm.record import CommRecord
+from repro.compress.compressor import DENSE, Gatherable, Sparsifier, Summable
 from repro.compress.memory import gain_from_norms
-from repro.compress.topk import compress, decompress
-
-_INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
+from repro.compress.topk import TopKAt, decompress, index_dtype
 
 
 @dataclass
 class ExchangeResult:
     """What one exchange gives this worker.
 
-    `average` is the dense averaged gradient, one row per held worker (identical rows);
-    `sent` the indices of each held worker's G that went out (the residual keeps everything
-    else; None means all of G was sent); `gain` the global ||g_c||^2 / ||G||^2 summed over
-    workers.
+    `average` is the combined update, one row per held worker (identical rows). What left
+    each held worker's G: `sent`, the positions sent whole (the residual keeps everything
+    else), or `taken`, the dense part that went out (the residual is G - taken); both None
+    means all of G went. `gain` is the global ||g_c||^2 / ||G||^2 summed over workers, or
+    None where the exchange does not measure it.
     """
 
     average: torch.Tensor
     sent: torch.Tensor | None
-    gain: float
+    gain: float | None
     records: list[CommRecord]
+    taken: torch.Tensor | None = None
 
 
-def _index_dtype(x: torch.Tensor) -> torch.dtype:
-    width = x.element_size()
-    if width not in _INDEX_DTYPES or not x.is_floating_point():
-        raise ValueError(f"Top-k exchange supports float32 or float64 gradients, got {x.dtype}")
-    if x.numel() > torch.iinfo(_INDEX_DTYPES[width]).max:
-        raise ValueError(f"{x.numel()} entries do not fit indices of {_INDEX_DTYPES[width]}")
-    return _INDEX_DTYPES[width]
-
-
-def _norms(sent_values: torch.Tensor, compensated: torch.Tensor) -> torch.Tensor:
+def _norms(sent_sq: torch.Tensor, compensated: torch.Tensor) -> torch.Tensor:
     """Each row's (||g_c||^2, ||G||^2), shape (workers, 2)."""
-    return torch.stack([sent_values.pow(2).sum(1), compensated.pow(2).sum(1)], dim=1)
+    return torch.stack([sent_sq, compensated.pow(2).sum(1)], dim=1)
+
+
+def allgather_exchange(
+    comm: Collectives, compressor: Gatherable, compensated: torch.Tensor, with_gain: bool
+) -> ExchangeResult:
+    """Every worker's own payload by one allgather, combined alike on every worker.
+
+    Every held worker gathers the same rows, so the update is formed once from the first
+    held worker's copy and shared by all of them. `with_gain` appends the two norms of the
+    compression gain to each message (the compressor must report ||g_c||^2).
+    """
+    encoded = compressor.encode(compensated)
+    pieces = list(encoded.payload)
+    width = sum(p.shape[1] for p in pieces)
+    if with_gain:
+        pieces.append(_norms(encoded.sent_sq, compensated).to(pieces[0].dtype))
+    gathered, record = comm.allgather(torch.cat(pieces, dim=1))
+    rows = gathered[0]
+    combined = compressor.combine(rows[:, :width], comm.group_size, compensated.shape[1])
+    gain = None
+    if with_gain:
+        gain = gain_from_norms(rows[:, width].sum().item(), rows[:, width + 1].sum().item())
+    average = combined.expand_as(compensated)
+    return ExchangeResult(average, encoded.sent, gain, [record], encoded.taken)
+
+
+def leader_exchange(
+    comm: Collectives,
+    sparsifier: Sparsifier,
+    compensated: torch.Tensor,
+    leader: int,
+    algo: str = "ring",
+) -> ExchangeResult:
+    """AR-Topk (Algorithm 1): average of every worker's G on the leader's positions.
+
+    Only the leader's row is compressed (where this process holds it); the broadcast
+    hands its positions to every worker. `algo` ("ring" or "tree") is the allreduce the
+    policy chose; it is written into the allreduce's record so the modeled clock charges
+    that algorithm.
+    """
+    n, k = compensated.shape[0], sparsifier.k
+    indices = torch.empty(n, k, dtype=index_dtype(compensated), device=compensated.device)
+    held = comm.local_index(leader)
+    if held is not None:
+        indices[held] = sparsifier.select(compensated[held : held + 1])[0]
+    records = [comm.broadcast(indices, leader)]
+    chosen = indices.long()
+    values = compensated.gather(1, chosen)
+    message = torch.cat([values, _norms(values.pow(2).sum(1), compensated)], dim=1)
+    records.append(replace(comm.allreduce(message), algo=algo))
+    # every held row holds the same sums at the same indices: one dense row, shared
+    first = decompress(message[:1, :k] / comm.group_size, chosen[:1], compensated.shape[1])
+    average = first.expand_as(compensated)
+    gain = gain_from_norms(message[0, k].item(), message[0, k + 1].item())
+    return ExchangeResult(average, chosen, gain, records)
+
+
+def allreduce_exchange(
+    comm: Collectives, compressor: Summable, compensated: torch.Tensor, algo: str = "ring"
+) -> ExchangeResult:
+    """The compressor's rounds, each message summed in place by one allreduce; a round
+    with nothing to send (no tensor of that kind) is no collective at all."""
+    rounds = compressor.rounds(compensated, comm.group_size)
+    records: list[CommRecord] = []
+    try:
+        message = next(rounds)
+        while True:
+            if message.numel():
+                records.append(replace(comm.allreduce(message), algo=algo))
+            message = rounds.send(None)
+    except StopIteration as done:
+        average, taken = done.value
+    gain = 1.0 if compressor.lossless else None
+    return ExchangeResult(average, None, gain, records, taken)
 
 
 def ag_topk_exchange(
@@ -72,25 +137,9 @@ def ag_topk_exchange(
     layer_sizes: Sequence[int] | None = None,
     shares: Sequence[int] | None = None,
 ) -> ExchangeResult:
-    """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N.
-
-    Every held worker gathers the same rows, so the sum is formed once from the first
-    held worker's copy and shared by all of them. `layer_sizes` and `shares` make it
-    layer-wise (`repro.compress.topk.compress`).
-    """
-    idx_dtype = _index_dtype(compensated)
-    values, indices = compress(compensated, k, layer_sizes, shares)
-    packed = torch.cat(
-        [values, indices.to(idx_dtype).view(values.dtype), _norms(values, compensated)], dim=1
-    )
-    gathered, record = comm.allgather(packed)
-    rows = gathered[0]
-    all_indices = rows[:, k : 2 * k].contiguous().view(idx_dtype).long()
-    total = torch.zeros_like(compensated[0])
-    total.index_add_(0, all_indices.reshape(-1), rows[:, :k].reshape(-1))
-    gain = gain_from_norms(rows[:, 2 * k].sum().item(), rows[:, 2 * k + 1].sum().item())
-    average = (total / comm.group_size).expand_as(compensated)
-    return ExchangeResult(average, indices, gain, [record])
+    """Allgather Top-k: the sum of every worker's own Top-k of G, divided by N;
+    `layer_sizes` and `shares` make it layer-wise (`repro.compress.topk.compress`)."""
+    return allgather_exchange(comm, TopKAt(k, layer_sizes, shares), compensated, True)
 
 
 def ar_topk_exchange(
@@ -102,35 +151,13 @@ def ar_topk_exchange(
     layer_sizes: Sequence[int] | None = None,
     shares: Sequence[int] | None = None,
 ) -> ExchangeResult:
-    """AR-Topk (Algorithm 1): average of every worker's G on the leader's Top-k indices.
-
-    Only the leader's row is compressed (where this process holds it); the broadcast
-    hands its indices to every worker. `algo` ("ring" or "tree") is the allreduce the
-    policy chose; it is written into the allreduce's record so the modeled clock charges
-    that algorithm.
-    """
-    n = compensated.shape[0]
-    indices = torch.empty(n, k, dtype=_index_dtype(compensated), device=compensated.device)
-    held = comm.local_index(leader)
-    if held is not None:
-        indices[held] = compress(compensated[held : held + 1], k, layer_sizes, shares)[1][0]
-    records = [comm.broadcast(indices, leader)]
-    chosen = indices.long()
-    values = compensated.gather(1, chosen)
-    message = torch.cat([values, _norms(values, compensated)], dim=1)
-    records.append(replace(comm.allreduce(message), algo=algo))
-    # every held row holds the same sums at the same indices: one dense row, shared
-    first = decompress(message[:1, :k] / comm.group_size, chosen[:1], compensated.shape[1])
-    average = first.expand_as(compensated)
-    gain = gain_from_norms(message[0, k].item(), message[0, k + 1].item())
-    return ExchangeResult(average, chosen, gain, records)
+    """AR-Topk on the leader's own Top-k of G (`leader_exchange`)."""
+    return leader_exchange(comm, TopKAt(k, layer_sizes, shares), compensated, leader, algo)
 
 
 def dense_exchange(comm: Collectives, compensated: torch.Tensor, algo: str) -> ExchangeResult:
     """Allreduce-average of the whole G (CR = 1): nothing is dropped, the gain is 1."""
-    average = compensated.clone()
-    record = replace(comm.allreduce(average, average=True), algo=algo)
-    return ExchangeResult(average, None, 1.0, [record])
+    return allreduce_exchange(comm, DENSE, compensated, algo)
 
 
 def star_leader(step: int, world_size: int) -> int:

@@ -1,15 +1,19 @@
-"""Error feedback for Top-k, and the compression gain that measures what Top-k keeps.
+"""The Memory part: error feedback, and the compression gain that measures what is kept.
 
-Error feedback (the residual memory of Flexible Top-k, Algorithm 1): what a worker did not
-send this step is added to its next gradient, G = grad + residual, so that no gradient mass
-is lost, only delayed. Residuals are keyed by parameter name, so a checkpoint stays readable
+Error feedback (the residual memory of Flexible Top-k, Algorithm 1; of EF-signSGD,
+Karimireddy et al. 2019; of PowerSGD, Vogels et al. 2019): what a worker did not send this
+step is added to its next gradient, G = grad + residual, so that no gradient mass is lost,
+only delayed. Residuals are keyed by parameter name, so a checkpoint stays readable
 whatever order the parameters are flattened in.
 
 A training step uses the flat form: `compensate_flat` writes every G end to end into one
 (workers, total) buffer, the vector Top-k compresses, and `keep` zeroes the sent entries of
 that very buffer, which becomes the residual (the per-name residuals are its column views).
 Two buffers alternate across steps, so a step allocates and copies nothing of the model's
-size for error feedback: one fused pass forms G, one scatter forms the residual.
+size for error feedback: one fused pass forms G, one scatter forms the residual. A
+compressor that sends a dense stand-in for G instead (a scaled sign, a low-rank product)
+leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms the same
+flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
 
 Compression gain (GraVAC, used by Flexible Top-k as its statistical-efficiency measure):
 ||g_c||^2 / ||g_e||^2, the squared norm of the part sent over that of the error-compensated
@@ -20,8 +24,12 @@ more of the gradient.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from repro.compress.exchange import ExchangeResult
 
 
 class ErrorFeedback:
@@ -59,6 +67,15 @@ class ErrorFeedback:
             offset += grad.shape[1]
         return out
 
+    def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
+        """The residual after an exchange: G less the dense part that went out
+        (`result.taken`), or G with the positions sent zeroed (`keep`)."""
+        if result.taken is None:
+            self.keep(compensated, result.sent)
+            return
+        compensated.sub_(result.taken)
+        self._store(compensated)
+
     def keep(self, compensated: torch.Tensor, sent: torch.Tensor | None) -> None:
         """The residual after each row's entries at `sent` went out (None: all of them):
         `compensated` from `compensate_flat` with those entries zeroed, in place. Zeroing
@@ -68,6 +85,9 @@ class ErrorFeedback:
             compensated.zero_()
         else:
             compensated.scatter_(1, sent, 0.0)
+        self._store(compensated)
+
+    def _store(self, compensated: torch.Tensor) -> None:
         self._spare, self._kept = self._kept, compensated
         self.residuals = {}
         offset = 0
@@ -80,6 +100,13 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.residuals = {name: r.clone() for name, r in state.items()}
+
+
+class NoMemory(ErrorFeedback):
+    """The flat G = grad, no residual: nothing left out is ever sent later."""
+
+    def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
+        self._spare = compensated  # free for the next step's G
 
 
 def gain_from_norms(compressed_sq: float, compensated_sq: float) -> float:

@@ -10,17 +10,26 @@ model's k shared by largest remainder, as many bytes as whole-model Top-k, a sma
 share possibly 0) is kept as an option.
 
 Vectors carry the leading worker axis: x is (workers, size) and each row is compressed on
-its own. Indices are positions in a row (int64, ready for indexing); the exchanges narrow
-them to the values' width for the wire.
+its own. Indices are positions in a row (int64, ready for indexing); on the wire they are
+narrowed to the values' width (int32 beside float32, int64 beside float64), the byte count
+the paper's cost formulas assume (values and indices the same size).
+
+As parts (`repro.compress.compressor`): `TopK` is the configured compressor, `TopKAt` Top-k
+at one k, a sparsifier that an allgather (every worker's own indices) or AR-Topk's leader
+exchange carries; at c = 1 nothing is compressed and `TopK` hands the dense compressor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
+from repro.compress.compressor import DENSE, Dense, Encoded
 from repro.compress.select import topk_indices
+
+_INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
 
 
 def k_for(numel: int, cr: float) -> int:
@@ -100,3 +109,85 @@ def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch
     """Rows of `numel` zeros holding each row's `values` at its `indices`."""
     dense = torch.zeros(values.shape[0], numel, dtype=values.dtype, device=values.device)
     return dense.scatter_(1, indices, values)
+
+
+def index_dtype(x: torch.Tensor) -> torch.dtype:
+    """The integer type of x's width that carries indices into x's rows on the wire."""
+    width = x.element_size()
+    if width not in _INDEX_DTYPES or not x.is_floating_point():
+        raise ValueError(f"Top-k exchange supports float32 or float64 gradients, got {x.dtype}")
+    if x.numel() > torch.iinfo(_INDEX_DTYPES[width]).max:
+        raise ValueError(f"{x.numel()} entries do not fit indices of {_INDEX_DTYPES[width]}")
+    return _INDEX_DTYPES[width]
+
+
+class TopKAt:
+    """Top-k at one k (layer-wise with `layer_sizes` and `shares`): a sparsifier.
+
+    Its allgather payload is each row's values and, bit for bit in the values' dtype, their
+    indices, so (values, indices) is one allgather as in the paper's single-allgather cost.
+    """
+
+    def __init__(
+        self,
+        k: int,
+        layer_sizes: Sequence[int] | None = None,
+        shares: Sequence[int] | None = None,
+    ):
+        self.k, self.layer_sizes, self.shares = k, layer_sizes, shares
+
+    def select(self, x: torch.Tensor) -> torch.Tensor:
+        return compress(x, self.k, self.layer_sizes, self.shares)[1]
+
+    def encode(self, x: torch.Tensor) -> Encoded:
+        idx_dtype = index_dtype(x)
+        values, indices = compress(x, self.k, self.layer_sizes, self.shares)
+        payload = [values, indices.to(idx_dtype).view(values.dtype)]
+        return Encoded(payload, sent=indices, sent_sq=values.pow(2).sum(1))
+
+    def combine(self, rows: torch.Tensor, workers: int, numel: int) -> torch.Tensor:
+        """The sum of every worker's sparse vector, divided by the workers."""
+        k = self.k
+        idx_dtype = _INDEX_DTYPES[rows.element_size()]
+        all_indices = rows[:, k : 2 * k].contiguous().view(idx_dtype).long()
+        total = torch.zeros(numel, dtype=rows.dtype, device=rows.device)
+        total.index_add_(0, all_indices.reshape(-1), rows[:, :k].reshape(-1))
+        return total / workers
+
+
+class TopK:
+    """Flexible Top-k's compressor: whole-model Top-k, or layer-wise (`layer_split`:
+    "per_tensor", the authors' and GRACE's, or "exact_budget"), at the ratio of each
+    exchange."""
+
+    def __init__(self, layerwise: bool = False, layer_split: str = "per_tensor"):
+        self.layerwise, self.layer_split = layerwise, layer_split
+        self.sizes: list[int] = []
+
+    def bind(self, shapes: list[tuple[int, ...]]) -> None:
+        self.sizes = [math.prod(s) for s in shapes]
+        self.numel = sum(self.sizes)
+
+    def ks(self, cr: float) -> tuple[int, list[int] | None]:
+        """Entries kept per worker at ratio `cr`, and per tensor when layer-wise."""
+        if cr == 1:
+            return self.numel, None
+        if not self.layerwise:
+            return k_for(self.numel, cr), None
+        shares = layer_shares(self.sizes, cr, self.layer_split)
+        return sum(shares), shares
+
+    def for_exchange(self, ratio: float | None) -> TopKAt | Dense:
+        if ratio == 1:
+            return DENSE
+        k, shares = self.ks(ratio)
+        return TopKAt(k, self.sizes if shares is not None else None, shares)
+
+    def metrics(self, ratio: float | None) -> dict[str, float]:
+        return {"method/k": self.ks(ratio)[0]}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Top-k keeps nothing across steps (its residuals are the memory's)."""

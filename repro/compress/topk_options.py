@@ -3,8 +3,10 @@
 Kept apart from the strategy so the rules of `method=topk` read in one place and can be
 tested without torch or a process group: which ratio controller (`fixed`, or the paper's
 multi-objective `moo`, Eq. 6), which collective (`repro.compress.policy.COLLECTIVES`), which
-AR-Topk leader (STAR round robin or VAR largest norm, Algorithm 1), which norm VAR ranks
-by (and the authors' smoothing window), and how layer-wise Top-k sizes each tensor's k.
+AR-Topk leader (STAR round robin or VAR largest norm, Algorithm 1; `none` only where no
+allreduce can run: each worker's own indices sum to nothing meaningful without a leader's),
+which norm VAR ranks by (and the authors' smoothing window), and how layer-wise Top-k
+sizes each tensor's k.
 The MOO controller's own settings are checked by `repro.compress.ratio`'s `check_*`.
 """
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from repro.strategies.topk import TopKConfig
 
 CONTROLLERS = ("fixed", "moo")
-LEADERS = ("star", "var")
+LEADERS = ("star", "var", "none")
 VAR_NORMS = ("grad", "grad_plus_residual", "ewma_grad")
 LAYER_SPLITS = ("per_tensor", "exact_budget")
 
@@ -37,6 +39,12 @@ def check_options(cfg: TopKConfig) -> None:
     require_choice("method.cr_controller", cfg.cr_controller, CONTROLLERS)
     require_choice("method.collective", cfg.collective, COLLECTIVES)
     require_choice("method.leader", cfg.leader, LEADERS)
+    if cfg.leader == "none" and cfg.collective != "allgather":
+        raise UserError(
+            f"method.collective={cfg.collective} with method.leader=none: an allreduce cannot "
+            "sum Top-k's per-worker indices without a leader's; use method.leader=star or "
+            "var, or method.collective=allgather"
+        )
     require_choice("method.var_norm", cfg.var_norm, VAR_NORMS)
     if cfg.var_window < 1:
         raise UserError(f"method.var_window={cfg.var_window} must be at least 1 (the authors' 25)")

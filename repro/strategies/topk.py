@@ -1,21 +1,13 @@
 """Flexible Top-k (Tyagi & Swany 2023): error-feedback Top-k over the cheapest collective.
 
-Each step, after backward: all gradients are flattened into one vector, the error-feedback
-residual is added (G = grad + residual), and G is exchanged at ratio c by AG-Topk or AR-Topk
-(STAR or VAR leader) as the collective policy picks, or by a dense allreduce when c = 1. The
-averaged gradient goes back into `p.grad`; what this worker did not send stays in its
-residual. The ratio is fixed (`cr_controller=fixed`) or chosen by the paper's
-multi-objective controller (`cr_controller=moo`, Eq. 6).
-
-Probing (moo only) uses the trainer's `Rehearsal`, handed over in `setup`: it runs
-n_steps trial steps from a snapshot of model, optimizer, data position and RNGs, calling
-`per_step(i)` after each backward (which exchanges the gradients in `p.grad` and writes
-the averaged ones back), then restores the snapshot. All workers probe at the same step
-(per_step communicates). The strategy itself saves and restores its residuals and the
-live step's `p.grad` around the probe, so after probing the training trajectory differs
-only by the chosen ratio. The probes' communication records are returned with the step's
-records (the modeled clock pays for probing, as the method does), and the rehearsal
-charges the probe steps' compute.
+Compressed SGD (`repro.strategies.compressed_sgd`) with these parts: the memory is error
+feedback (G = grad + residual, what was not sent stays in the residual); the compressor is
+Top-k over the whole flattened gradient, or layer-wise (`repro.compress.topk.TopK`); the
+exchange is AG-Topk or AR-Topk (STAR or VAR leader) as the collective policy picks, or a
+dense allreduce when c = 1 (`repro.compress.exchange_parts.PolicyExchange`); the ratio is
+fixed (`cr_controller=fixed`) or chosen by the paper's multi-objective controller
+(`cr_controller=moo`, Eq. 6), which probes candidate ratios through the trainer's
+rehearsal.
 
 NCCL: `process_env` forces NCCL's allreduce algorithm for a fixed `ar_ring`/`ar_tree` choice
 (`repro.compress.policy.nccl_env`); the options' checks are `repro.compress.topk_options`.
@@ -24,9 +16,8 @@ NCCL: `process_env` forces NCCL's allreduce algorithm for a fixed `ar_ring`/`ar_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from repro.compress.policy import CollectivePolicy, nccl_env
+from repro.compress.policy import nccl_env
 from repro.compress.ratio import (
     DEFAULT_BOUNDS,
     DEFAULT_CANDIDATES,
@@ -36,16 +27,8 @@ from repro.compress.ratio import (
     MOORatioController,
 )
 from repro.compress.topk_options import check_options
-from repro.netmodel import cost
-from repro.netmodel.cost import Link
-from repro.strategies.base import MethodConfig, StepInfo, register
-
-if TYPE_CHECKING:
-    from repro.comm.collectives import Collectives, CommRecord
-    from repro.compress.exchange import ExchangeResult
-    from repro.train.stacked_optim import StackedOptimizer
-
-_NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker
+from repro.strategies.base import MethodConfig, register
+from repro.strategies.compressed_sgd import CompressedSGD, Parts
 
 
 @dataclass
@@ -93,197 +76,35 @@ class TopKConfig(MethodConfig):
     def process_env(self) -> dict[str, str]:
         return nccl_env(self.collective)
 
-
-@register(TopKConfig)
-class TopKStrategy:
-    """Error-feedback Top-k with a collective policy and a ratio controller (module doc)."""
-
-    def __init__(self, cfg: TopKConfig, world_size: int):
-        # torch and the tensor code are imported in the methods that run: discovery
-        # imports this module to compose a config (`repro.strategies.base`).
+    def parts(self) -> Parts:
+        """Error feedback, Top-k, the policy's exchange and the ratio controller."""
+        from repro.compress.exchange_parts import Leaders, PolicyExchange
         from repro.compress.memory import ErrorFeedback
-        from repro.compress.smoothed_norm import WindowedNorm
+        from repro.compress.topk import TopK
 
-        self.cfg = cfg
-        self.world_size = world_size
-        self.memory = ErrorFeedback()
-        self.var_norms = WindowedNorm(cfg.var_window, cfg.var_smoothing)  # used by ewma_grad
-        self.policy = CollectivePolicy(cfg.collective)
-        self.controller: FixedRatio | MOORatioController = (
-            FixedRatio(cfg.cr)
-            if cfg.cr_controller == "fixed"
-            else MOORatioController(
-                cfg.candidates,
-                cfg.weights,
-                cfg.ratio_bounds,
-                seed=cfg.seed,
-                reprobe_change=cfg.reprobe_change,
+        moo = self.cr_controller == "moo"
+        controller = (
+            MOORatioController(
+                self.candidates,
+                self.weights,
+                self.ratio_bounds,
+                seed=self.seed,
+                reprobe_change=self.reprobe_change,
             )
+            if moo
+            else FixedRatio(self.cr)
         )
-        self._link: Link | None = None
-        self._window: list[float] = []
-        self._probe_due = cfg.cr_controller == "moo"
-        self._probes = 0
-        self._leader = -1
-        self._metrics: dict = {}
-
-    def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
-        self.comm, self.rehearsal = comm, rehearsal
-        self.params = model.named_parameters()
-        self.sizes = [p[0].numel() for _, p in self.params]
-        self.numel = sum(self.sizes)
-        element = self.params[0][1].element_size()
-        self.nbytes = self.numel * element * self.cfg.bytes_scale
-
-    def after_backward(self, info: StepInfo) -> list[CommRecord]:
-        records: list[CommRecord] = []
-        link_changed = self._link is not None and info.link != self._link
-        self._link = info.link
-        if self._probe_due:
-            records += self._probe_and_solve(info)
-        elif self.controller.needs_solve(link_changed):
-            gains = self.controller.gains
-            self.controller.solve(
-                {c: (g, self._sync_seconds(c, info.link)) for c, g in gains.items()}
-            )
-        cr = self.controller.cr
-        result, step_records = self._exchange(info.step, cr, info.link)
-        records += step_records
-        self._metrics = {
-            "method/cr": cr,
-            "method/collective": self.policy.last,
-            "method/gain": result.gain,
-            "method/k": self._ks(cr)[0],
-            "method/leader": self._leader,
-            "method/probes": self._probes,
-        }
-        self._watch_gain(result.gain)
-        return records
-
-    def after_step(self, info: StepInfo) -> list[CommRecord]:
-        return []
-
-    def metrics(self) -> dict:
-        return dict(self._metrics)
-
-    def _ks(self, cr: float) -> tuple[int, list[int] | None]:
-        """Entries kept per worker at ratio `cr`, and per tensor when layer-wise."""
-        from repro.compress.topk import k_for, layer_shares
-
-        if cr == 1:
-            return self.numel, None
-        if not self.cfg.layerwise:
-            return k_for(self.numel, cr), None
-        shares = layer_shares(self.sizes, cr, self.cfg.layer_split)
-        return sum(shares), shares
-
-    def _exchange(
-        self, step: int, cr: float, link: Link
-    ) -> tuple[ExchangeResult, list[CommRecord]]:
-        """One exchange of the compensated gradients in `p.grad`; averages written back."""
-        from repro.compress.exchange import (
-            ag_topk_exchange,
-            ar_topk_exchange,
-            dense_exchange,
-            star_leader,
-            var_leader,
-            var_sq_norms,
+        leaders = Leaders(self.leader, self.var_norm, self.var_window, self.var_smoothing)
+        return Parts(
+            compressor=TopK(self.layerwise, self.layer_split),
+            memory=ErrorFeedback(),
+            exchange=PolicyExchange(self.collective, leaders, self.bytes_scale),
+            controller=controller,
+            probe_steps=self.probe_steps if moo else 0,
+            gain_window=self.gain_window,
+            bytes_scale=self.bytes_scale,
         )
 
-        grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
-        flat = self.memory.compensate_flat(grads)
-        collective = self.policy.choose(link, self.nbytes, cr, self.comm.world_size)
-        algo = "tree" if collective == "ar_tree" else "ring"
-        k, shares = self._ks(cr)
-        layers = self.sizes if shares is not None else None
-        records: list[CommRecord] = []
-        self._leader = -1  # no leader: a dense or allgather exchange
-        if cr == 1:
-            result = dense_exchange(self.comm, flat, algo)
-        elif collective == "allgather":
-            result = ag_topk_exchange(self.comm, flat, k, layers, shares)
-        else:
-            if self.cfg.leader == "var":
-                ranks_by = var_sq_norms(self.cfg.var_norm, grads, flat)
-                if self.cfg.var_norm == "ewma_grad":
-                    ranks_by = self.var_norms.update(ranks_by)
-                leader, record = var_leader(self.comm, ranks_by)
-                records.append(record)
-            else:
-                leader = star_leader(step, self.comm.world_size)
-            self._leader = leader
-            result = ar_topk_exchange(self.comm, flat, k, leader, algo, layers, shares)
-        records += result.records
-        for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
-            p.grad.copy_(avg.reshape(p.shape))
-        self.memory.keep(flat, result.sent)  # flat becomes the residual: read last
-        return result, records
 
-    def _sync_seconds(self, cr: float, link: Link) -> float:
-        """Modeled seconds of one exchange at ratio `cr` on `link` (the time objective)."""
-        n = self.comm.world_size
-        choice = self.policy.decide(link, self.nbytes, cr, n)
-        seconds = self.policy.seconds(choice, link, self.nbytes, cr, n)
-        if self.cfg.leader == "var" and choice != "allgather":
-            seconds += cost.allgather(link, _NORM_BYTES * self.cfg.bytes_scale, n)
-        return seconds
-
-    def _probe_and_solve(self, info: StepInfo) -> list[CommRecord]:
-        """Probe every candidate ratio from the same snapshot, then solve Eq. 6."""
-        live_grads = [p.grad.clone() for _, p in self.params]
-        residuals, norms = self.memory.state_dict(), self.var_norms.state_dict()
-        records: list[CommRecord] = []
-        probes: dict[float, tuple[float, float]] = {}
-        for c in self.controller.candidates:
-            self.memory.load_state_dict(residuals)
-            self.var_norms.load_state_dict(norms)
-            gains: list[float] = []
-
-            def per_step(i: int, c: float = c, gains: list[float] = gains) -> None:
-                result, step_records = self._exchange(info.step + i, c, info.link)
-                gains.append(result.gain)
-                records.extend(step_records)
-
-            self.rehearsal.rehearse(self.cfg.probe_steps, per_step)
-            probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
-        self.memory.load_state_dict(residuals)
-        self.var_norms.load_state_dict(norms)
-        for (_, p), grad in zip(self.params, live_grads, strict=True):
-            p.grad.copy_(grad)
-        self.controller.solve(probes)
-        self._probes += 1
-        self._probe_due = False
-        self._window.clear()
-        return records
-
-    def _watch_gain(self, gain: float) -> None:
-        """Average the gain over blocks of `gain_window` steps and ask whether to re-probe.
-
-        One step's gain is noisy (it moves by more than 10% from batch to batch on small
-        models), so the 10% re-probe rule compares block means, not single steps.
-        """
-        self._window.append(gain)
-        if len(self._window) == self.cfg.gain_window:
-            self._probe_due = self.controller.needs_probe(sum(self._window) / len(self._window))
-            self._window.clear()
-
-    def state_dict(self) -> dict:
-        link = None if self._link is None else (self._link.latency_s, self._link.bandwidth_Bps)
-        return {
-            "residuals": self.memory.state_dict(),
-            "controller": self.controller.state_dict(),
-            "window": list(self._window),
-            "probe_due": self._probe_due,
-            "probes": self._probes,
-            "link": link,
-            "var_norms": self.var_norms.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.memory.load_state_dict(state["residuals"])
-        self.controller.load_state_dict(state["controller"])
-        self._window = list(state["window"])
-        self._probe_due = state["probe_due"]
-        self._probes = state["probes"]
-        self._link = None if state["link"] is None else Link(*state["link"])
-        self.var_norms.load_state_dict(state["var_norms"])
+# Flexible Top-k is compressed SGD with the parts above.
+TopKStrategy = register(TopKConfig)(CompressedSGD)
