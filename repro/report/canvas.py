@@ -185,6 +185,9 @@ def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> 
         first.set_xscale("log")
     if spec.logy:
         first.set_yscale("log")
+    for axis in [first.xaxis] * spec.logx + [first.yaxis] * spec.logy:
+        axis.set_major_formatter(plain_log_formatter())
+        axis.set_minor_formatter(plain_log_formatter())
     if 0 < len(settings) <= 8:
         first.set_xticks(list(settings), [f"{x:g}" for x in settings])
         first.xaxis.set_minor_formatter(NullFormatter())
@@ -212,6 +215,18 @@ def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> 
             frameon=False,
         )
     return canvas.fig
+
+
+def plain_log_formatter():
+    """matplotlib's log-axis labelling (which ticks get a label, minor ones only on a short
+    axis) written plainly: 0.01, 3, 4096 rather than 10^-2 and 3 x 10^0."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class PlainLogFormatter(LogFormatterSciNotation):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    return PlainLogFormatter(labelOnlyBase=False)
 
 
 def save(fig: Figure, path: Path) -> Path:

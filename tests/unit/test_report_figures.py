@@ -308,3 +308,10 @@ def test_points_in_panels_read_only_their_own_runs():
             steps = [math.ceil(0.5 * (rates[opt] + 10 * (combiner == "mean") + s)) for s in (0, 1)]
             assert list(line.get_xdata()) == [64.0, 256.0]
             assert list(line.get_ydata()) == [sum(steps) / 2] * 2
+
+
+def test_log_axes_are_labelled_with_plain_numbers():
+    fig = render(spec(logy=True), loss_runs(), str)
+    fig.draw_without_rendering()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    assert labels and all(float(text) > 0 for text in labels)  # "0.5", not 5 x 10^-1
