@@ -77,7 +77,10 @@ def open_canvas(spec: FigureSpec, titles: Sequence[str], xname: str) -> Canvas:
     n = max(1, len(titles))
     ncols = n if n <= 3 else 2 if n == 4 else 3
     nrows = math.ceil(n / ncols)
-    size = (8.0, 4.2) if n == 1 else (3.7 * ncols, 2.8 * nrows + 1.0)
+    # inches; at BASE_DPI a single axes is 800 px wide, panels 450 px each (370 in three
+    # columns, which stay under 1,110 px)
+    width = 4.5 if ncols <= 2 else 3.7
+    size = (8.0, 4.2) if n == 1 else (width * ncols, 3.0 * nrows + 1.0)
     fig = Figure(figsize=size, dpi=BASE_DPI, layout="constrained")
     grid = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
     cells = list(grid.flat)
