@@ -56,9 +56,8 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
             for title, labels in panel_groups(spec, spec.selected(list(runs)))
         ]
         panels = [(title, values) for title, values in panels if values]
-        finite = [v for _, values in panels for by_x in values.values() for vs in by_x.values()
-                  for v in vs if not math.isinf(v)]  # fmt: skip
-        if not finite:
+        at_each_x = [v for _, values in panels for by_x in values.values() for v in by_x.values()]
+        if all(math.isinf(v) for v in sum(at_each_x, [])):
             raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
     canvas = open_canvas(spec, [title for title, _ in panels], spec.x)
     refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
@@ -83,8 +82,8 @@ def _draw_series(
     marked at the edge."""
     dots = [(x, y) for x, ys in by_x.items() for y in ys if not math.isinf(y)]
     if dots:
-        xs, ys = zip(*dots, strict=True)
-        ax.plot(xs, ys, ".", color=colour, alpha=0.5, markersize=6, label="_nolegend_")
+        dot_x, dot_y = zip(*dots, strict=True)
+        ax.plot(dot_x, dot_y, ".", color=colour, alpha=0.5, markersize=6, label="_nolegend_")
     # no mean where a seed never got there (its value is inf)
     xs = sorted(x for x, ys in by_x.items() if not any(math.isinf(y) for y in ys))
     if not xs:
