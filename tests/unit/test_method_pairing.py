@@ -21,3 +21,14 @@ def test_topk_without_a_leader_cannot_ride_an_allreduce(collective):
     # each worker's own indices do travel by allgather
     cfg = compose(["method=topk", "method.collective=allgather", "method.leader=none"])
     assert (cfg.method.collective, cfg.method.leader) == ("allgather", "none")
+
+
+def test_sign_bits_ride_an_allgather_only():
+    with pytest.raises(UserError) as err:
+        compose(["method=signsgd", "method.exchange=allreduce"])
+    assert str(err.value) == (
+        "method.exchange=allreduce cannot carry signsgd's per-worker sign bits; "
+        "use method.exchange=allgather"
+    )
+    with pytest.raises(UserError, match=re.escape("method.exchange='ring' is unknown")):
+        compose(["method=signsgd", "method.exchange=ring"])
