@@ -4,7 +4,7 @@ It opens with one line per paper: its outcome claims counted by verdict and a li
 page (or why it has none, or the command that runs it). Then the claims of every paper, one
 table per scale, the papers' figures (headline first) and the environment. Cells are text
 or a `Link`; the HTML reuses the per-paper reports' stylesheet and verdict colours, and
-refers only to the PNGs the per-paper reports wrote (paths relative to the index, so the
+refers only to the figures the per-paper reports wrote (paths relative to the index, so the
 reports directory can be moved or served as a whole).
 """
 

@@ -4,7 +4,7 @@ The page is plain data (`Page`: a title, blocks in reading order, notes) so both
 the same content. A block is a paragraph, a heading, a table or a figure; a table cell or a
 paragraph is text, a `Link` (a run's directory, its wandb page, a claim's row), `Code` (a
 command), or a tuple of those shown one after another. The HTML carries its own CSS
-(`repro.report.page_style`) and refers only to the PNGs written beside it and to the run
+(`repro.report.page_style`) and refers only to the figures written beside it and to the run
 directories it links, by paths relative to the page.
 """
 
