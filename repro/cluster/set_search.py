@@ -1,6 +1,6 @@
 """A run set's search: the sweep `experiment.search` names, run once by `repro reproduce`.
 
-The Flexible Top-k set's is a small NSGA-II search over the compression ratio and the
+The Flexible Top-k set's is a small search over the compression ratio and the
 collective (`sweeps/topk_cr_pareto_<scale>.yaml`), so that its report can draw the
 accuracy-throughput Pareto front beside the ratios the paper's MOO controller chose (Sec. IV,
 Eq. 6) without a separate `repro sweep` step. It is an ordinary sweep (`repro.sweep.launch`):

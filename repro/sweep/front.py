@@ -88,6 +88,15 @@ class Front:
         on_front = {r["trial"] for r in self.front}
         return [r for r in self.trials if r["trial"] not in on_front]
 
+    @property
+    def ring_word(self) -> str:
+        """What the ring marks: the knee of a front, the best trial of one objective."""
+        return "best" if len(self.spec.metric_names) == 1 else "knee"
+
+    @property
+    def other_word(self) -> str:
+        return "other trials" if len(self.spec.metric_names) == 1 else "dominated trials"
+
     def axes(self) -> tuple[str, str]:
         """(x, y) of the front's figure: the second objective against the first (the first
         being the quality a sweep is about, e.g. accuracy, it goes up the page); one

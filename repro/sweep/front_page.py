@@ -96,7 +96,10 @@ def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
 
 def _point(front: Front, row: dict[str, Any], px: float, py: float, on_front: bool) -> str:
     knee = on_front and row["trial"] == front.knee_row["trial"]
-    role = "knee of the front" if knee else "on the front" if on_front else "dominated"
+    if front.ring_word == "best":
+        role = "best" if knee else "other trial"
+    else:
+        role = "knee of the front" if knee else "on the front" if on_front else "dominated"
     title = html.escape(settings(front, row, role))
     if on_front:
         look = f'r="6" fill="{front.colour(row)}" stroke="#fff" stroke-width="1"'
@@ -123,12 +126,12 @@ def _legend(front: Front) -> list[str]:
             y += 20
     out.append(
         f'<circle cx="{x + 6}" cy="{y - 4}" r="4.5" fill="#fff" stroke="{OTHER}"/>'
-        f'<text x="{x + 18}" y="{y}">dominated trials</text>'
+        f'<text x="{x + 18}" y="{y}">{front.other_word}</text>'
     )
     y += 22
     out.append(
         f'<circle cx="{x + 6}" cy="{y - 4}" r="11" fill="none" stroke="#000" stroke-width="2"/>'
-        f'<text x="{x + 22}" y="{y}">knee: trial {front.knee_row["trial"]}</text>'
+        f'<text x="{x + 22}" y="{y}">{front.ring_word}: trial {front.knee_row["trial"]}</text>'
     )
     return out
 
@@ -184,13 +187,17 @@ def front_table(front: Front) -> str:
 def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Path:
     """Write the page to `path` (a trial's settings show on hover; nothing is fetched);
     `note` is a sentence put before the figure's explanation (e.g. which study it is)."""
+    ring = (
+        "the best trial"
+        if front.ring_word == "best"
+        else "the knee (the front point closest to the ideal with every objective scaled to [0, 1])"
+    )
     how = (
         f"{len(front.front)} of {len(front.trials)} completed trials are on the front "
         f"(filled, labelled by trial number"
         + (f", coloured by {front.colour_by}" if front.colour_by else "")
-        + "); open circles are dominated trials; the ring marks the knee (the front point "
-        "closest to the ideal with every objective scaled to [0, 1]). Hover a point for its "
-        "trial's settings."
+        + f"); open circles are {front.other_word}; the ring marks {ring}. Hover a point for "
+        "its trial's settings."
     )
     how = f"{note} {how}" if note else how
     page = (

@@ -40,7 +40,7 @@ def draw_front(
             facecolors="none",
             edgecolors=OTHER,
             linewidths=0.9,
-            label=f"dominated trials ({len(other)})",
+            label=f"{front.other_word} ({len(other)})",
             zorder=1,
         )
     ordered = sorted(front.front, key=lambda r: coordinate(r, x))
@@ -66,7 +66,7 @@ def draw_front(
     ax.scatter(
         [coordinate(knee, x)],
         [coordinate(knee, y)],
-        label=f"knee: trial {knee['trial']}",
+        label=f"{front.ring_word}: trial {knee['trial']}",
         zorder=4,
         **KNEE_RING,
     )
@@ -84,7 +84,7 @@ def legend_outside(ax: Any, title: str | None = None) -> None:
     """The legend to the right of the axes, where it covers no point; the colours first,
     the dominated trials last."""
     pairs = list(zip(*ax.get_legend_handles_labels(), strict=True))
-    pairs.sort(key=lambda hl: hl[1].startswith("dominated"))
+    pairs.sort(key=lambda hl: hl[1].startswith(("dominated", "other")))
     ax.legend(
         [h for h, _ in pairs],
         [lb for _, lb in pairs],
@@ -114,6 +114,10 @@ def plot_front_png(front: Front, path: Path, title: str) -> Path:
     draw_front(ax, front, x, y)
     ax.set_xlabel(axis_name(front, x))
     ax.set_ylabel(axis_name(front, y))
+    if x == TRIAL:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     legend_outside(ax, front.colour_by)
