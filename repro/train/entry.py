@@ -111,7 +111,7 @@ def run_training(cfg: Config) -> dict:
     if done is not None:
         return done
     device = worker_device(cfg)  # a GPU request without CUDA fails before anything is written
-    prepare(cfg.workload, cfg.data, cfg.seed)
+    check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = launch.env_rank_world()
     if external is not None and external[0] != 0:
@@ -121,6 +121,12 @@ def run_training(cfg: Config) -> dict:
     with run_lock(run_dir):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
+
+
+def check_method_model(cfg: Config, arrays) -> None:
+    """Refuse, before the run directory is written, a model the method cannot serve."""
+    model = Workload(cfg.workload, arrays, "cpu").model_factory()
+    cfg.method.validate_model({name: tuple(p.shape) for name, p in model.named_parameters()})
 
 
 def check_memory_of(cfg: Config, device: str) -> None:
