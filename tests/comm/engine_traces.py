@@ -1,4 +1,5 @@
-"""Step-by-step traces of short runs under either engine, for the conformance tests.
+"""Step-by-step traces of short runs under either engine, straight or resumed from a
+checkpoint, for the conformance tests.
 
 Kept apart from the test modules so that the process engine's workers, which import the
 function they run, do not compose every method's config again (the test modules list
@@ -101,3 +102,43 @@ def simulated_trace(
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     """||a - b|| / ||b|| in float64."""
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def resumed_and_straight(
+    overrides: list[str], name: str, root: str, engine: str, comm, at: int, steps: int
+):
+    """(the points of an uninterrupted run after step `at`, those of a run saved at `at`
+    and resumed by a fresh trainer from the checkpoint files), the last point of each
+    with the strategy's metrics."""
+
+    def build(run: str) -> Trainer:
+        cfg = config(overrides, f"{run}-{name}", comm.world_size, root, engine, steps)
+        return Trainer(cfg, comm, "cpu")
+
+    def rest(trainer: Trainer) -> list[dict]:
+        out = trace(trainer, steps - at, at + 1)
+        out[-1]["metrics"] = trainer.strategy.metrics()
+        return out
+
+    straight = build("straight")
+    trace(straight, at)
+    stopped = build("resumed")
+    trace(stopped, at)
+    stopped.save(at)
+    resumed = build("resumed")
+    if resumed.restore() != at:
+        raise AssertionError(f"{name}: the resumed trainer did not find step {at}")
+    return rest(straight), rest(resumed)
+
+
+def process_resumes(
+    rank: int, world: int, variants: dict[str, list[str]], root: str, at: int, steps: int
+):
+    """A process engine worker: `resumed_and_straight` for every variant in turn."""
+    init_process_group()
+    torch.set_num_threads(1)
+    comm = ProcessCollectives()
+    return {
+        name: resumed_and_straight(o, name, root, "processes", comm, at, steps)
+        for name, o in variants.items()
+    }
