@@ -46,6 +46,11 @@ def orthogonalize(columns: torch.Tensor, epsilon: float = 0.0) -> None:
             later -= torch.sum(col * later, dim=1, keepdim=True) * col
 
 
+def _each_row(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a[i] @ b[0] for every row i of `a`, flat: (rows, n * r)."""
+    return torch.cat([torch.bmm(a[i : i + 1], b).reshape(1, -1) for i in range(a.shape[0])])
+
+
 class PowerSGD:
     """The configured compressor: which tensors are compressed at what rank, the factors Q
     kept across steps, the exchanges counted for the plain-average start."""
@@ -92,31 +97,39 @@ class PowerSGD:
         return DENSE if self.exchanges <= self.start_iter else self
 
     def rounds(self, x: torch.Tensor, workers: int) -> Rounds:
+        """Three messages: the uncompressed tensors, every P, every Q (module doc).
+
+        After each sum every held row is the same, so what follows from a sum (the
+        orthogonal P, the average) is computed once, from the first row, and shared; what
+        differs per worker (M Q, M^T P) is computed row by row with one worker's kernel, as
+        a lone worker process computes it (a batch of rows may take another kernel, whose
+        sums round differently)."""
         rows = x.shape[0]
         plain = torch.cat([x[:, a:b] for a, b in self.plain] or [x[:, :0]], dim=1)
         yield plain
         grads = [x[:, s : s + n * m].view(rows, n, m) for s, n, m, _ in self.matrices]
         qs = self._start_q(x)
-        ps = [torch.bmm(g, q) for g, q in zip(grads, qs, strict=True)]
-        p_flat = torch.cat([p.reshape(rows, -1) for p in ps], dim=1)
+        p_flat = torch.cat([_each_row(g, q) for g, q in zip(grads, qs, strict=True)], dim=1)
         yield p_flat
-        ps = self._views(p_flat, [n for _, n, _, _ in self.matrices])
+        ps = self._views(p_flat[:1], [n for _, n, _, _ in self.matrices])
         for p in ps:
             orthogonalize(p, self.epsilon)
-        new_qs = [torch.bmm(g.transpose(1, 2), p) for g, p in zip(grads, ps, strict=True)]
-        q_flat = torch.cat([q.reshape(rows, -1) for q in new_qs], dim=1)
+        q_flat = torch.cat(
+            [_each_row(g.transpose(1, 2), p) for g, p in zip(grads, ps, strict=True)], dim=1
+        )
         yield q_flat
-        q_flat.div_(workers)
-        qs = self._views(q_flat, [m for _, _, m, _ in self.matrices])
-        self._q = q_flat if self.warm_start else None
-        average = torch.empty_like(x)
-        plain.div_(workers)
+        shared_q = q_flat[:1].div_(workers)
+        self._q = shared_q.clone() if self.warm_start else None
+        qs = self._views(shared_q, [m for _, _, m, _ in self.matrices])
+        average = torch.empty_like(x[:1])
+        shared_plain = plain[:1].div_(workers)
         at = 0
         for a, b in self.plain:
-            average[:, a:b] = plain[:, at : at + b - a]
+            average[:, a:b] = shared_plain[:, at : at + b - a]
             at += b - a
         for (s, n, m, _), p, q in zip(self.matrices, ps, qs, strict=True):
-            torch.bmm(p, q.transpose(1, 2), out=average[:, s : s + n * m].view(rows, n, m))
+            torch.bmm(p, q.transpose(1, 2), out=average[:, s : s + n * m].view(1, n, m))
+        average = average.expand_as(x)
         return average, average
 
     def _views(self, flat: torch.Tensor, sides: list[int]) -> list[torch.Tensor]:
@@ -128,16 +141,15 @@ class PowerSGD:
         return out
 
     def _start_q(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """This step's Q, orthogonalized: the last step's, or a seeded random start."""
-        rows = x.shape[0]
+        """This step's Q, (1, m, r) each, orthogonalized: the last step's, or a seeded
+        random start."""
         if self._q is None:
             gen = torch.Generator().manual_seed(int(self._seeds.randint(1_000_000_000)))
             self.draws += 1
             start = [
                 torch.randn(m, r, generator=gen, dtype=x.dtype) for _, _, m, r in self.matrices
             ]
-            flat = torch.cat([q.reshape(1, -1) for q in start], dim=1).to(x.device)
-            self._q = flat.expand(rows, -1).contiguous()
+            self._q = torch.cat([q.reshape(1, -1) for q in start], dim=1).to(x.device)
         qs = self._views(self._q.clone(), [m for _, _, m, _ in self.matrices])
         for q in qs:
             orthogonalize(q, self.epsilon)
