@@ -26,7 +26,7 @@ from repro.report.plots import axis_label
 from repro.report.render import FigureOut
 from repro.report.series import Seeded
 from repro.report.sweep_source import find_source
-from repro.sweep.front import OTHER, Front, write_csv
+from repro.sweep.front import Front, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import KNEE_RING, draw_front
 
@@ -132,7 +132,7 @@ def _against_param(ax: Any, front: SweepFrontSpec, data: Front, shares: dict) ->
         [float(r["values"][front.y]) for r in other],
         s=22,
         facecolors="none",
-        edgecolors=OTHER,
+        edgecolors=[data.colour(r) for r in other],
         linewidths=0.9,
         zorder=1,
     )

@@ -104,7 +104,7 @@ def _point(front: Front, row: dict[str, Any], px: float, py: float, on_front: bo
     if on_front:
         look = f'r="6" fill="{front.colour(row)}" stroke="#fff" stroke-width="1"'
     else:
-        look = f'r="4.5" fill="#fff" stroke="{OTHER}" stroke-width="1.2"'
+        look = f'r="4.5" fill="#fff" stroke="{front.colour(row)}" stroke-width="1.4"'
     return (
         f'<circle class="pt" data-trial="{row["trial"]}" cx="{px:.1f}" cy="{py:.1f}" {look}>'
         f"<title>{title}</title></circle>"
@@ -118,7 +118,7 @@ def _legend(front: Front) -> list[str]:
         name = html.escape(front.colour_by)
         out.append(f'<text x="{x}" y="{y}" font-weight="bold">{name}</text>')
         y += 20
-    present = {front.colour(r) for r in front.front}
+    present = {front.colour(r) for r in front.trials}
     for value, colour in front.colours().items():
         if colour in present:
             out.append(f'<circle cx="{x + 6}" cy="{y - 4}" r="6" fill="{colour}"/>')
@@ -158,7 +158,7 @@ def front_svg(front: Front) -> str:
     for r in front.front:
         px, py = sx(coordinate(r, x)), sy(coordinate(r, y))
         out.append(_point(front, r, px, py, True))
-        out.append(f'<text x="{px + 8:.1f}" y="{py - 7:.1f}">#{r["trial"]}</text>')
+        out.append(f'<text x="{px + 12:.1f}" y="{py - 9:.1f}">#{r["trial"]}</text>')
     k = front.knee_row
     out.append(
         f'<circle class="knee" cx="{sx(coordinate(k, x)):.1f}" cy="{sy(coordinate(k, y)):.1f}" '

@@ -33,15 +33,23 @@ def draw_front(
     """Draw `front` on `ax`: y against x (objective names, or `TRIAL` for x)."""
     other = front.dominated()
     if other:
+        # open circles in their collective's colour: the reader sees where each one lies
         ax.scatter(
             [coordinate(r, x) for r in other],
             [coordinate(r, y) for r in other],
-            s=22,
+            s=24,
+            facecolors="none",
+            edgecolors=[front.colour(r) for r in other],
+            linewidths=1.0,
+            zorder=1,
+        )
+        ax.scatter(
+            [],
+            [],
+            s=24,
             facecolors="none",
             edgecolors=OTHER,
-            linewidths=0.9,
-            label=f"{front.other_word} ({len(other)})",
-            zorder=1,
+            label=f"{front.other_word} ({len(other)}, open)",
         )
     ordered = sorted(front.front, key=lambda r: coordinate(r, x))
     if len(ordered) > 1 and x != TRIAL:
@@ -62,6 +70,9 @@ def draw_front(
             label=str(names.get(colour, "front")) if front.colour_by else "front",
             zorder=3,
         )
+    for colour in dict.fromkeys(front.colour(r) for r in other):
+        if colour not in groups and front.colour_by:  # a collective only off the front
+            ax.scatter([], [], s=42, color=colour, label=str(names.get(colour, "other")))
     knee = front.knee_row
     ax.scatter(
         [coordinate(knee, x)],

@@ -4,7 +4,8 @@
     repro sweep SPEC --workers K --cluster NAME
                                         the workers where configs/cluster/NAME says (a job
                                         array on SLURM: the spec needs a database storage)
-    repro sweep show SPEC               Pareto front table + knee; writes pareto/hypervolume plots
+    repro sweep show SPEC               Pareto front table + knee; writes front.csv, pareto.png,
+                                        an interactive pareto.html and hypervolume plots
     repro sweep dashboard SPEC [--port P]
                                         optuna-dashboard on 127.0.0.1 on the study's storage
 
