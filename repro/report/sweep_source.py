@@ -98,7 +98,9 @@ def find_source(full_spec: str, runs: Seeded) -> Source | str:
             f"the set's Pareto search ({own_spec.source}) has not run: `repro reproduce "
             f"{paper} scale={scale}` runs it after the set (finished runs are skipped)"
         )
+    if full.experiment == experiment:
+        return f"the Pareto search has not run: `repro sweep {full_spec}` runs it"
     return (
-        f"experiment {experiment or '(none)'} has no Pareto search (experiment.search) and "
-        f"{full_spec} searches {full.experiment}: run `repro sweep {full_spec}`"
+        f"experiment {experiment or '(none)'} names no Pareto search and {full_spec} searches "
+        f"{full.experiment}: name a sweep spec of this set in experiment.search"
     )

@@ -143,6 +143,16 @@ def test_another_scales_full_sweep_is_never_drawn(tmp_path):
     )
 
 
+def test_a_set_without_a_search_says_what_to_set(tmp_path):
+    runs = moo_runs(tmp_path / "runs" / "topk_paper", "topk_paper")
+    out = draw_sweep_front(front_spec(full_sweep(tmp_path, 4)), tmp_path, runs)
+    assert out.file is None and out.missing == (
+        "experiment topk_paper names no Pareto search and "
+        f"{tmp_path / 'topk_cr_pareto.yaml'} searches topk_small: name a sweep spec of this set "
+        "in experiment.search"
+    )
+
+
 def test_chosen_shares_pool_every_seed_and_ignore_missing_points():
     front = SweepFrontSpec(
         id="f",
