@@ -2,8 +2,8 @@
 
 The Flexible Top-k set's is a small search over the compression ratio and the
 collective (`sweeps/topk_cr_pareto_<scale>.yaml`), so that its report can draw the
-accuracy-throughput Pareto front beside the ratios the paper's MOO controller chose (Sec. IV,
-Eq. 6) without a separate `repro sweep` step. It is an ordinary sweep (`repro.sweep.launch`):
+accuracy-throughput Pareto front beside the ratios the paper's MOO controller chose (Eq. 6)
+without a separate `repro sweep` step. It is an ordinary sweep (`repro.sweep.launch`):
 its study lives in a journal file, its trials are training runs, one per core, and a kill
 or Ctrl-C loses nothing (the next `repro reproduce` continues the study, a lost trial resumes
 from its checkpoint, a finished study runs nothing).

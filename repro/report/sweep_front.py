@@ -1,5 +1,5 @@
 """A sweep's Pareto front drawn in a paper's report (the CR front beside the
-compression ratios the Flexible Top-k paper's controller chose, Sec. IV, Eq. 6).
+compression ratios the Flexible Top-k paper's controller chose by its Eq. 6).
 
 A claims file lists `sweep_fronts`: each names the full sweep spec, the two objectives to
 plot, the searched parameter to read off each front point, and the paper's chosen band of
