@@ -103,6 +103,26 @@ class Compressor(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+class Stateless:
+    """A compressor that is its own per-exchange compressor: no shapes to bind, no ratio,
+    nothing kept across steps (signSGD's)."""
+
+    def bind(self, shapes: list[tuple[int, ...]]) -> None:
+        """A stateless compressor sees the flat gradient as one vector."""
+
+    def for_exchange(self, ratio: float | None) -> Stateless:
+        return self
+
+    def metrics(self, ratio: float | None) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing is kept across steps (a residual is the memory's)."""
+
+
 class Dense:
     """No compression: one round, the whole G averaged. What Top-k is at c = 1."""
 

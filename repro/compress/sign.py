@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.compress.compressor import Encoded
+from repro.compress.compressor import Encoded, Stateless
 
 _BITS = 8
 
@@ -45,7 +45,7 @@ def signs(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
 
 
-class MajorityVote:
+class MajorityVote(Stateless):
     """signSGD with majority vote: each worker's signs; the update is the majority's sign."""
 
     def encode(self, x: torch.Tensor) -> Encoded:
@@ -58,7 +58,7 @@ class MajorityVote:
         return torch.sign(votes)
 
 
-class ScaledSign:
+class ScaledSign(Stateless):
     """EF-signSGD's scaled sign (||G||_1 / d) sign(G); the workers' scaled signs averaged.
 
     The scale travels as float32 and is rounded to it before G - scale sign(G) is kept, so
@@ -78,25 +78,3 @@ class ScaledSign:
         for row, scale in zip(rows, scales, strict=True):
             total += unpack_signs(row[:width], numel) * scale
         return total / workers
-
-
-class Sign:
-    """The sign compressor: majority vote, or with `error_feedback` the scaled sign."""
-
-    def __init__(self, error_feedback: bool = False):
-        self.each = ScaledSign() if error_feedback else MajorityVote()
-
-    def bind(self, shapes: list[tuple[int, ...]]) -> None:
-        """Signs need no shapes: the whole flat gradient is one vector."""
-
-    def for_exchange(self, ratio: float | None) -> MajorityVote | ScaledSign:
-        return self.each
-
-    def metrics(self, ratio: float | None) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Signs keep nothing across steps (EF-signSGD's residual is the memory's)."""

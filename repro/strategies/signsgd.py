@@ -32,10 +32,11 @@ class SignSGDConfig(MethodConfig):
     def parts(self) -> Parts:
         from repro.compress.exchange_parts import AllgatherExchange
         from repro.compress.memory import ErrorFeedback, NoMemory
-        from repro.compress.sign import Sign
+        from repro.compress.sign import MajorityVote, ScaledSign
 
-        memory = ErrorFeedback() if self.error_feedback else NoMemory()
-        return Parts(Sign(self.error_feedback), memory, AllgatherExchange())
+        if self.error_feedback:
+            return Parts(ScaledSign(), ErrorFeedback(), AllgatherExchange())
+        return Parts(MajorityVote(), NoMemory(), AllgatherExchange())
 
 
 SignSGDStrategy = register(SignSGDConfig)(CompressedSGD)
