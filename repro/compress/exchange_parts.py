@@ -17,6 +17,7 @@ here the shapes meet (`repro.compress.compressor`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import torch
 
@@ -51,6 +52,19 @@ class ExchangeInput:
     link: Link
     nbytes: float
     ratio: float | None
+
+
+class Exchange(Protocol):
+    """The part's interface. An exchange that also prices itself (`seconds`, as
+    `PolicyExchange` does) can serve a ratio controller that probes."""
+
+    def run(self, comm: Collectives, compressor, x: ExchangeInput) -> ExchangeResult: ...
+
+    def metrics(self) -> dict: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class AllgatherExchange:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from repro.comm.record import CommRecord
     from repro.compress.compressor import Compressor
     from repro.compress.exchange import ExchangeResult
+    from repro.compress.exchange_parts import Exchange
     from repro.compress.memory import ErrorFeedback
     from repro.compress.ratio import FixedRatio, MOORatioController
     from repro.optim.stacked import StackedOptimizer
@@ -49,7 +50,7 @@ class Parts:
 
     compressor: Compressor
     memory: ErrorFeedback
-    exchange: object
+    exchange: Exchange
     controller: FixedRatio | MOORatioController | None = None
     probe_steps: int = 0
     gain_window: int = 1
