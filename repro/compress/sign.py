@@ -1,13 +1,12 @@
 """Sign compression: one bit per value on the wire; pure tensor code.
 
-signSGD with majority vote (Bernstein et al., ICLR 2019, Algorithm 1): each worker sends the
-signs of its gradient, the update is the sign of their sum, the majority's sign (0 where
-the vote ties, which only an even number of workers can give). EF-signSGD (Karimireddy et
-al., ICML 2019, Algorithm 1) sends the scaled sign (||G||_1 / d) sign(G) of the
-error-compensated G = g + residual and keeps G minus it; across workers the scaled signs
-are averaged, since a vote would drop the scale that error feedback compensates against
-(the paper states the single-worker algorithm; the mean is this suite's reading of it for
-several workers).
+signSGD with majority vote (Bernstein et al., ICLR 2019): each worker sends the signs of
+its gradient, the update is the sign of their sum, the majority's sign (0 where the vote
+ties, which only an even number of workers can give). EF-signSGD (Karimireddy et al., ICML
+2019) sends the scaled sign (||G||_1 / d) sign(G) of the error-compensated G = g + residual
+and keeps G minus it; across workers the scaled signs are averaged, since a vote would drop
+the scale that error feedback compensates against (the paper states the single-worker
+algorithm; the mean is this suite's reading of it for several workers).
 
 One bit per value: bit j of byte i holds the sign of value 8i + j, set for a value >= 0, so
 a zero travels as +1 (a bit has no third state). The scaled sign adds one float32 per

@@ -1,6 +1,6 @@
 """signSGD with majority vote and EF-signSGD, through the compressed-SGD strategy, against
-both written here in plain torch (Bernstein et al. 2019, Algorithm 1; Karimireddy et al.
-2019, Algorithm 1, the scaled signs averaged over workers): the same parameters bit for bit
+both written here in plain torch (Bernstein et al. 2019's majority vote; Karimireddy et al.
+2019's EF-signSGD, the scaled signs averaged over workers): the same parameters bit for bit
 after 20 steps of 4 simulated workers, and one allgather of one bit per value a step."""
 
 import copy
