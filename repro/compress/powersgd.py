@@ -46,6 +46,11 @@ def orthogonalize(columns: torch.Tensor, epsilon: float = 0.0) -> None:
             later -= torch.sum(col * later, dim=1, keepdim=True) * col
 
 
+def _flat(pieces: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """(rows, *) pieces end to end; no piece (nothing of that kind) is an empty message."""
+    return torch.cat(pieces, dim=1) if pieces else like[:, :0].clone()
+
+
 def _each_row(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a[i] @ b[0] for every row i of `a`, flat: (rows, n * r)."""
     return torch.cat([torch.bmm(a[i : i + 1], b).reshape(1, -1) for i in range(a.shape[0])])
@@ -76,20 +81,20 @@ class PowerSGD:
     def bind(self, shapes: list[tuple[int, ...]]) -> None:
         offsets = [0, *np.cumsum([math.prod(s) for s in shapes]).tolist()]
         self.plain: list[tuple[int, int]] = []  # (start, stop) of each uncompressed tensor
-        by_shape: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        by_shape: dict[tuple[int, int], list[int]] = {}
         for i in reversed(range(len(shapes))):
             n = shapes[i][0] if shapes[i] else 1
             m = math.prod(shapes[i]) // n
             r = min(n, m, self.rank)
             if (n + m) * r * self.min_rate < n * m:
-                by_shape.setdefault((n, m), []).append((offsets[i], i))
+                by_shape.setdefault((n, m), []).append(offsets[i])
             else:
                 self.plain.append((offsets[i], offsets[i + 1]))
         # (start, n, m, r) of each compressed matrix, in the order its Q is drawn
         self.matrices = [
             (start, n, m, min(n, m, self.rank))
             for (n, m), starts in by_shape.items()
-            for start, _ in starts
+            for start in starts
         ]
 
     def for_exchange(self, ratio: float | None) -> PowerSGD | Dense:
@@ -105,18 +110,16 @@ class PowerSGD:
         a lone worker process computes it (a batch of rows may take another kernel, whose
         sums round differently)."""
         rows = x.shape[0]
-        plain = torch.cat([x[:, a:b] for a, b in self.plain] or [x[:, :0]], dim=1)
+        plain = _flat([x[:, a:b] for a, b in self.plain], x)
         yield plain
         grads = [x[:, s : s + n * m].view(rows, n, m) for s, n, m, _ in self.matrices]
         qs = self._start_q(x)
-        p_flat = torch.cat([_each_row(g, q) for g, q in zip(grads, qs, strict=True)], dim=1)
+        p_flat = _flat([_each_row(g, q) for g, q in zip(grads, qs, strict=True)], x)
         yield p_flat
         ps = self._views(p_flat[:1], [n for _, n, _, _ in self.matrices])
         for p in ps:
             orthogonalize(p, self.epsilon)
-        q_flat = torch.cat(
-            [_each_row(g.transpose(1, 2), p) for g, p in zip(grads, ps, strict=True)], dim=1
-        )
+        q_flat = _flat([_each_row(g.transpose(1, 2), p) for g, p in zip(grads, ps, strict=True)], x)
         yield q_flat
         shared_q = q_flat[:1].div_(workers)
         self._q = shared_q.clone() if self.warm_start else None
@@ -149,7 +152,7 @@ class PowerSGD:
             start = [
                 torch.randn(m, r, generator=gen, dtype=x.dtype) for _, _, m, r in self.matrices
             ]
-            self._q = torch.cat([q.reshape(1, -1) for q in start], dim=1).to(x.device)
+            self._q = _flat([q.reshape(1, -1) for q in start], x[:1]).to(x.device)
         qs = self._views(self._q.clone(), [m for _, _, m, _ in self.matrices])
         for q in qs:
             orthogonalize(q, self.epsilon)

@@ -49,6 +49,15 @@ def test_a_matrix_of_the_compressed_rank_comes_back_exactly():
     assert torch.equal(result.taken, result.average)  # feedback keeps G less what went out
 
 
+def test_a_model_of_vectors_alone_is_averaged_uncompressed():
+    x = torch.randn(2, 7, generator=torch.Generator().manual_seed(5))
+    compressor = PowerSGD(rank=1)
+    compressor.bind([(4,), (3,)])
+    result = allreduce_exchange(AxisCollectives(2), compressor.for_exchange(None), x.clone())
+    assert torch.equal(result.average, ((x[0] + x[1]) / 2).expand(2, 7))
+    assert [r.nbytes for r in result.records] == [7 * 4]  # no factor to send
+
+
 def run(cfg: PowerSGDConfig, steps: int, state: dict | None = None):
     """Two simulated workers of a small MLP under the strategy; parameters and state."""
     torch.manual_seed(0)
