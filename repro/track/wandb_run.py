@@ -139,6 +139,7 @@ class Tracker:
     ):
         self._run = None
         self._id: str | None = None
+        self.url: str | None = None
         self._last_step: int | None = None
         mode = cfg.resolved_mode()
         if mode == "disabled":
@@ -176,6 +177,8 @@ class Tracker:
         # restarted trainer re-logs below it are already there (same config, same values).
         self._floor = self._run.starting_step
         self._id = self._run.id
+        # an online run's page, for the report's run links; an offline run has none yet
+        self.url = self._run.url if mode == "online" else None
         self._file = Path(self._run.settings.sync_file)
         define_metrics(self._run)
 

@@ -56,6 +56,8 @@ class RunLog:
     def finish(self, summary: dict | None, exit_code: int = 0) -> None:
         """Close the tracker run; with a summary, also write summary.json."""
         if self.tracker is not None:
+            if summary is not None and self.tracker.url:
+                summary = {**summary, "wandb_url": self.tracker.url}
             if summary is not None:
                 self.tracker.set_summary(summary)
             self.tracker.finish(exit_code=exit_code)

@@ -89,8 +89,8 @@ def test_sweep_trial_sits_in_its_study_group_not_the_reproductions(tmp_path):
     overrides = trial_overrides(spec, 3, params, tmp_path / "trial_3")
     run, _ = records(logged_run(overrides, tmp_path / "trial_3"))
     cfg = compose(overrides)
-    assert cfg.experiment.group == "topk_small"  # the reproduction's group, not the trial's
-    assert run["run_group"] == spec.name
+    assert run["run_group"] == spec.name != "topk_small"  # never the reproduction's group
+    assert cfg.experiment.group == spec.name  # so a report of the set never reads a trial
     assert run["display_name"] == f"{cfg.label}-s{cfg.seed}"
     assert run["tags"] == [
         "paper:topk",
