@@ -54,7 +54,7 @@ def config(
             f"trainer.engine={engine}",
             f"trainer.vectorize={vectorize}",
             f"data.root={root}/data",
-            f"run_dir={root}/{engine}-{vectorize}-{slug}",
+            f"run_dir={root}/{engine}-{vectorize}-{world}-{slug}",
             *SGD,
             *overrides,
         ]

@@ -30,12 +30,19 @@ STEPS = 10
 VARIANTS = {v.id: v.overrides for v in variants()}
 
 
-@pytest.fixture(scope="module", params=[2, 4])
-def engines(request, tmp_path_factory):
-    """Every variant under both engines at one world size (one spawn for all variants)."""
-    world, root = request.param, str(tmp_path_factory.mktemp("engines"))
-    cfg = config([], "data", world, root, "processes", STEPS)
+@pytest.fixture(scope="module")
+def shared_root(tmp_path_factory) -> str:
+    """One data set for every run of this module (each run keeps its own run directory)."""
+    root = str(tmp_path_factory.mktemp("engines"))
+    cfg = config([], "data", 2, root, "processes", STEPS)
     prepare(cfg.workload, cfg.data, 0)
+    return root
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def engines(request, shared_root):
+    """Every variant under both engines at one world size (one spawn for all variants)."""
+    world, root = request.param, shared_root
     ranks = spawn(process_traces, world, VARIANTS, root, STEPS)
     processes = {
         n: [
@@ -69,12 +76,12 @@ def test_simulated_engine_equals_process_engine(engines, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("vectorize", ["stacked", "vmap"])
 @pytest.mark.parametrize("variant", firsts(), ids=lambda v: v.id)
-def test_vectorized_workers_match_looped_workers(tmp_path, variant, vectorize):
-    """Each method's first variant, one step of 4 workers."""
-    root, name = str(tmp_path), variant.id
+def test_vectorized_workers_match_looped_workers(shared_root, variant):
+    """Each method's first variant, one step of 4 workers, against the looped workers."""
+    root, name = shared_root, variant.id
     looped = simulated_trace(variant.overrides, name, 4, root, 1, "loop")
-    vectorized = simulated_trace(variant.overrides, name, 4, root, 1, vectorize)
-    assert vectorized[0]["decisions"] == looped[0]["decisions"]
-    assert relative(vectorized[0]["params"], looped[0]["params"]) <= 1e-6
+    for vectorize in ("stacked", "vmap"):
+        vectorized = simulated_trace(variant.overrides, name, 4, root, 1, vectorize)
+        assert vectorized[0]["decisions"] == looped[0]["decisions"], vectorize
+        assert relative(vectorized[0]["params"], looped[0]["params"]) <= 1e-6, vectorize
