@@ -107,28 +107,24 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def resumed_and_straight(
     overrides: list[str], name: str, root: str, engine: str, comm, at: int, steps: int
 ):
-    """(the points of an uninterrupted run after step `at`, those of a run saved at `at`
-    and resumed by a fresh trainer from the checkpoint files), the last point of each
-    with the strategy's metrics."""
-
-    def build(run: str) -> Trainer:
-        cfg = config(overrides, f"{run}-{name}", comm.world_size, root, engine, steps)
-        return Trainer(cfg, comm, "cpu")
+    """(the points after step `at` of a run that saves a checkpoint at `at` and goes on,
+    those of a fresh trainer that resumes from that checkpoint's files), the last point of
+    each with the strategy's metrics."""
+    cfg = config(overrides, name, comm.world_size, root, engine, steps)
 
     def rest(trainer: Trainer) -> list[dict]:
         out = trace(trainer, steps - at, at + 1)
         out[-1]["metrics"] = trainer.strategy.metrics()
         return out
 
-    straight = build("straight")
+    straight = Trainer(cfg, comm, "cpu")
     trace(straight, at)
-    stopped = build("resumed")
-    trace(stopped, at)
-    stopped.save(at)
-    resumed = build("resumed")
+    straight.save(at)
+    expected = rest(straight)
+    resumed = Trainer(cfg, comm, "cpu")
     if resumed.restore() != at:
         raise AssertionError(f"{name}: the resumed trainer did not find step {at}")
-    return rest(straight), rest(resumed)
+    return expected, rest(resumed)
 
 
 def process_resumes(

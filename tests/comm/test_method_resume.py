@@ -1,6 +1,6 @@
-"""A run checkpointed mid-way and resumed by a fresh trainer ends exactly as one that never
-stopped: every registered method, in every variant its config declares, under both
-engines at 2 workers.
+"""A run checkpointed mid-way and resumed by a fresh trainer ends exactly as the run that
+wrote the checkpoint and went on: every registered method, in every variant its config
+declares, under both engines at 2 workers.
 
 The checkpoint falls at step 5 of 10, inside what each method carries across steps: local
 SGD's period (tau 3) and its block momentum, AdaComm's interval and tau, Top-k's residual,
@@ -8,8 +8,9 @@ its gain window (3 steps) and ratio controller, VAR's norm window, Adam's and LA
 moments. The resumed trainer is built from the config alone and restores every part from
 the checkpoint files (`Trainer.save` / `Trainer.restore`), as a restarted run does; its
 parameters, decisions and modeled clock at every later step, and its strategy's metrics at
-the end, must equal the uninterrupted run's bit for bit. A SIGKILLed run of each method's
-first variant, from the command line, is `tests/integration/test_kill_resume.py`.
+the end, must equal the other run's bit for bit. A SIGKILLed run of each method's first
+variant against a run never checkpointed there, from the command line, is
+`tests/integration/test_kill_resume.py`.
 """
 
 from __future__ import annotations
