@@ -5,6 +5,8 @@ labelled as a set labels its runs (`experiment.label`)."""
 
 import re
 
+import pytest
+
 from repro.report.compare import main as compare
 from repro.track.runs import read_run
 from tests.helpers import train
@@ -17,7 +19,18 @@ RUNS = {
 }
 
 
-def test_powersgd_and_signsgd_compare_beside_the_papers_baseline(tmp_path):
+@pytest.fixture
+def own_wandb_service():
+    """Ends the wandb service these in-process runs start: every later `repro` command
+    started from this process inherits WANDB_SERVICE, and a resumed run of one would find
+    its run id still held there."""
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
+def test_powersgd_and_signsgd_compare_beside_the_papers_baseline(tmp_path, own_wandb_service):
     for label, overrides in RUNS.items():
         labelled = [*overrides, f"experiment.label={label}"]
         train(tmp_path, *REGIME, *labelled, tracking="wandb_offline")
