@@ -1,1 +1,2 @@
-"""Process groups, launching, and the single module that talks to torch.distributed."""
+"""Collectives over the worker axis (the contract, both engines' implementations and the
+record each call returns), process groups and launching."""

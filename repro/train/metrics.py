@@ -7,8 +7,12 @@ workers (an untracked reduction: instrumentation, not the method's traffic).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from repro.comm.record import CommRecord
+
+if TYPE_CHECKING:
+    from repro.strategies.base import Metrics
 
 
 @dataclass
@@ -60,7 +64,7 @@ def point(
     wall_s: float,
     modeled_s: float,
     lr: float,
-    strategy_metrics: dict,
+    strategy_metrics: Metrics,
 ) -> dict:
     """One logged point. Throughput is over the interval since the previous point."""
     d_samples = samples - stats.last_point_samples
