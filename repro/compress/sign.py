@@ -72,7 +72,8 @@ class ScaledSign(Stateless):
 
     def combine(self, rows: torch.Tensor, workers: int, numel: int) -> torch.Tensor:
         width = rows.shape[1] - 4  # the float32 scale closes each row
-        scales = rows[:, width:].contiguous().view(torch.float32)
+        # a copy of its own: a lone row's scale sits at an offset a float32 view refuses
+        scales = rows[:, width:].clone(memory_format=torch.contiguous_format).view(torch.float32)
         total = torch.zeros(numel, dtype=torch.float32, device=rows.device)
         for row, scale in zip(rows, scales, strict=True):
             total += unpack_signs(row[:width], numel) * scale

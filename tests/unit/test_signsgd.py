@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.compress.sign import pack_signs, unpack_signs
+from repro.compress.sign import ScaledSign, pack_signs, unpack_signs
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.signsgd import SignSGDConfig, SignSGDStrategy
@@ -38,6 +38,17 @@ def test_signs_travel_one_bit_each():
     by_hand = [sum(b << j for j, b in enumerate(expected_bits[i : i + 8])) for i in (0, 8)]
     assert packed[0].tolist() == by_hand
     assert unpack_signs(packed, 11)[0].tolist() == [2.0 * b - 1 for b in expected_bits]
+
+
+def test_a_lone_workers_scaled_sign_decodes_at_any_model_size():
+    """One worker's row (the process engine at one GPU): its float32 scale follows
+    ceil(n / 8) sign bytes, at an offset no multiple of 4 for n = 41 (6 bytes)."""
+    x = torch.linspace(-1.0, 1.0, 41).view(1, -1)
+    encoded = ScaledSign().encode(x)
+    row = torch.cat([part.reshape(1, -1) for part in encoded.payload], 1)
+    assert row.shape == (1, 6 + 4)
+    scale = x.abs().sum() / 41
+    assert torch.equal(ScaledSign().combine(row, 1, 41), scale * torch.where(x[0] >= 0, 1.0, -1.0))
 
 
 def plain_run(error_feedback: bool) -> list[list[torch.Tensor]]:
