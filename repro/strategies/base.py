@@ -45,16 +45,16 @@ class MethodConfig:
     `name`'s default, the one place the method's name is written.
 
     Two declarations every `configs/method/<name>.yaml` makes, read by the conformance kit
-    (`repro.strategies.conformance`) so that no test keeps its own list of methods:
-    `test_variants`, the runs the method must pass every guarantee in, each a list of
-    overrides applied after `method=<name>` (`[]`: its defaults): engine equivalence at 2
-    and 4 workers, resume from a mid-run checkpoint, the torch-free config path and
-    `make gpu-check`; the first is the method's representative, which the checks too
-    costly for every variant (a SIGKILLed run, ResNet-18 on a GPU) take. `model_copies`,
-    how many copies of the model's size the method holds per worker besides the
-    parameters, their gradients and the optimizer's slots (flat send buffers, residuals, a
-    start copy), at most over its settings: the simulated engine's memory estimate counts
-    them. Neither changes what a run computes, so neither is part of a run's identity.
+    (`repro.conformance`) so that no test keeps its own list of methods: `test_variants`,
+    the runs the method must pass every guarantee in, each a list of overrides applied
+    after `method=<name>` (`[]`: its defaults): worker processes equal to the one-process
+    worker axis at 2 and 4 workers, resume from a mid-run checkpoint, the torch-free config
+    path and `make gpu-check`; the first is the method's representative, which the checks
+    too costly for every variant (a SIGKILLed run, ResNet-18 on a GPU) take.
+    `model_copies`, how many copies of the model's size the method holds per worker
+    besides the parameters, their gradients and the optimizer's slots (flat send buffers,
+    residuals, a start copy), at most over its settings, for the one-process memory
+    estimate. Neither changes what a run computes, so neither is part of a run's identity.
     """
 
     name: str = "sync"
