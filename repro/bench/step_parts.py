@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import repro.compress.exchange as exchange_mod
+import repro.compress.topk as topk_mod
 
 COLLECTIVES = (
     "allreduce",
@@ -105,9 +105,9 @@ def instrument(trainer, timer: PartTimer) -> None:
 @contextmanager
 def module_parts(timer: PartTimer) -> Iterator[None]:
     """Time the Top-k exchange's selection while inside."""
-    saved = exchange_mod.compress
-    exchange_mod.compress = timer.wrap(saved, "selection")
+    saved = topk_mod.compress
+    topk_mod.compress = timer.wrap(saved, "selection")
     try:
         yield
     finally:
-        exchange_mod.compress = saved
+        topk_mod.compress = saved
