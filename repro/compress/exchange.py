@@ -29,7 +29,7 @@ import torch
 from repro.comm.collectives import Collectives
 from repro.comm.record import CommRecord
 from repro.compress.compressor import DENSE, Gatherable, Sparsifier, Summable
-from repro.compress.memory import gain_from_norms
+from repro.compress.memory import gain_from_norms, sq_norms
 from repro.compress.topk import TopKAt, decompress, index_dtype
 
 
@@ -53,7 +53,7 @@ class ExchangeResult:
 
 def _norms(sent_sq: torch.Tensor, compensated: torch.Tensor) -> torch.Tensor:
     """Each row's (||g_c||^2, ||G||^2), shape (workers, 2)."""
-    return torch.stack([sent_sq, compensated.pow(2).sum(1)], dim=1)
+    return torch.stack([sent_sq, sq_norms(compensated)], dim=1)
 
 
 def allgather_exchange(
@@ -102,7 +102,7 @@ def leader_exchange(
     records = [comm.broadcast(indices, leader)]
     chosen = indices.long()
     values = compensated.gather(1, chosen)
-    message = torch.cat([values, _norms(values.pow(2).sum(1), compensated)], dim=1)
+    message = torch.cat([values, _norms(sq_norms(values), compensated)], dim=1)
     records.append(replace(comm.allreduce(message), algo=algo))
     # every held row holds the same sums at the same indices: one dense row, shared
     first = decompress(message[:1, :k] / comm.group_size, chosen[:1], compensated.shape[1])
@@ -184,5 +184,5 @@ def var_sq_norms(var_norm: str, grads: dict[str, torch.Tensor], compensated: tor
     gradient g ("grad", the paper's ||g||^2, and what "ewma_grad" smooths), or of the flat
     compensated G = g + residual ("grad_plus_residual")."""
     if var_norm == "grad_plus_residual":
-        return compensated.pow(2).sum(1)
-    return sum(g.pow(2).sum(1) for g in grads.values())
+        return sq_norms(compensated)
+    return sum(sq_norms(g) for g in grads.values())

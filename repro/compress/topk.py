@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import torch
 
 from repro.compress.compressor import DENSE, Dense, Encoded
+from repro.compress.memory import sq_norms
 from repro.compress.select import topk_indices
 
 _INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
@@ -143,7 +144,7 @@ class TopKAt:
         idx_dtype = index_dtype(x)
         values, indices = compress(x, self.k, self.layer_sizes, self.shares)
         payload = [values, indices.to(idx_dtype).view(values.dtype)]
-        return Encoded(payload, sent=indices, sent_sq=values.pow(2).sum(1))
+        return Encoded(payload, sent=indices, sent_sq=sq_norms(values))
 
     def combine(self, rows: torch.Tensor, workers: int, numel: int) -> torch.Tensor:
         """The sum of every worker's sparse vector, divided by the workers."""

@@ -39,12 +39,26 @@ class StackedOptimizer(ABC):
     def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, state: dict) -> None:
         """Step `p` by `grad` under `group`'s hyperparameters, keeping slots in `state`."""
 
+    identical_rows = False
+    """True when every row of every stacked parameter holds the same values and gets the
+    same gradient (a method whose workers apply one common update: synchronous SGD, the
+    compressed exchanges, gradient averaging). `step` then updates row 0 alone and copies it
+    to the other rows: each row ends exactly where its own update would have put it (the
+    rules are elementwise, or per row for LAMB), at a worker's cost instead of every held
+    worker's; the slots hold one row. Set by the trainer from the strategy."""
+
     @torch.no_grad()
     def step(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, p.grad, group, self.state.setdefault(p, {}))
+                if p.grad is None:
+                    continue
+                state = self.state.setdefault(p, {})
+                if self.identical_rows and p.shape[0] > 1:
+                    self._update(p[:1], p.grad[:1], group, state)
+                    p[1:].copy_(p[:1].expand_as(p[1:]))
+                else:
+                    self._update(p, p.grad, group, state)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]

@@ -148,6 +148,8 @@ class AdasumStrategy(Strategy):
 
         cfg.validate_world_size(world_size)
         super().__init__(cfg, world_size)
+        # the gradient flow's one optimizer step on the combined gradient is common to all
+        self.identical_workers = cfg.combines == "gradient"
         self._params: list[torch.Tensor] = []
         self._start: list[torch.Tensor] = []
         self._layout: FlatLayout | None = None

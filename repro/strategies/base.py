@@ -137,6 +137,11 @@ class Strategy:
     state, so a method that saves state but forgets to load it fails on its first resume.
     """
 
+    identical_workers = False
+    """True when the method keeps every worker's parameters identical: all of them apply
+    one common update each step (an averaged or combined gradient), so the trainer lets the
+    optimizer step one row for all (`StackedOptimizer.identical_rows`)."""
+
     def __init__(self, cfg: MethodConfig, world_size: int):
         self.cfg, self.world_size = cfg, world_size
 

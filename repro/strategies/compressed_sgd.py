@@ -64,7 +64,10 @@ class Composed(Protocol):
 
 
 class CompressedSGD(Strategy):
-    """Memory, compressor, exchange and an optional ratio controller, joined (module doc)."""
+    """Memory, compressor, exchange and an optional ratio controller, joined (module doc).
+    Every exchange hands all workers the same combined update."""
+
+    identical_workers = True
 
     def __init__(self, cfg: Composed, world_size: int):
         super().__init__(cfg, world_size)

@@ -36,6 +36,7 @@ class SyncConfig(MethodConfig):
 @register(SyncConfig)
 class SyncStrategy(Strategy):
     cfg: SyncConfig
+    identical_workers = True
 
     def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]

@@ -115,7 +115,7 @@ class Replicas:
         losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
         grads = torch.autograd.grad(losses.sum(), self.params)
         for stacked, g in zip(self.params, grads, strict=True):
-            stacked.grad.copy_(g)
+            stacked.grad = g  # autograd's own fresh tensor, taken rather than copied
         return losses.detach().float().cpu()
 
     def _loop(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:

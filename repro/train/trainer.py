@@ -48,6 +48,7 @@ class Trainer:
         self.data = WorkerData(self.workload, comm.ranks, comm.world_size, tc.batch_size, cfg.seed)
         self.rehearsal = Rehearsal(self.replicas, self.optimizer, self.data, self.workload.loss)
         self.strategy = build_strategy(cfg.method, comm.world_size)
+        self.optimizer.identical_rows = self.strategy.identical_workers
         self.strategy.setup(self.replicas, self.optimizer, comm, self.rehearsal)
         self.schedule = NetworkSchedule.from_config(cfg.network)
         net = cfg.network

@@ -1,5 +1,6 @@
 """The stacked SGD and Adam against torch.optim's own, bit for bit; their state dicts in
-torch's layout; a stacked step equal to each worker's own optimizer; and no torch._dynamo."""
+torch's layout; a stacked step equal to each worker's own optimizer, also when identical
+rows are stepped as one; and no torch._dynamo."""
 
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from repro.optim.lamb import Lamb
 from repro.optim.stacked import SGD, Adam
 
 STEPS = 6
@@ -71,6 +73,40 @@ def test_stacked_rows_step_as_each_workers_own_optimizer(cls, kw):
             p.grad = g[w].clone()
             opt.step()
         assert torch.equal(stacked[0][w], p.detach())
+
+
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    [
+        (SGD, SGD_CASES[3]),
+        (SGD, SGD_CASES[2]),
+        (Adam, ADAM_CASES[2]),
+        (Lamb, dict(lr=0.01, weight_decay=0.01, worker_axis=True)),
+    ],
+)
+def test_identical_rows_stepped_as_one_equal_every_row_stepped(cls, kw):
+    # workers holding one model and one gradient (a common update): row 0 stepped and
+    # copied must leave every row where stepping all rows leaves it, bit for bit
+    workers, shapes = 4, ((4, 3, 5), (4, 5))
+    g = torch.Generator().manual_seed(3)
+    start = [torch.randn(s[1:], generator=g).expand(s).clone() for s in shapes]
+    grads = [[torch.randn(s[1:], generator=g).expand(s).clone() for s in shapes] for _ in range(4)]
+    results = []
+    for identical in (False, True):
+        params = [t.clone().requires_grad_() for t in start]
+        opt = cls(params, **kw)
+        opt.identical_rows = identical
+        for step_grads in grads:
+            for p, grad in zip(params, step_grads, strict=True):
+                p.grad = grad.clone()
+            opt.step()
+        results.append([p.detach() for p in params])
+        slots = [v for state in opt.state.values() for v in state.values()]
+        rows = {v.shape[0] for v in slots if isinstance(v, torch.Tensor) and v.dim()}
+        assert rows == ({1} if identical else {workers})
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+        assert all(torch.equal(a[w], a[0]) for w in range(workers))
 
 
 @pytest.mark.parametrize(("cls", "kw"), [(SGD, SGD_CASES[1]), (Adam, ADAM_CASES[0])])
