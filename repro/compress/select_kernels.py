@@ -9,6 +9,9 @@ bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
 3. the remaining bits of the threshold are found `_DIGIT` at a time by histograms over
    that short list alone, and the list is filtered: everything above the threshold, and
    the first entries equal to it.
+When the k-th largest sits in the lowest bucket and fewer than k entries are non-zero (a
+row of almost only zeros: a layer whose units died), the threshold is 0 and one pass
+takes every non-zero entry and the first zeros instead of steps 2 and 3.
 Four interleaved counters per bucket keep repeated increments of one bucket (magnitudes
 crowd into a few exponents) from waiting on each other. Every count is an integer, so the
 result depends on no order of summation.
@@ -42,6 +45,8 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
             break
         rank -= count
         bucket -= 1
+    if bucket == 0 and _zero_threshold(row, magnitude, start, stop, k, out, at):
+        return
     m = 0
     for i in range(start, stop):
         listed[m] = i
@@ -74,6 +79,32 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
                 rank -= 1
             out[w] = i
             w += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _zero_threshold(row, magnitude, start, stop, k, out, at):
+    """When fewer than k entries are non-zero the threshold is 0 and the selection is every
+    non-zero entry and the first zeros, in index order: written in one pass, True. Else
+    nothing is written, False. A model whose gradients vanish (dead units) sends rows of
+    almost only zeros, where the digit passes below would each walk the whole row."""
+    nonzero = 0
+    for i in range(start, stop):
+        nonzero += (np.int64(row[i]) & magnitude) != 0
+    if nonzero >= k:
+        return False
+    zeros = k - nonzero
+    w = at
+    for i in range(start, stop):
+        if (np.int64(row[i]) & magnitude) != 0:
+            out[w] = i
+            w += 1
+        elif zeros > 0:
+            zeros -= 1
+            out[w] = i
+            w += 1
+        if w == at + k:
+            break
+    return True
 
 
 @numba.njit(cache=True, nogil=True)

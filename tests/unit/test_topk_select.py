@@ -80,6 +80,21 @@ def test_special_values_rank_as_torch_ranks_them():
     assert topk_indices(x, [8], [9]).tolist() == [[0, 2, 3, 4, 5, 6, 7, 8]]  # +0 before -0
 
 
+@pytest.mark.parametrize("nonzero", [0, 10, 270, 271, 5_000])
+def test_rows_of_almost_only_zeros_keep_their_non_zeros_and_the_first_zeros(nonzero):
+    # a dead layer's gradients: fewer non-zeros than k makes the threshold 0 (the one-pass
+    # path), as many or more keeps the radix passes; the non-zeros are tiny (subnormals
+    # share the zeros' top bits), and -0.0 ties with +0.0 by index
+    gen = torch.Generator().manual_seed(nonzero)
+    x = torch.zeros(8, WIDE)
+    x[:, 1000:1100] = -0.0
+    where = torch.randperm(WIDE, generator=gen)[:nonzero]
+    x[:, where] = torch.randn(8, nonzero, generator=gen) * 1e-40
+    x[5] = torch.randn(WIDE, generator=gen)  # one live row beside the dead ones
+    got = topk_indices(x, [271], [WIDE])
+    assert torch.equal(got, _stable_reference(x, [271], [WIDE]))
+
+
 def test_compress_takes_the_selection_and_its_values():
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(4, 10_000, generator=gen)
