@@ -22,7 +22,6 @@ Submitting returns at once; `repro jobs` follows what `<runs_root>/jobs.jsonl` r
 
 from __future__ import annotations
 
-import fcntl
 import os
 import zlib
 from collections import defaultdict
@@ -37,6 +36,7 @@ from repro.cluster.executor import job_folder, make_executor
 from repro.cluster.jobs import JobRecord, append_records
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
+from repro.locks import take
 from repro.train import checkpoint
 
 PORT_BASE, PORT_SPAN = 20000, 20000
@@ -71,8 +71,7 @@ def _prepare_data_once(cfg: Config) -> None:
 
     root = Path(cfg.data.root)
     root.mkdir(parents=True, exist_ok=True)
-    with (root / ".prepare.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with take(root / ".prepare.lock"):
         prepare(cfg.workload, cfg.data, cfg.seed)
 
 

@@ -16,15 +16,15 @@ Two storages:
   once it is older than `grace_s`.
 
 Worker locks (`WorkerLocks`, `fail_orphaned_trials`): every worker process holds an exclusive
-`flock` on its own file `<study dir>/workers/<host>-<pid>.lock` for its whole life and stamps
-each trial with the user attribute `worker=<host>:<pid>` right after asking. The kernel drops a
-flock when its process dies, however it dies, so "I can take that worker's lock" means "that
-worker is gone", with no PID-reuse ambiguity. On a journal a RUNNING trial is stale exactly when
-its worker is gone; trials of live workers (for example of a second `repro sweep` on the same
-study) are left alone. Workers check under `<study dir>/ask.lock`, the lock a worker holds from
-counting the budget until its new trial is stamped, so an unstamped RUNNING trial seen under the
-lock belongs to a dead worker. Either way the lost point is queued again by the same Optuna
-callback the heartbeat uses.
+`flock` (`repro.locks`) on its own file `<study dir>/workers/<host>-<pid>.lock` for its whole
+life and stamps each trial with the user attribute `worker=<host>:<pid>` right after asking.
+The kernel drops a flock when its process dies, however it dies, so "I can take that worker's
+lock" means "that worker is gone", with no PID-reuse ambiguity. On a journal a RUNNING trial is
+stale exactly when its worker is gone; trials of live workers (for example of a second `repro
+sweep` on the same study) are left alone. Workers check under `<study dir>/ask.lock`, the lock
+a worker holds from counting the budget until its new trial is stamped, so an unstamped RUNNING
+trial seen under the lock belongs to a dead worker. Either way the lost point is queued again
+by the same Optuna callback the heartbeat uses.
 
 Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
 is scrubbed of the password before it reaches a message.
@@ -32,7 +32,6 @@ is scrubbed of the password before it reaches a message.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import socket
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote
 
 from repro.errors import UserError
+from repro.locks import FileLock, held, take
 
 if TYPE_CHECKING:
     import optuna
@@ -168,26 +168,6 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
             raise UserError(msg) from None
 
 
-class FileLock:
-    """An exclusive `flock` on a file; `release` is idempotent so it can be handed on."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> FileLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 class WorkerLocks:
     """Liveness of journal workers on this host, read from their lock files (module doc)."""
 
@@ -195,13 +175,14 @@ class WorkerLocks:
         self.dir = study_dir / "workers"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = socket.gethostname()
-        self._own: int | None = None
+        self._own: FileLock | None = None
 
     def register(self) -> str:
         """Hold this process's lock for its lifetime; returns the `worker` stamp for trials."""
         if self._own is None:
-            self._own = os.open(self._path(self.host, os.getpid()), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._own, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._own = take(self._path(self.host, os.getpid()), wait_s=0)
+            if self._own is None:  # a pid is one live process: nobody else holds its file
+                raise RuntimeError(f"worker lock of pid {os.getpid()} is held by another process")
         return f"{self.host}:{os.getpid()}"
 
     def _path(self, host: str, pid: int | str) -> Path:
@@ -212,16 +193,8 @@ class WorkerLocks:
         if host != self.host:
             return True  # another machine's process: nothing here can tell, so never steal
         path = self._path(host, pid)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if held(path):
             return True
-        finally:
-            os.close(fd)
         path.unlink(missing_ok=True)
         return False
 

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.locks import take
 from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import SweepSpec, base_overrides
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
-from repro.sweep.storage import FileLock, WorkerLocks, fail_orphaned_trials, open_storage
+from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
 
 log = logging.getLogger("repro.sweep")
 POLL_S = 2.0
@@ -243,7 +244,7 @@ def _work(
     heartbeat_grace_s = None if spec.storage is None else spec.grace_s
     while True:
         stops.check()
-        with FileLock(spec.study_dir / "ask.lock") as lock:
+        with take(spec.study_dir / "ask.lock") as lock:
             with warnings.catch_warnings():  # a no-op on a journal, which has no heartbeat
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)

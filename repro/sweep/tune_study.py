@@ -19,7 +19,6 @@ stopped (`repro.sweep.stops`) rather than leaving it for the next worker to find
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.locks import take
 from repro.sweep.space import format_override
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
 from repro.sweep.study import suggest
@@ -166,10 +166,8 @@ def ask_point(spec: TuneSpec, study: Any, storage: Any, index: int, point: dict,
     and any WAITING trial (enqueued by a worker that died before asking it back)."""
     from optuna.trial import TrialState
 
-    from repro.sweep.storage import FileLock
-
     study_id = storage.get_study_id_from_name(study.study_name)
-    with FileLock(spec.study_dir / "ask.lock"):
+    with take(spec.study_dir / "ask.lock"):
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
             if t.state == TrialState.WAITING or t.user_attrs.get("design_index") == index:
                 trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
@@ -224,18 +222,6 @@ def run_point(
     )
 
 
-def _try_lock(path: Path) -> int | None:
-    """An exclusive flock on `path` if nobody holds it, else None."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
     """Run every design point of every arm that is neither finished nor held by another
     worker, in the spec's order."""
@@ -263,12 +249,10 @@ def _work(
         for index in range(spec.trials):
             if index in done_indices(study):
                 continue
-            fd = _try_lock(spec.study_dir / "locks" / f"{arm.name}.{index}.lock")
-            if fd is None:
+            lock = take(spec.study_dir / "locks" / f"{arm.name}.{index}.lock", wait_s=0)
+            if lock is None:
                 continue  # another worker runs it
-            try:
+            with lock:
                 stops.check()
                 if index not in done_indices(study):  # not finished while we took the lock
                     run_point(spec, arm, runs, study, storage, index, me, stops)
-            finally:
-                os.close(fd)

@@ -12,7 +12,6 @@ first takes the lock and fetches, the others wait and then read what it left.
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from repro.errors import UserError
+from repro.locks import take
 from repro.storage import atomic_write
 
 # CIFAR per-channel statistics of the training set (standard values used by the papers' code).
@@ -62,15 +62,12 @@ def node_lock(root: str, name: str) -> Iterator[None]:
     """Hold the exclusive lock `<root>/.<name>.lock` (every process sharing `root` waits
     for it). A `root` this process cannot write is one it will not write data into
     either, so there it runs unlocked and the data's own error speaks."""
-    path = Path(root) / f".{name}.lock"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("a")
+        lock = take(Path(root) / f".{name}.lock")
     except OSError:
         yield
         return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with lock:
         yield
 
 
