@@ -115,7 +115,8 @@ def sq_norms(rows: torch.Tensor) -> torch.Tensor:
     Taken by torch's norm kernel and squared: one pass over the rows with no temporary,
     where `rows.pow(2).sum(1)` writes a squared copy first (over 8 workers' rows of a
     271K-parameter model, 0.4 ms against 1.6 ms here). Each row's value is the same whether
-    it is reduced alone or beside other rows, so a worker computes it alike in every engine.
+    it is reduced alone or beside other rows, so a worker's value does not depend on how
+    many workers one process holds.
     """
     return torch.linalg.vector_norm(rows, dim=1).square()
 
