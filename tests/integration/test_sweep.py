@@ -33,9 +33,9 @@ def write_spec(tmp_path: Path, wandb: bool = True, **changes) -> Path:
     """sweeps/tiny.yaml writing into tmp_path; `wandb=False` turns tracking off where a test
     does not look at the runs (a wandb run costs seconds per trial on a loaded machine)."""
     raw = yaml.safe_load((ROOT / "sweeps" / "tiny.yaml").read_text())
+    raw.update(out=str(tmp_path / "out"), **changes)
     if not wandb:
         raw["overrides"].append("tracking=disabled")
-    raw.update(out=str(tmp_path / "out"), **changes)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -194,7 +194,13 @@ def test_resume_after_sigkill_loses_no_trial_and_leaves_none_running(tmp_path, b
         if backend == "postgresql"
         else {}
     )
-    spec_path = write_spec(tmp_path, wandb=False, **extra)
+    # 1,000 steps a trial (about 2 s) keep a completed and a running trial side by side for
+    # longer than a poll: at tiny's 20 steps the last two trials ran 0.16 s, between polls.
+    overrides = yaml.safe_load((ROOT / "sweeps" / "tiny.yaml").read_text())["overrides"]
+    overrides = [o for o in overrides if not o.startswith("trainer.steps=")]
+    spec_path = write_spec(
+        tmp_path, wandb=False, overrides=[*overrides, "trainer.steps=1000"], **extra
+    )
     storage = _storage_of(spec_path)
     completed_before = _kill_mid_sweep(spec_path, storage)
     values_before = {t.number: t.values for t in trials(spec_path, TrialState.COMPLETE)}
