@@ -69,9 +69,7 @@ def _prepare_data_once(cfg: Config) -> None:
     and then read the cached copy instead of writing the same files at the same time."""
     from repro.workload.workload import prepare
 
-    root = Path(cfg.data.root)
-    root.mkdir(parents=True, exist_ok=True)
-    with take(root / ".prepare.lock"):
+    with take(Path(cfg.data.root) / ".prepare.lock"):  # creates the data root too
         prepare(cfg.workload, cfg.data, cfg.seed)
 
 

@@ -27,6 +27,14 @@ class StackedOptimizer(ABC):
     """Parameter groups, per-parameter state and torch's state-dict layout; a subclass
     supplies `_update(p, grad, group, state)` for one parameter tensor."""
 
+    identical_rows = False
+    """True when every row of every stacked parameter holds the same values and gets the
+    same gradient (a method whose workers apply one common update: synchronous SGD, the
+    compressed exchanges, gradient averaging). `step` then updates row 0 alone and copies it
+    to the other rows: each row ends exactly where its own update would have put it (the
+    rules are elementwise, or per row for LAMB), at a worker's cost instead of every held
+    worker's; the slots hold one row. Set by the trainer from the strategy."""
+
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], defaults: dict):
         params = list(params)
         if not params:
@@ -38,14 +46,6 @@ class StackedOptimizer(ABC):
     @abstractmethod
     def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, state: dict) -> None:
         """Step `p` by `grad` under `group`'s hyperparameters, keeping slots in `state`."""
-
-    identical_rows = False
-    """True when every row of every stacked parameter holds the same values and gets the
-    same gradient (a method whose workers apply one common update: synchronous SGD, the
-    compressed exchanges, gradient averaging). `step` then updates row 0 alone and copies it
-    to the other rows: each row ends exactly where its own update would have put it (the
-    rules are elementwise, or per row for LAMB), at a worker's cost instead of every held
-    worker's; the slots hold one row. Set by the trainer from the strategy."""
 
     @torch.no_grad()
     def step(self) -> None:
