@@ -18,7 +18,6 @@ SIGPIPE ends.
 from __future__ import annotations
 
 import importlib
-import itertools
 import os
 import select
 import sys
@@ -27,8 +26,8 @@ from repro.errors import UserError
 
 # command -> module whose `main(argv) -> int` implements it
 COMMANDS = {
-    "train": "repro.train.train_cli",
-    "reproduce": "repro.cluster.runsets",
+    "train": "repro.cluster.train_cli",
+    "reproduce": "repro.reproduce.reproduce_cli",
     "report": "repro.report.report_cli",
     "runs": "repro.track.runs_cli",
     "cost": "repro.netmodel.cost_cli",
@@ -85,18 +84,3 @@ def _stdout_closed() -> bool:
         return any(ev & select.POLLERR for _, ev in poller.poll(0))
     except (OSError, ValueError):
         return False
-
-
-def expand_sweep(overrides: list[str]) -> list[list[str]]:
-    """Every combination of Hydra sweep values (a=1,2 b=x,y), as plain override lists."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = []
-    for raw, ov in zip(overrides, parsed, strict=True):
-        if ov.is_sweep_override():
-            key = ov.get_key_element()
-            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
-        else:
-            choices.append([raw])
-    return [list(c) for c in itertools.product(*choices)]

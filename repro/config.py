@@ -1,10 +1,13 @@
 """Root config dataclasses, their Hydra ConfigStore registration, and composition.
 
-Every group (`workload/`, `method/`, `network/`, `tracking/`, `cluster/`) is backed by a typed
-dataclass registered beside the code it configures; `configs/` holds the YAML presets that
-extend those schemas. Composition is strict: an unknown key or a value of the wrong type
-fails in OmegaConf, and value ranges fail in each dataclass's `__post_init__` when the
-composed tree is turned into objects (`to_config`), before anything runs or is written.
+Every group (`workload/`, `method/`, `network/`, `tracking/`, `cluster/`) is backed by a
+typed dataclass registered beside the code it configures, except where that code reads the
+whole composed config (the trainer, the cluster launcher, the tracker's run names): those
+schemas are in `repro.schemas`, so that no package both feeds this root and imports it.
+`configs/` holds the YAML presets that extend the schemas. Composition is strict: an
+unknown key or a value of the wrong type fails in OmegaConf, and value ranges fail in each
+dataclass's `__post_init__` when the composed tree is turned into objects (`to_config`),
+before anything runs or is written.
 """
 
 from __future__ import annotations
@@ -25,16 +28,15 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
-from repro.cluster.config import ClusterConfig
-from repro.errors import UserError, require_choice
+from repro.errors import UserError
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig
+from repro.schemas.cluster import ClusterConfig
+from repro.schemas.tracking import TrackingConfig
+from repro.schemas.trainer import TrainerConfig
 from repro.strategies.base import MethodConfig, registered
-from repro.track.wandb_run import TrackingConfig
-from repro.train.divergence import DivergenceConfig
-from repro.train.engine_checks import ENGINES, VECTORIZE, check_simulated, simulated_by_default
-from repro.workload.config import DataConfig, WorkloadConfig
+from repro.workload.config import STACKED_MODELS, DataConfig, WorkloadConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
@@ -109,65 +111,6 @@ class ExperimentConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """`engine`: `processes` runs one OS process per worker (gloo or NCCL; torchrun, SLURM),
-    `simulated` every worker in this process on a worker axis (`repro.train.replicas`);
-    `auto` picks simulated at the tiny and small scales wherever it can run (a local launch,
-    sampled compute, no injected delays), else processes. `vectorize`
-    is how the simulated engine runs the workers' forward/backward: `stacked` (the model's
-    own all-workers forward, fastest; the small workloads' CNN has one), `vmap` (any
-    model), `auto` (stacked where the model has it, else vmap) or `loop` (a lone worker's
-    exact kernels, bit for bit the process engine).
-    `steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
-    passes the budget (runs compared at equal modeled time, as in AdaComm's figures);
-    `target_acc > 0` stops it at the first evaluation whose test accuracy reaches the target
-    (steps-to-target, as in Adasum's batch-scaling experiments)."""
-
-    world_size: int = 1
-    batch_size: int = 32
-    engine: str = "auto"
-    vectorize: str = "auto"
-    steps: int = 1000
-    eval_every: int = 100
-    checkpoint_every: int = 200
-    time_budget_s: float = 0.0
-    target_acc: float = 0.0
-    device: str = "auto"
-    progress: bool = True
-    collective_timeout_s: float = 60.0
-    keep_checkpoints: int = 2
-    divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
-
-    def __post_init__(self):
-        if self.world_size < 1:
-            raise UserError(f"trainer.world_size={self.world_size} must be at least 1")
-        if self.batch_size < 1:
-            raise UserError(f"trainer.batch_size={self.batch_size} must be at least 1")
-        if self.steps < 1:
-            raise UserError(f"trainer.steps={self.steps} must be at least 1")
-        if self.time_budget_s < 0:
-            raise UserError(f"trainer.time_budget_s={self.time_budget_s} must be >= 0 (0 = none)")
-        if not 0 <= self.target_acc <= 1:
-            raise UserError(f"trainer.target_acc={self.target_acc} must be in (0, 1] (0 = none)")
-        if self.eval_every < 1 or self.checkpoint_every < 1:
-            raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
-        if self.keep_checkpoints < 1:
-            raise UserError(
-                f"trainer.keep_checkpoints={self.keep_checkpoints} must be at least 1 (2 lets a "
-                "run fall back to the one before a damaged checkpoint)"
-            )
-        if not self.collective_timeout_s > 0:
-            raise UserError(f"trainer.collective_timeout_s={self.collective_timeout_s} must be > 0")
-        require_choice(
-            "trainer.engine",
-            self.engine,
-            ENGINES,
-            "(auto: simulated where it can run at the tiny and small scales, else processes)",
-        )
-        require_choice("trainer.vectorize", self.vectorize, VECTORIZE)
-
-
-@dataclass
 class Config:
     workload: WorkloadConfig = MISSING
     method: MethodConfig = MISSING
@@ -204,6 +147,47 @@ class Config:
 
 
 ConfigStore.instance().store(name="base_config", node=Config)
+
+
+def simulated_by_default(cfg: Config) -> bool:
+    """`trainer.engine=auto`: the tiny and small scales run simulated wherever it can (a
+    local launch, sampled compute, no injected delays)."""
+    return (
+        cfg.experiment.scale != "paper"
+        and cfg.cluster.kind == "local"
+        and cfg.compute.mode == "sampled"
+        and not cfg.network.inject
+    )
+
+
+def check_simulated(cfg: Config) -> None:
+    """Refuse a config the simulated engine cannot run, naming the reason and the fix: it
+    holds every worker in one local process, so it cannot be spread over a cluster, time a
+    worker's step on its own (measured compute) or sleep a worker to the modeled network
+    (`network.inject`). The memory it needs is checked once a model exists
+    (`repro.train.engine_checks`)."""
+    if cfg.cluster.kind != "local":
+        raise UserError(
+            f"trainer.engine=simulated runs every worker in one local process and cannot be "
+            f"launched on cluster={cfg.cluster.kind}; use trainer.engine=processes"
+        )
+    if cfg.compute.mode == "measured":
+        raise UserError(
+            "compute.mode=measured times each worker's own step, which the simulated engine "
+            "never runs alone; use compute.mode=sampled or use trainer.engine=processes"
+        )
+    if cfg.trainer.vectorize == "stacked" and cfg.workload.model not in STACKED_MODELS:
+        raise UserError(
+            f"trainer.vectorize=stacked needs a model with its own all-workers forward "
+            f"({', '.join(STACKED_MODELS)}) and workload.model={cfg.workload.model} has none; "
+            "use trainer.vectorize=vmap"
+        )
+    if cfg.network.inject:
+        raise UserError(
+            "network.inject sleeps each worker process to the modeled network, and the "
+            "simulated engine has one process for all workers; drop network.inject or use "
+            "trainer.engine=processes"
+        )
 
 
 def to_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> Config:

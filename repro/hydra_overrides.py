@@ -5,12 +5,14 @@ Hydra and OmegaConf report a bad override as a chain of exceptions whose outer m
 why; the reason and the config node involved sit on the cause. The functions here read
 that node to say which setting is wrong, what it expects (its type and an example value),
 and the fix (the closest known key, the group choice that has the key, `--multirun`).
+`expand_sweep` turns the comma lists of a `--multirun` into the runs they stand for.
 Composition lives in `repro.config`; this module only explains, so it never imports it.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -277,3 +279,16 @@ def node_at(cfg: DictConfig, key: str):
             return None
         node = node._get_node(part)
     return node
+
+
+def expand_sweep(overrides: list[str]) -> list[list[str]]:
+    """Every combination of Hydra sweep values (a=1,2 b=x,y), as plain override lists."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = []
+    for raw, ov in zip(overrides, parsed, strict=True):
+        if ov.is_sweep_override():
+            key = ov.get_key_element()
+            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+        else:
+            choices.append([raw])
+    return [list(c) for c in itertools.product(*choices)]

@@ -35,10 +35,10 @@ import torch
 from torch.nn import functional as F
 
 from repro.bench.step_parts import PartTimer, instrument, module_parts
-from repro.cluster.runsets import run_set
 from repro.comm.axis_collectives import AxisCollectives
 from repro.config import Config
 from repro.optim.stacked import SGD
+from repro.reproduce.run_sets import run_set
 from repro.train.trainer import Trainer
 
 TOPK = ["dense_ring"] + [

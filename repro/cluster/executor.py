@@ -15,9 +15,9 @@ from pathlib import Path
 
 import submitit
 
-from repro.cluster.config import ClusterConfig
 from repro.cluster.slurm_env import SRUN_CPUS_PER_TASK_SETUP, partition_info, sbatch_available
 from repro.errors import UserError
+from repro.schemas.cluster import ClusterConfig
 
 # One dead rank must end the whole step: without this srun leaves the other ranks blocked in
 # a collective until the process-group timeout, and the job looks alive for ten minutes.

@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.cluster.config import ClusterConfig
 from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.config import Config
 from repro.errors import UserError
+from repro.schemas.cluster import ClusterConfig
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
 

@@ -31,12 +31,12 @@ from pathlib import Path
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from repro.cluster.config import ClusterConfig
 from repro.cluster.executor import job_folder, make_executor
 from repro.cluster.jobs import JobRecord, append_records
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
 from repro.locks import take
+from repro.schemas.cluster import ClusterConfig
 from repro.train import checkpoint
 
 PORT_BASE, PORT_SPAN = 20000, 20000

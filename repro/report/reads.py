@@ -1,6 +1,6 @@
 """The run labels a claim reads, derived from its calculator's params.
 
-Seeds are added to an undecided claim's runs only (`repro.cluster.more_seeds`), and a claim
+Seeds are added to an undecided claim's runs only (`repro.reproduce.more_seeds`), and a claim
 is judged on the seeds at which every run it reads exists (`repro.report.seeds`), so both
 need the labels a calculator will look at without running it. Calculators name their runs
 by a few params, whatever the calculator: `run` and `reference` (one label each),

@@ -4,7 +4,7 @@ Arms of one reproduction may differ in learning rate (each tuned on its own), op
 workers, batch or horizon. A setting every arm shares is one value; one that differs names
 which arm has which value ("0.0667: sync, local_sgd_tau5; 0.0375: local_sgd_tau20"), never a
 bare list of values a reader cannot match to arms. The stopping rule is the one the trainer
-applies (`repro.config.TrainerConfig`): a modeled-time budget, a target accuracy, or the
+applies (`repro.schemas.trainer.TrainerConfig`): a modeled-time budget, a target accuracy, or the
 step count, with the steps the runs actually reached, since a budgeted run stops long
 before its step bound.
 """

@@ -3,7 +3,7 @@ else the reproduction's own search.
 
 A claims file's `sweep_fronts` entry names the full search (`sweeps/topk_cr_pareto.yaml`,
 `make sweep`: 24 trials in `runs/sweeps/`). `repro reproduce` runs a smaller search of the
-same space and trial regime with the set (`experiment.search`, `repro.cluster.set_search`),
+same space and trial regime with the set (`experiment.search`, `repro.reproduce.set_search`),
 its study in the set's runs directory. The report prefers, in order: the full search once all
 its trials have run (the larger search, when its base experiment is the runs' own), the
 set's own search (the newest study with a completed trial, as a report reads the newest run
@@ -18,7 +18,7 @@ from pathlib import Path
 from repro.errors import UserError
 from repro.report.series import Seeded, cfg
 from repro.sweep.front import Front
-from repro.sweep.spec import SweepSpec, load_spec
+from repro.sweep.spec import SweepSpec, load_spec, spec_path
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,6 @@ def _set(runs: Seeded) -> tuple[str, list[Path]]:
 def set_search_spec(experiment: str) -> SweepSpec | None:
     """The search `experiment.search` of the set names (its `source` as the config writes
     it), None when it names none."""
-    from repro.cluster.set_search import spec_path
     from repro.config import compose
 
     try:
@@ -81,8 +80,6 @@ def _own(spec: SweepSpec, dirs: list[Path]) -> Source | None:
 
 def find_source(full_spec: str, runs: Seeded) -> Source | str:
     """The study to draw for the runs `runs`, or why there is none (with the command)."""
-    from repro.cluster.set_search import spec_path
-
     experiment, dirs = _set(runs)
     full = load_spec(spec_path(full_spec))
     whole = _load(full) if full.experiment == experiment else None

@@ -10,7 +10,7 @@ fixed (`cr_controller=fixed`) or chosen by the paper's multi-objective controlle
 rehearsal.
 
 NCCL: `process_env` forces NCCL's allreduce algorithm for a fixed `ar_ring`/`ar_tree` choice
-(`repro.compress.policy.nccl_env`); the options' checks are `repro.compress.topk_options`.
+(`repro.compress.policy.nccl_env`); the options' checks are `repro.strategies.topk_options`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from repro.compress.ratio import (
     FixedRatio,
     MOORatioController,
 )
-from repro.compress.topk_options import check_options
 from repro.strategies.base import MethodConfig, register
 from repro.strategies.compressed_sgd import CompressedSGD, Parts
+from repro.strategies.topk_options import check_options
 
 
 @dataclass

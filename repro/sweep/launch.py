@@ -27,10 +27,10 @@ import time
 import warnings
 from typing import Any
 
-from repro.cluster.config import ClusterConfig
 from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers
 from repro.errors import UserError
+from repro.schemas.cluster import ClusterConfig
 from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
 from repro.sweep.study import open_study, run_worker, tally

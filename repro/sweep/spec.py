@@ -41,6 +41,8 @@ from repro.sweep.metrics import OBJECTIVE_METRICS
 from repro.sweep.space import ParamSpec, format_override, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
 
+SOURCE_TREE = Path(__file__).resolve().parents[2]
+
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 DIRECTIONS = ("maximize", "minimize")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -241,6 +243,14 @@ def load_spec(path: str | Path) -> SweepSpec:
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return spec_from_dict(raw, source=str(path))
+
+
+def spec_path(name: str) -> Path:
+    """A spec path as a config writes it (`experiment.search`): as given when it exists,
+    else from the source tree (a reproduction started in another directory still finds the
+    shipped sweeps/)."""
+    path = Path(name)
+    return path if path.is_absolute() or path.exists() else SOURCE_TREE / path
 
 
 def base_overrides(spec: SweepSpec) -> list[str]:

@@ -124,8 +124,8 @@ def collect(spec: TuneSpec, storage: Any) -> dict[str, Any]:
 
 def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path:
     """Run (or finish) the search of `spec` here and write its tuned file; returns its path."""
-    from repro.cluster.config import ClusterConfig
     from repro.cluster.launcher import Workers
+    from repro.schemas.cluster import ClusterConfig
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers={workers} must be at least 1")

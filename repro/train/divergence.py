@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from repro.errors import UserError
+from repro.schemas.trainer import DivergenceConfig
 
 # Two standard errors of random guessing on 1,000 test samples of 10 classes
 # (sqrt(0.1 * 0.9 / 1000) = 0.0095): a model whose accuracy stays under 1/classes plus
@@ -53,34 +53,6 @@ class Diverged(UserError):
     def __reduce__(self):
         # Workers send exceptions to the launcher pickled; keep reason and step.
         return (type(self), (str(self), self.reason, self.step))
-
-
-@dataclass
-class DivergenceConfig:
-    """When a run counts as diverged (`trainer.divergence.*`).
-
-    `loss_multiple`: the mean training loss of the last `loss_window` steps above this
-    multiple of the first step's loss (0 = off). `chance_after_epochs`,
-    `chance_after_steps`: test accuracy still at chance once both are passed
-    (`chance_after_epochs=0` = off). A NaN or infinite loss always counts."""
-
-    loss_multiple: float = 10.0
-    loss_window: int = 10
-    chance_after_epochs: float = 3.0
-    chance_after_steps: int = 200
-
-    def __post_init__(self):
-        p = "trainer.divergence"
-        if self.loss_multiple != 0 and not self.loss_multiple > 1:
-            raise UserError(f"{p}.loss_multiple={self.loss_multiple} must be > 1 (0 = off)")
-        if self.loss_window < 1:
-            raise UserError(f"{p}.loss_window={self.loss_window} must be at least 1")
-        if not self.chance_after_epochs >= 0:
-            raise UserError(
-                f"{p}.chance_after_epochs={self.chance_after_epochs} must be >= 0 (0 = off)"
-            )
-        if self.chance_after_steps < 0:
-            raise UserError(f"{p}.chance_after_steps={self.chance_after_steps} must be >= 0")
 
 
 class DivergenceGuard:

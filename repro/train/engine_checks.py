@@ -1,14 +1,13 @@
-"""What the simulated engine cannot do, and what the process engine's workers cannot fit,
-refused before anything runs or is written.
+"""What the simulated engine and the process engine's workers cannot fit in memory,
+refused before the run's model is copied to every worker.
 
-The simulated engine holds every worker in one local process, so it cannot be spread over
-a cluster; it times no worker's step on its own, so it cannot feed measured compute to the
-modeled clock or sleep a worker to the modeled network (`network.inject`); and it must hold
-every worker's model, gradients, optimizer state and activations at once, which is
-estimated from the model before anything is allocated.
+The simulated engine must hold every worker's model, gradients, optimizer state and
+activations at once, and each worker process of the process engine its own interpreter
+and libraries besides; both are estimated from the model before anything is allocated.
+What the simulated engine cannot do at all (a cluster, measured compute, injected delays)
+is refused when the config is validated (`repro.config.check_simulated`).
 
-The engine checks run while a config is validated, so this module imports torch only in
-the memory estimate, which runs once a model exists: a config error never loads torch.
+This module imports torch only in the estimate, which runs once a model exists.
 """
 
 from __future__ import annotations
@@ -17,16 +16,12 @@ import os
 from typing import TYPE_CHECKING
 
 from repro.errors import UserError
-from repro.workload.config import STACKED_MODELS
 
 if TYPE_CHECKING:
     import torch
 
     from repro.config import Config
 
-ENGINES = ("auto", "processes", "simulated")
-# How the simulated engine runs the workers' forward/backward (`repro.train.replicas`).
-VECTORIZE = ("auto", "stacked", "vmap", "loop")
 _FIX = "or use trainer.engine=processes"
 # Per parameter and worker: the value, its gradient, the optimizer's slots, and the
 # method's own copies (a flat send buffer, Adasum's start and deltas, Top-k's residual),
@@ -35,41 +30,6 @@ _OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2, "lamb": 2}
 # Activations are kept for the backward pass; their gradients and the kernels' work space
 # take about as much again.
 _ACTIVATION_FACTOR = 3
-
-
-def simulated_by_default(cfg: Config) -> bool:
-    """`trainer.engine=auto`: the tiny and small scales run simulated wherever it can."""
-    return (
-        cfg.experiment.scale != "paper"
-        and cfg.cluster.kind == "local"
-        and cfg.compute.mode == "sampled"
-        and not cfg.network.inject
-    )
-
-
-def check_simulated(cfg: Config) -> None:
-    """Refuse a config the simulated engine cannot run, naming the reason and the fix."""
-    if cfg.cluster.kind != "local":
-        raise UserError(
-            f"trainer.engine=simulated runs every worker in one local process and cannot be "
-            f"launched on cluster={cfg.cluster.kind}; use trainer.engine=processes"
-        )
-    if cfg.compute.mode == "measured":
-        raise UserError(
-            "compute.mode=measured times each worker's own step, which the simulated engine "
-            f"never runs alone; use compute.mode=sampled {_FIX}"
-        )
-    if cfg.trainer.vectorize == "stacked" and cfg.workload.model not in STACKED_MODELS:
-        raise UserError(
-            f"trainer.vectorize=stacked needs a model with its own all-workers forward "
-            f"({', '.join(STACKED_MODELS)}) and workload.model={cfg.workload.model} has none; "
-            "use trainer.vectorize=vmap"
-        )
-    if cfg.network.inject:
-        raise UserError(
-            "network.inject sleeps each worker process to the modeled network, and the "
-            f"simulated engine has one process for all workers; drop network.inject {_FIX}"
-        )
 
 
 def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:

@@ -37,7 +37,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from repro.errors import UserError
-from repro.train.engine_checks import VECTORIZE
+from repro.schemas.trainer import VECTORIZE
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

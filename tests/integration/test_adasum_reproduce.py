@@ -85,7 +85,7 @@ def _written_lr(overrides: list[str]) -> float:
 
 
 def test_every_scale_composes_its_run_set():
-    from repro.cluster.runsets import run_set
+    from repro.reproduce.run_sets import run_set
 
     small = dict(run_set("adasum", "small", [], seeds=1))
     cost = {"adasum_sgd_b128", "mean_sgd_b128"}  # equal steps on gloo: the cost claim's pair

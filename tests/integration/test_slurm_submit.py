@@ -16,8 +16,8 @@ import pytest
 from repro.cli import main as repro_main
 from repro.cluster.jobs import read_records
 from repro.cluster.launcher import launch_runs
-from repro.cluster.runsets import run_set
 from repro.config import run_dir_of
+from repro.reproduce.run_sets import run_set
 from repro.train.entry import run_training
 from tests.helpers import TINY, repro_cli, train
 from tests.integration.slurm_jobs import (

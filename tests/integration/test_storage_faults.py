@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from repro.errors import UserError
+from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import read_run
-from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
 from repro.workload.data import mnist1d
 

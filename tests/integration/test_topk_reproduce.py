@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
-from repro.cluster.runsets import run_set
 from repro.config import CONFIG_DIR
 from repro.report.page import CHECKS_TITLE
+from repro.reproduce.run_sets import run_set
 from tests.helpers import REPO, repro_cli, reproduce_tiny_args
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import read_run
-from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.track.wandb_run import Tracker
 from tests.helpers import repro_cli
 
 WANDB = Path(sys.executable).parent / "wandb"

@@ -74,8 +74,8 @@ def test_as_dict_is_omegaconfs_container_for_every_run_of_a_set(paper):
     config, for every run of the small set: a change here would move every run's directory."""
     from omegaconf import OmegaConf
 
-    from repro.cluster.runsets import run_set
     from repro.config import as_dict
+    from repro.reproduce.run_sets import run_set
 
     for _, cfg in run_set(paper, "small", [], seeds=1):
         assert as_dict(cfg) == OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)

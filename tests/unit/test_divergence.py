@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from repro.errors import UserError
-from repro.train.divergence import Diverged, DivergenceConfig, DivergenceGuard
+from repro.schemas.trainer import DivergenceConfig
+from repro.train.divergence import Diverged, DivergenceGuard
 from repro.workload.data import synthetic
 from repro.workload.models import build_model
 

@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from repro.cluster.launcher import expected_time
-from repro.cluster.more_seeds import most_added, wanted
-from repro.cluster.runsets import run_set
 from repro.errors import UserError
 from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import ClaimsFile
 from repro.report.seeds import evaluate
+from repro.reproduce.more_seeds import most_added, wanted
+from repro.reproduce.run_sets import run_set
 from tests.helpers import repro_cli
 from tests.unit.report_data import claim_dict, make_run, seeded
 

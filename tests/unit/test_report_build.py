@@ -13,8 +13,9 @@ from repro.report.colours import colour_for
 from repro.report.plots import FigureSpec, draw_figure
 from repro.report.report_cli import main as report_main
 from repro.report.series import NotMeasurable
+from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
-from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.track.wandb_run import Tracker
 from tests.unit.report_data import adacomm_set, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

@@ -6,9 +6,10 @@ import copy
 import pytest
 
 from repro.cluster.launcher import at_once, expected_time
-from repro.cluster.runsets import main, parse, parse_seeds, run_set
 from repro.config import compose, config_hash, run_dir_of
 from repro.errors import UserError
+from repro.reproduce.reproduce_cli import main, parse, parse_seeds
+from repro.reproduce.run_sets import run_set
 from tests.helpers import REPO
 
 LABELS = ["sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.cluster.set_search import search_minutes, search_spec, set_dir_of
 from repro.config import compose
 from repro.errors import UserError
+from repro.reproduce.set_search import search_minutes, search_spec, set_dir_of
 from repro.sweep.spec import load_spec
 from tests.helpers import REPO
 

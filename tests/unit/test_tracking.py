@@ -15,10 +15,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from repro.errors import UserError
+from repro.schemas.tracking import TrackingConfig
 from repro.track import runs_cli
 from repro.track.runs import find_runs, read_run
 from repro.track.wandb_file import BLOCK, has_exit_record
-from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.track.wandb_run import Tracker
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 OFFLINE = TrackingConfig(mode="offline", tags=["unit", "roundtrip"])

@@ -23,8 +23,9 @@ from repro.report.wandb_report import (
     figure_grids,
     to_report,
 )
+from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
-from repro.track.wandb_run import Tracker, TrackingConfig
+from repro.track.wandb_run import Tracker
 from tests.unit.report_data import STEPS, adacomm_set, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

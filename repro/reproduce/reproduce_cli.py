@@ -1,78 +1,32 @@
 """`repro reproduce PAPER [scale=small|paper|tiny] [seeds=N] [overrides]`: a paper's run set,
 then its report.
 
-The run set is data: `experiment.runs` in `configs/experiment/<paper>_<scale>.yaml` maps each
-run's label to the overrides that make it, and `experiment.seeds` says for how many seeds each
-run is made (seed, seed + 1, ..., seed + N - 1; `seed` is 0 unless overridden), so that a
-report can judge every claim per seed and on their mean (`repro.report.seeds`). Every
-(label, seed) is an ordinary training run in its own directory
-(runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
-skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.
-Before starting, the command prints the set's expected time from `experiment.expected_minutes`
-(one seed's runs one after another, measured on a 2-core machine) and the most that seeds
-added for undecided claims can take. The runs go where the `cluster` group says
-(`repro.cluster.launcher`): here, after which the claims are evaluated, seeds are added to
-the runs of each claim whose interval straddles a band edge, up to its seed cap
-(`repro.cluster.more_seeds`), and the report is built; or as job arrays, after which
-`repro report PAPER` builds it once they end (and a repeated `repro reproduce` adds seeds).
-A set whose `experiment.search` names a sweep spec runs that search once, here, after its
-runs and before the report (`repro.cluster.set_search`: the Top-k set's Pareto search).
+The set's runs are composed up front (`repro.reproduce.run_sets`): a bad setting in any of
+them stops the command before a run starts. Before starting, the command prints the set's
+expected time from `experiment.expected_minutes` (one seed's runs one after another,
+measured on a 2-core machine) and the most that seeds added for undecided claims can take.
+The runs go where the `cluster` group says (`repro.cluster.launcher`): here, after which the
+claims are evaluated, seeds are added to the runs of each claim whose interval straddles a
+band edge, up to its seed cap (`repro.reproduce.more_seeds`), and the report is built; or as
+job arrays, after which `repro report PAPER` builds it once they end (and a repeated `repro
+reproduce` adds seeds). A set whose `experiment.search` names a sweep spec runs that search
+once, here, after its runs and before the report (`repro.reproduce.set_search`: the Top-k
+set's Pareto search).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import os
 import sys
 from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
-from repro.cluster.set_search import run_search, search_minutes, search_spec, set_dir_of
-from repro.config import CONFIG_DIR, Config, compose
+from repro.config import compose
 from repro.errors import UserError
-from repro.sweep.tuned import run_overrides
-
-
-def papers() -> list[str]:
-    return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
-
-
-def run_set(
-    paper: str, scale: str, extra: list[str], seeds: int | None = None
-) -> list[tuple[str, Config]]:
-    """(name, config) of every run of `paper` at `scale`, each label for `seeds` seeds
-    (default `experiment.seeds`), composed and validated up front. With one seed a run's
-    name is its label; with several, its label and seed."""
-    if paper not in papers():
-        raise UserError(f"unknown paper {paper!r}; choose one of {papers()}")
-    experiment = f"{paper}_{scale}"
-    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").exists():
-        scales = sorted(
-            p.stem.rsplit("_", 1)[1] for p in (CONFIG_DIR / "experiment").glob(f"{paper}_*.yaml")
-        )
-        raise UserError(f"scale={scale} does not exist for {paper}; choose one of {scales}")
-    base = compose([f"experiment={experiment}", *extra])
-    if not base.experiment.runs:
-        raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
-    n = base.experiment.seeds if seeds is None else seeds
-    composed = []
-    for label, ovs in base.experiment.runs.items():
-        tuned = run_overrides(base.experiment, label)  # [] unless experiment.tuned
-        cfg = compose(
-            [f"experiment={experiment}", f"experiment.label={label}", *ovs, *tuned, *extra]
-        )
-        cfg.experiment.seeds = n  # what this set ran, recorded beside each run
-        composed.append((label, cfg))
-    # seed by seed, so that a set stopped early has whole seeds to report
-    runs = []
-    for i in range(n):
-        for label, cfg in composed:
-            seeded = copy.deepcopy(cfg)
-            seeded.seed = cfg.seed + i
-            runs.append((label if n == 1 else f"{label} seed={seeded.seed}", seeded))
-    return runs
+from repro.reproduce.run_sets import papers, run_set
+from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 
 
 def parse_seeds(text: str) -> int:
@@ -113,10 +67,10 @@ def main(argv: list[str]) -> int:
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also = None, Path(args.claims or "."), ""
     if not args.no_report:
-        from repro.cluster.more_seeds import most_added
         from repro.report.build import default_claims_dir
         from repro.report.claim_checks import check_seed_caps
         from repro.report.claims import load_claims
+        from repro.reproduce.more_seeds import most_added
 
         claims_dir = Path(args.claims) if args.claims else default_claims_dir()
         # a bad claims file stops us before any run
@@ -146,7 +100,7 @@ def main(argv: list[str]) -> int:
         # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
         # seed, say): the report then says which claims stay undecided at N
         if claims is not None and seeds is None:
-            from repro.cluster.more_seeds import extend
+            from repro.reproduce.more_seeds import extend
 
             make = functools.partial(run_set, args.paper, scale, extra)
             extend(args.paper, scale, claims, make, root, minutes)

@@ -20,18 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from repro.config import CONFIG_DIR, Config, ExperimentConfig, compose, config_hash, run_dir_of
+from repro.config import Config, ExperimentConfig, compose, config_hash, run_dir_of
 from repro.errors import UserError
-from repro.sweep.spec import SweepSpec, base_overrides, load_spec
-
-SOURCE_TREE = CONFIG_DIR.parent
-
-
-def spec_path(name: str) -> Path:
-    """A spec path as written in a config: as given when it exists, else from the source
-    tree (a reproduction started in another directory still finds the shipped sweeps/)."""
-    path = Path(name)
-    return path if path.is_absolute() or path.exists() else SOURCE_TREE / path
+from repro.sweep.spec import SweepSpec, base_overrides, load_spec, spec_path
 
 
 def search_spec(experiment: ExperimentConfig, set_dir: Path, extra: list[str]) -> SweepSpec:

@@ -2,7 +2,9 @@
 multirun of several.
 
 With `cluster=` other than local, the runs are submitted as one job array and the command returns
-at once with the job ids (`repro jobs` follows them).
+at once with the job ids (`repro jobs` follows them). The command lives with the launcher
+because that is what it drives: the training package runs one config and knows nothing of
+where runs go.
 
 Every combination is composed and validated before anything runs, so a bad key or value
 in any of them fails at once with one line, and nothing is written. The flags are read
@@ -14,7 +16,6 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
-from repro.cli import expand_sweep
 from repro.config import (
     CONFIG_DIR,
     GROUPS,
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> int:
     sweeps = [ov.input_line for ov in parsed if ov.is_sweep_override()]
     if sweeps and not multirun:
         raise UserError(hydra_overrides.several_values(sweeps[0], CONFIG_DIR))
-    combos = expand_sweep(overrides)
+    combos = hydra_overrides.expand_sweep(overrides)
     if show:  # one YAML document per combination
         print("---\n".join(_show(combo, show) for combo in combos), end="")
         return 0

@@ -82,7 +82,7 @@ def extend(
     minutes_per_run: float,
 ) -> None:
     """Add seeds until every outcome claim is decided or at its cap. `make(n)` composes the
-    set's runs for its first n seeds (`repro.cluster.runsets.run_set`)."""
+    set's runs for its first n seeds (`repro.reproduce.run_sets.run_set`)."""
     from repro.report.build import select_runs
 
     title = f"{paper} {scale}"

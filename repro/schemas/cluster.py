@@ -6,7 +6,8 @@ LocalExecutor (a detached process on this machine, the same job files and requeu
 SLURM, no scheduler); `slurm` submits it with sbatch through submitit. The SLURM fields are
 read by `repro.cluster.submit`: one training run is one job of `nodes` nodes with
 `trainer.world_size / nodes` tasks per node, each task one worker (one GPU when
-`gpus_per_node > 0`).
+`gpus_per_node > 0`). The launcher reads the whole composed config, so this schema is a
+leaf the root config imports rather than a module of `repro.cluster`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""A paper's run set: every run `repro reproduce PAPER` makes, composed from data.
+
+The run set is data: `experiment.runs` in `configs/experiment/<paper>_<scale>.yaml` maps each
+run's label to the overrides that make it, and `experiment.seeds` says for how many seeds each
+run is made (seed, seed + 1, ..., seed + N - 1; `seed` is 0 unless overridden), so that a
+report can judge every claim per seed and on their mean (`repro.report.seeds`). Every
+(label, seed) is an ordinary training run in its own directory
+(runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
+skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.
+A tuned set's runs take the values `repro tune PAPER` chose (`repro.sweep.tuned`) after
+their label's own overrides and before the command line's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from repro.config import CONFIG_DIR, Config, compose
+from repro.errors import UserError
+from repro.sweep.tuned import run_overrides
+
+
+def papers() -> list[str]:
+    return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
+
+
+def run_set(
+    paper: str, scale: str, extra: list[str], seeds: int | None = None
+) -> list[tuple[str, Config]]:
+    """(name, config) of every run of `paper` at `scale`, each label for `seeds` seeds
+    (default `experiment.seeds`), composed and validated up front. With one seed a run's
+    name is its label; with several, its label and seed."""
+    if paper not in papers():
+        raise UserError(f"unknown paper {paper!r}; choose one of {papers()}")
+    experiment = f"{paper}_{scale}"
+    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").exists():
+        scales = sorted(
+            p.stem.rsplit("_", 1)[1] for p in (CONFIG_DIR / "experiment").glob(f"{paper}_*.yaml")
+        )
+        raise UserError(f"scale={scale} does not exist for {paper}; choose one of {scales}")
+    base = compose([f"experiment={experiment}", *extra])
+    if not base.experiment.runs:
+        raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
+    n = base.experiment.seeds if seeds is None else seeds
+    composed = []
+    for label, ovs in base.experiment.runs.items():
+        tuned = run_overrides(base.experiment, label)  # [] unless experiment.tuned
+        cfg = compose(
+            [f"experiment={experiment}", f"experiment.label={label}", *ovs, *tuned, *extra]
+        )
+        cfg.experiment.seeds = n  # what this set ran, recorded beside each run
+        composed.append((label, cfg))
+    # seed by seed, so that a set stopped early has whole seeds to report
+    runs = []
+    for i in range(n):
+        for label, cfg in composed:
+            seeded = copy.deepcopy(cfg)
+            seeded.seed = cfg.seed + i
+            runs.append((label if n == 1 else f"{label} seed={seeded.seed}", seeded))
+    return runs

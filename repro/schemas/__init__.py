@@ -1,0 +1,1 @@
+"""Config group schemas whose packages read the composed config, kept apart from them."""
