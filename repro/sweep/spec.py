@@ -4,8 +4,8 @@ A spec names one Optuna study: the base experiment and fixed overrides every tri
 search space (one config key per entry), the objectives (a metric of the run summary and a
 direction), the sampler, the trial budget and the storage. Everything that can be checked
 without running a trial is checked here, so a bad spec is refused with one line naming the
-setting: structure and distributions in `__post_init__`, config keys
-against the composed Hydra config in `check_config_keys`.
+setting: keys and types as the file is read (`repro.spec_loader`), structure and distributions
+in `__post_init__`, config keys against the composed Hydra config in `check_config_keys`.
 
 YAML shape::
 

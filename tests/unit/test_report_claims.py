@@ -30,6 +30,7 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
         ({"colour": "red"}, "unknown key"),
         ({"metric": "time_to_target_ratio"}, "metric='time_to_target_ratio' must be a mapping"),
         ({"scales": "small"}, "scales"),
+        ({"unit": 5}, "unit=5 must be a text"),
         (
             {
                 "metric": {

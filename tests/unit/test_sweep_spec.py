@@ -112,6 +112,10 @@ def test_empty_search_space_is_refused(tmp_path):
             {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "mean": 3},
             "space[0]: unknown key(s) mean",
         ),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "log": "yes"},
+            "space[0]: log='yes' must be true or false",
+        ),
     ],
 )
 def test_bad_distribution_is_refused(tmp_path, entry, needle):
