@@ -16,14 +16,11 @@ combine into a verdict is `repro.report.seeds`.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from repro.errors import UserError
 from repro.report import (  # noqa: F401  (registers their calculators)
@@ -40,34 +37,11 @@ from repro.report.published import PublishedTable
 from repro.report.series import Run, natural_key
 from repro.report.sweep_front import SweepFrontSpec
 from repro.report.verdict_rules import Rule, band_rule
+from repro.spec_loader import build, load, read_yaml
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
 SCALES = ("tiny", "small", "paper")
-
-
-def build(cls: type, data: Any, where: str) -> Any:
-    """Construct dataclass `cls` from a YAML mapping, naming `where` on any mistake."""
-    if not isinstance(data, dict):
-        raise UserError(f"{where} must be a mapping, got {type(data).__name__}")
-    fields = [f for f in dataclasses.fields(cls) if f.init]
-    names = {f.name for f in fields}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(names)}")
-    required = [
-        f.name
-        for f in fields
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise UserError(f"{where}: missing key(s) {', '.join(missing)}")
-    try:
-        return cls(**data)
-    except UserError as err:
-        text = str(err)
-        raise UserError(text if text.startswith(where) else f"{where}: {text}") from None
 
 
 # outcome: a training result that could have come out otherwise, judged on the seeds'
@@ -259,11 +233,7 @@ def load_claims(paper: str, claims_dir: Path) -> ClaimsFile:
     if not path.is_file():
         known = ", ".join(known_papers(claims_dir)) or "none"
         raise UserError(f"unknown paper '{paper}': no {path}; known papers: {known}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML: {err}") from None
-    parsed = build(ClaimsFile, data, str(path))
+    parsed = load(ClaimsFile, read_yaml(path, "claims file"), str(path))
     if parsed.paper != paper:
         raise UserError(f"{path}: paper '{parsed.paper}' must match the file name '{paper}'")
     return parsed

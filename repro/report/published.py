@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from repro.errors import UserError
 from repro.report.render import Table, fmt
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
+from repro.spec_loader import build
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,9 @@ class PublishedTable:
             raise UserError(f"table '{self.id}': rows must be a non-empty list")
         if not isinstance(self.smooth, int) or self.smooth < 1:
             raise UserError(f"table '{self.id}': smooth={self.smooth!r} must be an integer >= 1")
-        parsed = []
-        for i, row in enumerate(self.rows):
-            if not isinstance(row, dict) or set(row) - {"run", "source", "step_ms", "acc"}:
-                raise UserError(
-                    f"table '{self.id}' rows[{i}] must be a mapping of run, source, step_ms, acc"
-                )
-            try:
-                parsed.append(PublishedRow(**row))
-            except TypeError as err:
-                raise UserError(f"table '{self.id}' rows[{i}]: {err}") from None
+        parsed = [
+            build(PublishedRow, r, f"table '{self.id}' rows[{i}]") for i, r in enumerate(self.rows)
+        ]
         if self.reference not in [row.run for row in parsed]:
             raise UserError(f"table '{self.id}': reference '{self.reference}' is not a row's run")
         object.__setattr__(self, "parsed", parsed)

@@ -4,8 +4,8 @@ A spec names one Optuna study: the base experiment and fixed overrides every tri
 search space (one config key per entry), the objectives (a metric of the run summary and a
 direction), the sampler, the trial budget and the storage. Everything that can be checked
 without running a trial is checked here, so a bad spec is refused with one line naming the
-setting: structure and distributions in `__post_init__`, config keys
-against the composed Hydra config in `check_config_keys`.
+setting: keys and types as the file is read (`repro.spec_loader`), structure and distributions
+in `__post_init__`, config keys against the composed Hydra config in `check_config_keys`.
 
 YAML shape::
 
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from repro.errors import UserError
+from repro.spec_loader import FILE, load, read_yaml
 from repro.sweep.metrics import OBJECTIVE_METRICS
 from repro.sweep.space import ParamSpec, format_override, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
@@ -96,10 +95,10 @@ class SweepSpec:
 
     name: str
     experiment: str | None
-    space: tuple[ParamSpec, ...]
     objectives: tuple[ObjectiveSpec, ...]
     sampler: SamplerSpec
     n_trials: int
+    space: tuple[ParamSpec, ...] = ()  # empty: refused below, saying to add an entry
     overrides: tuple[str, ...] = ()
     timeout_s: float | None = None
     storage: str | None = None
@@ -107,7 +106,7 @@ class SweepSpec:
     heartbeat_s: int = 30
     grace_s: int = 120
     group_by: str | None = None
-    source: str = field(default="", compare=False)
+    source: str = field(default="", compare=False, metadata=FILE)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -176,73 +175,23 @@ class SweepSpec:
         return mask_url(self.storage)
 
 
-_TOP_KEYS = {f for f in SweepSpec.__dataclass_fields__ if f != "source"}
-
-
-def _build(cls: type, raw: Any, where: str, required: tuple[str, ...]) -> Any:
-    """`cls(**raw)` with unknown and missing fields reported as one line naming `where`."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where} must be a mapping with {', '.join(required)}")
-    unknown = set(raw) - set(cls.__dataclass_fields__)
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {sorted(unknown)}")
-    missing = [f for f in required if f not in raw]
-    if missing:
-        raise UserError(f"{where}: missing field(s) {missing}")
-    return cls(**raw)
-
-
-def _param(entry: Any, i: int) -> ParamSpec:
-    if isinstance(entry, dict) and "choices" in entry:
-        entry = {**entry, "choices": tuple(entry["choices"] or ())}
-    return _build(ParamSpec, entry, f"space[{i}]", ("key", "type"))
-
-
-def _sampler(raw: Any, n_objectives: int) -> SamplerSpec:
-    if raw is None:
-        return SamplerSpec("nsga2" if n_objectives >= 2 else "tpe")
-    if isinstance(raw, str):
-        return SamplerSpec(raw)
-    return _build(SamplerSpec, raw, "sampler", ("name",))
-
-
-def spec_from_dict(raw: dict[str, Any], source: str = "") -> SweepSpec:
-    """Build and validate a spec from parsed YAML; `source` is only used in messages."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{source or 'sweep spec'}: top level must be a mapping")
-    unknown = set(raw) - _TOP_KEYS
-    if unknown:
-        raise UserError(f"{source}: unknown key(s) {sorted(unknown)}; known: {sorted(_TOP_KEYS)}")
-    for required in ("experiment", "objectives", "n_trials"):
-        if required not in raw:
-            raise UserError(f"{source}: missing required key {required!r}")
-    objectives = raw["objectives"]
-    if not isinstance(objectives, list):
-        raise UserError(f"{source}: objectives must be a list of {{metric, direction}}")
-    space = raw.get("space") or []
-    if not isinstance(space, list):
-        raise UserError(f"{source}: space must be a list of entries")
-    args = dict(raw)
-    args.setdefault("name", Path(source).stem if source else "")
-    args["objectives"] = tuple(
-        _build(ObjectiveSpec, o, f"objectives[{i}]", ("metric", "direction"))
-        for i, o in enumerate(objectives)
-    )
-    args["space"] = tuple(_param(e, i) for i, e in enumerate(space))
-    args["sampler"] = _sampler(raw.get("sampler"), len(objectives))
-    args["overrides"] = tuple(raw.get("overrides") or ())
-    return SweepSpec(**args, source=source)
+def spec_from_dict(raw: Any, source: str = "") -> SweepSpec:
+    """Build and validate a spec from parsed YAML; `source` names the file in messages. The
+    name defaults to the file's stem, and `sampler` may be a name, or null for NSGA-II with
+    two or more objectives and TPE with one."""
+    if isinstance(raw, dict):
+        raw = {"name": Path(source).stem if source else "", **raw}
+        sampler = raw.get("sampler")
+        if sampler is None or isinstance(sampler, str):
+            objectives = raw.get("objectives")
+            many = isinstance(objectives, list) and len(objectives) >= 2
+            raw["sampler"] = {"name": sampler or ("nsga2" if many else "tpe")}
+    return load(SweepSpec, raw, source)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"sweep spec {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    return spec_from_dict(raw, source=str(path))
+    return spec_from_dict(read_yaml(path, "sweep spec"), source=str(path))
 
 
 def spec_path(name: str) -> Path:

@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from repro.errors import UserError
+from repro.spec_loader import FILE, KEY, load, read_yaml
 from repro.sweep.metrics import OBJECTIVE_METRICS
 from repro.sweep.space import ParamSpec, number
 
@@ -121,7 +120,7 @@ class TuneSampler:
 class ArmSpec:
     """One compared arm: the run it trains (`run`), the labels its values go to, its space."""
 
-    name: str
+    name: str = field(metadata=KEY)
     space: str
     labels: tuple[str, ...]
     run: str = ""
@@ -148,17 +147,17 @@ class TuneSpec:
     experiment: str
     seeds: tuple[int, ...]
     trials: int
-    sampler: TuneSampler
     objective: TuneObjective
     spaces: dict[str, tuple[ParamSpec, ...]]
     arms: dict[str, ArmSpec]
+    sampler: TuneSampler = field(default_factory=TuneSampler)
     overrides: tuple[str, ...] = ()
     untuned: dict[str, str] = field(default_factory=dict)
     out: str = "runs/tune"
     # measured minutes of one trial's run here, where the arms train runs dearer than the
     # set's average (experiment.expected_minutes per run is the fallback); 0: not measured
     minutes_per_trial: float = 0.0
-    source: str = field(default="", compare=False)
+    source: str = field(default="", compare=False, metadata=FILE)
 
     def __post_init__(self) -> None:
         where = self.source or "tuning spec"
@@ -177,6 +176,11 @@ class TuneSpec:
             )
         if not self.arms:
             raise UserError(f"{where}: arms is empty; list the compared arms")
+        for name, entries in self.spaces.items():
+            if not entries:
+                raise UserError(
+                    f"{where}: spaces.{name} is empty; list its {{key, type, ...}} entries"
+                )
         m = self.minutes_per_trial
         if isinstance(m, bool) or not isinstance(m, int | float) or m < 0:
             raise UserError(f"{where}: minutes_per_trial={m!r} must be a number >= 0 (0: unknown)")
@@ -220,75 +224,10 @@ class TuneSpec:
         return {label: arm.name for arm in self.arms.values() for label in arm.labels}
 
 
-def _mapping(raw: Any, where: str) -> dict:
-    if not isinstance(raw, dict):
-        raise UserError(f"{where} must be a mapping")
-    return raw
-
-
-def _build(cls: type, raw: Any, where: str, required: tuple[str, ...], **fixed: Any) -> Any:
-    """`cls(**raw)` with unknown and missing fields said in one line naming `where`."""
-    raw = _mapping(raw, where)
-    unknown = set(raw) - set(cls.__dataclass_fields__) - set(fixed)
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {sorted(unknown)}")
-    missing = [f for f in required if f not in raw]
-    if missing:
-        raise UserError(f"{where}: missing field(s) {missing}")
-    return cls(**raw, **fixed)
-
-
-def _entries(raw: Any, where: str) -> tuple[ParamSpec, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise UserError(f"{where} must be a non-empty list of {{key, type, low, high}} entries")
-    return tuple(_build(ParamSpec, e, f"{where}[{i}]", ("key", "type")) for i, e in enumerate(raw))
-
-
-def _arm(name: str, raw: Any) -> ArmSpec:
-    where = f"arms.{name}"
-    raw = dict(_mapping(raw, where))
-    raw["labels"] = tuple(raw.get("labels") or ())
-    raw["overrides"] = tuple(raw.get("overrides") or ())
-    if "extra" in raw:
-        raw["extra"] = _entries(raw["extra"], f"{where}.extra")
-    return _build(ArmSpec, raw, where, ("space", "labels"), name=name)
-
-
-_TOP = {f for f in TuneSpec.__dataclass_fields__ if f != "source"}
-
-
 def spec_from_dict(raw: Any, source: str = "") -> TuneSpec:
-    where = source or "tuning spec"
-    raw = _mapping(raw, where)
-    unknown = set(raw) - _TOP
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_TOP)}")
-    missing = [
-        k for k in ("experiment", "seeds", "trials", "objective", "spaces", "arms") if k not in raw
-    ]
-    if missing:
-        raise UserError(f"{where}: missing key(s) {missing}")
-    args = dict(raw)
-    args["seeds"] = tuple(raw["seeds"] or ())
-    args["overrides"] = tuple(raw.get("overrides") or ())
-    args["sampler"] = _build(TuneSampler, raw.get("sampler") or {}, "sampler", ())
-    args["objective"] = _build(
-        TuneObjective, raw["objective"], "objective", ("metric", "direction")
-    )
-    spaces = _mapping(raw["spaces"], "spaces")
-    args["spaces"] = {name: _entries(e, f"spaces.{name}") for name, e in spaces.items()}
-    args["arms"] = {name: _arm(name, a) for name, a in _mapping(raw["arms"], "arms").items()}
-    args["untuned"] = {
-        str(k): str(v) for k, v in _mapping(raw.get("untuned") or {}, "untuned").items()
-    }
-    return TuneSpec(**args, source=source)
+    """Build and validate a spec from parsed YAML; `source` names the file in messages."""
+    return load(TuneSpec, raw, source)
 
 
 def load_tune_spec(path: Path) -> TuneSpec:
-    if not path.is_file():
-        raise UserError(f"tuning spec {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    return spec_from_dict(raw, str(path))
+    return spec_from_dict(read_yaml(path, "tuning spec"), str(path))

@@ -6,7 +6,8 @@ import pytest
 
 from repro.errors import UserError
 from repro.report.choices import Choice, choices_table
-from repro.report.claims import ClaimsFile, build
+from repro.report.claims import ClaimsFile
+from repro.spec_loader import load
 
 CHOICE = {
     "setting": "method.var_norm",
@@ -22,7 +23,7 @@ def _file(choices: list) -> dict:
 
 
 def test_choices_load_and_render_row_by_row() -> None:
-    parsed = build(ClaimsFile, _file([CHOICE]), "x.yaml")
+    parsed = load(ClaimsFile, _file([CHOICE]), "x.yaml")
     assert parsed.choices == [Choice(**CHOICE)]
     table = choices_table(parsed.choices)
     assert table.headers == ["setting", "ours", "paper", "why"]
@@ -39,5 +40,5 @@ def test_choices_load_and_render_row_by_row() -> None:
 )
 def test_a_bad_choice_is_refused_naming_where(bad, message) -> None:
     with pytest.raises(UserError, match=r"choices\[0\]") as err:
-        build(ClaimsFile, _file([bad]), "x.yaml")
+        load(ClaimsFile, _file([bad]), "x.yaml")
     assert message in str(err.value)

@@ -28,8 +28,9 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
         ({"verdict": {"partly": {"at_most": 0.3}}}, "must be wider than the band"),
         ({"published": "3x"}, "a band needs a numeric published value"),
         ({"colour": "red"}, "unknown key"),
-        ({"metric": "time_to_target_ratio"}, "metric must be a mapping"),
+        ({"metric": "time_to_target_ratio"}, "metric='time_to_target_ratio' must be a mapping"),
         ({"scales": "small"}, "scales"),
+        ({"unit": 5}, "unit=5 must be a text"),
         (
             {
                 "metric": {

@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 
 from repro.report.build import ordered, select_runs
-from repro.report.claims import Claim, build, load_claims
+from repro.report.claims import Claim, load_claims
 from repro.report.missing_runs import missing_notes
 from repro.report.page import assemble
 from repro.report.render import FigureOut, Table, md_cell, to_html, to_markdown
 from repro.report.run_links import WANDB_URL
 from repro.report.seeds import ClaimResult, evaluate
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
+from repro.spec_loader import build
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

@@ -129,7 +129,7 @@ def test_published_table_puts_our_ratios_beside_the_papers():
     [
         ({"reference": "sync"}, "reference 'sync' is not a row's run"),
         ({"rows": []}, "non-empty list"),
-        ({"rows": [{"run": "dense", "step": 1, "source": "x"}]}, "rows[0] must be a mapping"),
+        ({"rows": [{"run": "dense", "step": 1, "source": "x"}]}, "rows[0]: unknown key"),
         ({"rows": [{"run": "dense", "step_ms": "fast", "source": "x"}]}, "must be a number"),
         ({"smooth": 0}, "smooth=0"),
     ],

@@ -108,7 +108,14 @@ def test_empty_search_space_is_refused(tmp_path):
         ),
         ({"key": "method.cr", "type": "float", "low": 0.1, "high": float("nan")}, "finite number"),
         ({"key": "method.collective", "type": "categorical", "choices": ["a", "a"]}, "duplicates"),
-        ({"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "mean": 3}, "unknown field"),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "mean": 3},
+            "space[0]: unknown key(s) mean",
+        ),
+        (
+            {"key": "method.cr", "type": "float", "low": 0.1, "high": 1, "log": "yes"},
+            "space[0]: log='yes' must be true or false",
+        ),
     ],
 )
 def test_bad_distribution_is_refused(tmp_path, entry, needle):
@@ -121,10 +128,13 @@ def test_unknown_sampler_is_refused(tmp_path):
 
 
 def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
-    refused(tiny(tmp_path, trials=3), "unknown key(s) ['trials']")
+    refused(tiny(tmp_path, trials=3), "t.yaml: unknown key(s) trials; known:")
     refused(tiny(tmp_path, objectives=[{"metric": "test/acc"}]), "objectives[0]: missing")
     refused(tiny(tmp_path, objectives=["test/acc"]), "objectives[0] must be a mapping")
-    refused(tiny(tmp_path, space=[{"type": "float", "low": 0.1, "high": 1}]), "['key']")
+    refused(
+        tiny(tmp_path, space=[{"type": "float", "low": 0.1, "high": 1}]),
+        "space[0]: missing key(s) key",
+    )
     refused(
         tiny(tmp_path, objectives=[{"metric": "test/acc", "direction": "max"}]), "direction='max'"
     )

@@ -96,8 +96,13 @@ def test_a_run_the_set_lacks_is_refused():
             {"objective": {"metric": "test/accuracy", "direction": "maximize", "diverged": 0}},
             "is not logged",
         ),
-        ({"arms": {"a": {"space": "lr", "labels": ["sync"], "tau": 3}}}, r"arms.a: unknown field"),
+        (
+            {"arms": {"a": {"space": "lr", "labels": ["sync"], "tau": 3}}},
+            r"arms\.a: unknown key\(s\) tau",
+        ),
         ({"minutes_per_trial": -1}, "minutes_per_trial=-1 must be a number >= 0"),
+        ({"seeds": [1, "2"]}, r"t\.yaml: seeds\[1\]='2' must be an integer"),
+        ({"spaces": {"lr": []}}, "spaces.lr is empty"),
     ],
 )
 def test_bad_specs_are_one_line(change, message):
