@@ -1,13 +1,14 @@
 """The one page writer: a page as plain data, written as Markdown and as self-contained HTML.
 
-Every report page (a paper's report, the index over all reports, a comparison of runs) is a
-`Page`: a title, blocks in reading order and closing notes, so that the Markdown and the
-HTML of a page show the same content. A block is a paragraph, a heading, a bulleted list, a
-table or a figure. Inline text (a table cell, a paragraph, a list item, a caption) is a
+Every page the suite writes (a paper's report, the index over all reports, a comparison of
+runs, a sweep's front and hypervolume pages) is a `Page`: a title, blocks in reading order
+and closing notes, so that the Markdown and the HTML of a page show the same content. A
+block is a paragraph, a heading, a bulleted list, a table, a figure, preformatted text, or
+an inline SVG drawn elsewhere. Inline text (a table cell, a paragraph, a list item, a caption) is a
 string, a `Link` (a run's directory, a claim's row), `Code` (a command), a `LineBreak`, or a
 tuple of those shown one after another. The HTML carries its own CSS
-(`repro.report.page_style`) and refers only to files written beside it and to the run
-directories it links, by paths relative to the page.
+(`repro.report.page_style`, plus a page's own rules and script) and refers only to files
+written beside it and to the run directories it links, by paths relative to the page.
 """
 
 from __future__ import annotations
@@ -155,18 +156,36 @@ class Items:
     css: str = ""
 
 
-Block = Para | Heading | Items | Table | FigureOut
+@dataclass(frozen=True)
+class Pre:
+    """Preformatted text (a table of numbers printed for a terminal)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Raw:
+    """HTML drawn elsewhere (an inline SVG figure), put into the page as it is (Markdown
+    passes HTML through)."""
+
+    html: str
+
+
+Block = Para | Heading | Items | Table | FigureOut | Pre | Raw
 
 
 @dataclass(frozen=True)
 class Page:
     """A page: its title, its blocks in reading order, and notes at the end under
-    `notes_title`."""
+    `notes_title`; `style` and `script` are a page's own CSS rules (after the shared ones) and
+    inline script (a sweep front's hover box)."""
 
     title: str
     blocks: list[Block]
     notes: list[str] = field(default_factory=list)
     notes_title: str = "Notes"
+    style: str = ""
+    script: str = ""
 
 
 def slug(text: str) -> str:
@@ -216,6 +235,10 @@ def _md_block(block: Block) -> list[str]:
         return [f"## {block.text}", ""]
     if isinstance(block, Items):
         return [*[f"- {md_cell(item)}" for item in block.items], ""]
+    if isinstance(block, Pre):
+        return ["```", block.text, "```", ""]
+    if isinstance(block, Raw):
+        return [block.html, ""]
     return [md_cell(block.text), ""]
 
 
@@ -295,6 +318,10 @@ def _html_block(block: Block) -> list[str]:
     if isinstance(block, Items):
         items = [f"<li>{html_cell(item)}</li>" for item in block.items]
         return [f"<ul{_css(block.css)}>", *items, "</ul>"]
+    if isinstance(block, Pre):
+        return [f"<pre>{e(block.text)}</pre>"]
+    if isinstance(block, Raw):
+        return [block.html]
     return [f"<p{_css(block.css)}>{html_cell(block.text)}</p>"]
 
 
@@ -304,7 +331,7 @@ def to_html(page: Page) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(page.title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{e(page.title)}</title><style>{CSS}{page.style}</style></head><body>",
         f"<h1>{e(page.title)}</h1>",
     ]
     for block in page.blocks:
@@ -312,5 +339,7 @@ def to_html(page: Page) -> str:
     if page.notes:
         notes = [f"<li>{e(n)}</li>" for n in page.notes]
         out += [f"<h2>{e(page.notes_title)}</h2>", "<ul>", *notes, "</ul>"]
+    if page.script:
+        out.append(f"<script>{page.script}</script>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
