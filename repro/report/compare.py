@@ -24,11 +24,12 @@ from repro.report.build import default_claims_dir
 from repro.report.claims import load_claims
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
-from repro.report.render import Block, Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
+from repro.report.render import Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
 from repro.report.series import Run, cfg, label_of, points, seed_of, x_metric
 from repro.track.runs import find_runs, read_run
 
 GROUP_STYLES = ("-", "--", ":", "-.")
+COLUMNS = ["run", "label", "group", "run id", "points"]
 
 
 @dataclass(frozen=True)
@@ -137,35 +138,14 @@ def page(
     """The comparison page: the command that redraws it, the figure, each run's last point,
     and the runs that were not drawn."""
     xname = x_metric(x)
-    heads = [
-        "run",
-        "label",
-        "group",
-        "run id",
-        "points",
-        f"last {xname}",
-        f"last {metric}",
-        "directory",
-    ]
-    rows: list[list[Cell]] = [
-        [
-            c.name,
-            label_of(c.run),
-            str(c.run.group),
-            c.run.run_id,
-            str(len(c.xs)),
-            fmt(c.xs[-1]),
-            fmt(c.ys[-1]),
-            str(c.run.path),
-        ]
-        for c in drawn
-    ]
+    heads = [*COLUMNS, f"last {xname}", f"last {metric}", "directory"]
+    rows: list[list[Cell]] = []
+    for c in drawn:
+        ids = [c.name, label_of(c.run), str(c.run.group), c.run.run_id, str(len(c.xs))]
+        rows.append([*ids, fmt(c.xs[-1]), fmt(c.ys[-1]), str(c.run.path)])
     clock = CLOCK_SENTENCES.get(xname, f"x axis: '{xname}'.")
-    blocks: list[Block] = [
-        Para(("Regenerate: ", Code(command))),
-        FigureOut("", f"{metric} against {xname}", clock, png),
-        Table("", heads, rows, breaks=False),
-    ]
+    figure = FigureOut("", f"{metric} against {xname}", clock, png)
+    blocks = [Para(("Regenerate: ", Code(command))), figure, Table("", heads, rows, breaks=False)]
     return Page(f"Comparison: {axis_label(metric)}", blocks, skipped, "Not drawn")
 
 

@@ -18,19 +18,7 @@ from repro.report import render
 from repro.report.claims import SCALES
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
-from repro.report.render import (
-    Block,
-    Code,
-    FigureOut,
-    Heading,
-    Items,
-    LineBreak,
-    Link,
-    Page,
-    Para,
-    Table,
-    cell_text,
-)
+from repro.report.render import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
 from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.report.summary import checks_summary, with_unit
 
@@ -124,43 +112,28 @@ def _figure(section: Section, fig: FigureOut) -> FigureOut:
     if not fig.file:
         return fig
     file = f"{Path(section.where).parent.as_posix()}/{fig.file}"
-    caption = (f"{cell_text(fig.caption)} Regenerate: ", Code(section.command))
+    caption = (fig.caption, " Regenerate: ", Code(section.command))
     return replace(fig, id="", file=file, caption=caption)
 
 
-def _section(s: Section) -> list[Block]:
+def _section(s: Section) -> list:
     """A paper at a scale: a link to its report, its runs, its figures (the headline first)."""
-    runs = (
-        Link("Full report", s.where),
-        f". {_summary(s)}",
-        LineBreak(),
-        "Runs: ",
-        Code(s.reproduce),
-    )
+    runs = (Link("Full report", s.where), f". {_summary(s)}", LineBreak(), "Runs: ")
     figures = sorted(s.figures, key=lambda f: not f.headline)
-    return [
-        Heading(f"{s.title} ({s.paper}, scale {s.scale})", f"{s.paper}-{s.scale}"),
-        Para(runs),
-        *[_figure(s, fig) for fig in figures],
-    ]
+    heading = Heading(f"{s.title} ({s.paper}, scale {s.scale})", f"{s.paper}-{s.scale}")
+    return [heading, Para((*runs, Code(s.reproduce))), *[_figure(s, f) for f in figures]]
 
 
 def index_page(index: Index, environment: list[list[str]]) -> Page:
     """The index (see module doc); `environment` the rows of the machine that built it."""
-    where = (
-        "Runs read from ",
-        Code(index.runs_root),
-        ". Regenerate this page: ",
-        Code(index.command),
-    )
-    blocks: list[Block] = [
+    where = ("Runs read from ", Code(index.runs_root), ". Regenerate this page: ")
+    blocks = [
         Items(paper_lines(index), "papers"),
-        Para(where),
+        Para((*where, Code(index.command))),
         Para(f"Verdicts: {VERDICTS_TEXT}.", "rule"),
         *_tables(index),
+        *[block for s in index.sections for block in _section(s)],
     ]
-    for s in index.sections:
-        blocks += _section(s)
     env = Table("Environment (machine that built this page)", ["", "value"], environment)
     return Page("Reproduction index", [*blocks, env])
 

@@ -165,8 +165,7 @@ class Pre:
 
 @dataclass(frozen=True)
 class Raw:
-    """HTML drawn elsewhere (an inline SVG figure), put into the page as it is (Markdown
-    passes HTML through)."""
+    """HTML drawn elsewhere (an inline SVG figure), as it is (Markdown passes HTML through)."""
 
     html: str
 

@@ -178,8 +178,7 @@ def front_table(front: Front) -> Table:
     rows: list[list[Cell]] = []
     for i, r in enumerate(front.front):
         cells = [r["trial"], "knee" if i == front.knee else ""]
-        cells += [r["params"].get(k, "") for k in keys]
-        cells += [r["values"][m] for m in front.spec.metric_names]
+        cells += [*(r["params"].get(k, "") for k in keys), *r["values"].values()]
         rows.append([_fmt(c) for c in cells])
     plural = "s" if len(front.front) != 1 else ""
     return Table(f"The front: {len(front.front)} trial{plural}", head, rows)
