@@ -3,7 +3,8 @@
 Each argument is a run directory (or a directory of runs, or a `.wandb` file), a run id, or
 a run group under `--runs` (every run of that group: a reproduction, a sweep). This puts,
 for example, a sweep's Pareto points beside a paper's runs. The figure (`compare.png`) and
-a page (`compare.html`) with a table of each run's last point go into `--out`.
+a page (`compare.html`, written by the reports' page writer) with a table of each run's last
+point go into `--out`.
 
 A run's colour is its method's colour in the reports (by label), so a method looks the same
 here; when the runs come from several groups, each group gets its own line style and the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +24,12 @@ from repro.report.build import default_claims_dir
 from repro.report.claims import load_claims
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
-from repro.report.render import CSS, fmt
+from repro.report.render import Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
 from repro.report.series import Run, cfg, label_of, points, seed_of, x_metric
 from repro.track.runs import find_runs, read_run
 
 GROUP_STYLES = ("-", "--", ":", "-.")
+COLUMNS = ["run", "label", "group", "run id", "points"]
 
 
 @dataclass(frozen=True)
@@ -131,48 +132,21 @@ def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Pat
     return path
 
 
-def page(drawn: list[Curve], skipped: list[str], metric: str, x: str, png: str, command: str):
-    e = html.escape
+def page(
+    drawn: list[Curve], skipped: list[str], metric: str, x: str, png: str, command: str
+) -> Page:
+    """The comparison page: the command that redraws it, the figure, each run's last point,
+    and the runs that were not drawn."""
     xname = x_metric(x)
-    heads = [
-        "run",
-        "label",
-        "group",
-        "run id",
-        "points",
-        f"last {xname}",
-        f"last {metric}",
-        "directory",
-    ]
-    rows = [
-        [
-            c.name,
-            label_of(c.run),
-            str(c.run.group),
-            c.run.run_id,
-            str(len(c.xs)),
-            fmt(c.xs[-1]),
-            fmt(c.ys[-1]),
-            str(c.run.path),
-        ]
-        for c in drawn
-    ]
+    heads = [*COLUMNS, f"last {xname}", f"last {metric}", "directory"]
+    rows: list[list[Cell]] = []
+    for c in drawn:
+        ids = [c.name, label_of(c.run), str(c.run.group), c.run.run_id, str(len(c.xs))]
+        rows.append([*ids, fmt(c.xs[-1]), fmt(c.ys[-1]), str(c.run.path)])
     clock = CLOCK_SENTENCES.get(xname, f"x axis: '{xname}'.")
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>Comparison: {e(metric)}</title><style>{CSS}</style></head><body>",
-        f"<h1>Comparison: {e(axis_label(metric))}</h1>",
-        f"<p>Regenerate: <code>{e(command)}</code></p>",
-        f'<figure><img src="{e(png)}" alt="{e(metric)} against {e(xname)}">',
-        f"<figcaption>{e(clock)}</figcaption></figure>",
-        "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>",
-        *["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows],
-        "</table>",
-    ]
-    if skipped:
-        out += ["<h2>Not drawn</h2>", "<ul>", *[f"<li>{e(s)}</li>" for s in skipped], "</ul>"]
-    return "\n".join([*out, "</body></html>"]) + "\n"
+    figure = FigureOut("", f"{metric} against {xname}", clock, png)
+    blocks = [Para(("Regenerate: ", Code(command))), figure, Table("", heads, rows, breaks=False)]
+    return Page(f"Comparison: {axis_label(metric)}", blocks, skipped, "Not drawn")
 
 
 def main(argv: list[str]) -> int:
@@ -191,7 +165,8 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     png = draw(drawn, args.metric, args.x, out / "compare.png", args.logy)
     command = shlex.join(["repro", "report", "compare", *argv])
-    (out / "compare.html").write_text(page(drawn, skipped, args.metric, args.x, png.name, command))
+    compare_page = page(drawn, skipped, args.metric, args.x, png.name, command)
+    (out / "compare.html").write_text(to_html(compare_page))
     for note in skipped:
         print(f"not drawn: {note}")
     print(f"wrote {png} and {out / 'compare.html'} ({len(drawn)} runs)")

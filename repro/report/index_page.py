@@ -2,31 +2,23 @@
 
 It opens with one line per paper: its outcome claims counted by verdict and a link to its
 page (or why it has none, or the command that runs it). Then the claims of every paper, one
-table per scale, the papers' figures (headline first) and the environment. Cells are text
-or a `Link`; the HTML reuses the per-paper reports' stylesheet and verdict colours, and
-refers only to the figures the per-paper reports wrote (paths relative to the index, so the
-reports directory can be moved or served as a whole).
+table per scale, the papers' figures (headline first) and the environment. It is written by
+the reports' page writer (`repro.report.render`), so it shares their stylesheet and verdict
+colours, and refers only to the figures the per-paper reports wrote (paths relative to the
+index, so the reports directory can be moved or served as a whole).
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from repro.report import render
 from repro.report.claims import SCALES
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
-from repro.report.render import (
-    CSS,
-    Code,
-    Link,
-    Table,
-    html_cell,
-    html_table,
-    markdown_table,
-    md_cell,
-)
+from repro.report.render import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
 from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.report.summary import checks_summary, with_unit
 
@@ -114,74 +106,41 @@ def _tables(index: Index) -> list[Table]:
     return tables
 
 
-def _figure_dir(section: Section) -> str:
-    return Path(section.where).parent.as_posix()
+def _figure(section: Section, fig: FigureOut) -> FigureOut:
+    """A report's figure as the index shows it: found from the index, no anchor of its own
+    (a paper's figures appear once per scale), the command that redraws it in its caption."""
+    if not fig.file:
+        return fig
+    file = f"{Path(section.where).parent.as_posix()}/{fig.file}"
+    caption = (fig.caption, " Regenerate: ", Code(section.command))
+    return replace(fig, id="", file=file, caption=caption)
 
 
-def _figures(section: Section) -> list:
-    """The section's figures, the headline first."""
-    return sorted(section.figures, key=lambda f: not f.headline)
+def _section(s: Section) -> list:
+    """A paper at a scale: a link to its report, its runs, its figures (the headline first)."""
+    runs = (Link("Full report", s.where), f". {_summary(s)}", LineBreak(), "Runs: ")
+    figures = sorted(s.figures, key=lambda f: not f.headline)
+    heading = Heading(f"{s.title} ({s.paper}, scale {s.scale})", f"{s.paper}-{s.scale}")
+    return [heading, Para((*runs, Code(s.reproduce))), *[_figure(s, f) for f in figures]]
+
+
+def index_page(index: Index, environment: list[list[str]]) -> Page:
+    """The index (see module doc); `environment` the rows of the machine that built it."""
+    where = ("Runs read from ", Code(index.runs_root), ". Regenerate this page: ")
+    blocks = [
+        Items(paper_lines(index), "papers"),
+        Para((*where, Code(index.command))),
+        Para(f"Verdicts: {VERDICTS_TEXT}.", "rule"),
+        *_tables(index),
+        *[block for s in index.sections for block in _section(s)],
+    ]
+    env = Table("Environment (machine that built this page)", ["", "value"], environment)
+    return Page("Reproduction index", [*blocks, env])
 
 
 def to_markdown(index: Index, environment: list[list[str]]) -> str:
-    out = ["# Reproduction index", "", *[f"- {md_cell(line)}" for line in paper_lines(index)], ""]
-    out += [f"Runs read from `{index.runs_root}`.  ", f"Regenerate this page: `{index.command}`  "]
-    out += [f"Verdicts: {VERDICTS_TEXT}.", ""]
-    for table in _tables(index):
-        out += markdown_table(table)
-    for s in index.sections:
-        out += [f"## {s.title} ({s.paper}, scale {s.scale})", ""]
-        out += [f"[Full report]({s.where}). {_summary(s)}  ", f"Runs: `{s.reproduce}`", ""]
-        for fig in _figures(s):
-            if fig.file:
-                out += [f"![{fig.title}]({_figure_dir(s)}/{fig.file})", ""]
-                out += [f"*{fig.title}.* {fig.caption} Regenerate: `{s.command}`", ""]
-            else:
-                out += [f"**{fig.title}**: not drawn: {fig.missing}", ""]
-    env = Table("Environment (machine that built this page)", ["", "value"], environment)
-    return "\n".join([*out, *markdown_table(env)])
-
-
-def _html_section(s: Section) -> list[str]:
-    e = html.escape
-    out = [
-        f'<h2 id="{e(s.paper)}-{e(s.scale)}">{e(s.title)} ({e(s.paper)}, scale {e(s.scale)})</h2>',
-        f'<p><a href="{e(s.where)}">Full report</a>. {e(_summary(s))}<br>'
-        f"Runs: <code>{e(s.reproduce)}</code></p>",
-    ]
-    for fig in _figures(s):
-        if fig.file:
-            src = f"{_figure_dir(s)}/{fig.file}"
-            out += [
-                f'<figure><img src="{e(src)}" alt="{e(fig.title)}">',
-                f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)} Regenerate: "
-                f"<code>{e(s.command)}</code></figcaption></figure>",
-            ]
-        else:
-            out.append(f'<p class="missing"><b>{e(fig.title)}</b>: not drawn: {e(fig.missing)}</p>')
-    return out
+    return render.to_markdown(index_page(index, environment))
 
 
 def to_html(index: Index, environment: list[list[str]]) -> str:
-    e = html.escape
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Reproduction index</title><style>{CSS}</style></head><body>",
-        "<h1>Reproduction index</h1>",
-        '<ul class="papers">',
-        *[f"<li>{html_cell(line)}</li>" for line in paper_lines(index)],
-        "</ul>",
-        f"<p>Runs read from <code>{e(index.runs_root)}</code>. Regenerate this page: "
-        f"<code>{e(index.command)}</code></p>",
-        f'<p class="rule">Verdicts: {e(VERDICTS_TEXT)}.</p>',
-    ]
-    for table in _tables(index):
-        out += html_table(table)
-    for s in index.sections:
-        out += _html_section(s)
-    env = Table("Environment (machine that built this page)", ["", "value"], environment)
-    out += html_table(env)
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return render.to_html(index_page(index, environment))

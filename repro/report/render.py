@@ -1,11 +1,14 @@
-"""Writing a report page as Markdown and as one self-contained HTML file.
+"""The one page writer: a page as plain data, written as Markdown and as self-contained HTML.
 
-The page is plain data (`Page`: a title, blocks in reading order, notes) so both formats show
-the same content. A block is a paragraph, a heading, a table or a figure; a table cell or a
-paragraph is text, a `Link` (a run's directory, its wandb page, a claim's row), `Code` (a
-command), or a tuple of those shown one after another. The HTML carries its own CSS
-(`repro.report.page_style`) and refers only to the figures written beside it and to the run
-directories it links, by paths relative to the page.
+Every page the suite writes (a paper's report, the index over all reports, a comparison of
+runs, a sweep's front and hypervolume pages) is a `Page`: a title, blocks in reading order
+and closing notes, so that the Markdown and the HTML of a page show the same content. A
+block is a paragraph, a heading, a bulleted list, a table, a figure, preformatted text, or
+an inline SVG drawn elsewhere. Inline text (a table cell, a paragraph, a list item, a caption) is a
+string, a `Link` (a run's directory, a claim's row), `Code` (a command), a `LineBreak`, or a
+tuple of those shown one after another. The HTML carries its own CSS
+(`repro.report.page_style`, plus a page's own rules and script) and refers only to files
+written beside it and to the run directories it links, by paths relative to the page.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,13 +57,20 @@ class Code:
     text: str
 
 
-Cell = str | Link | Code | tuple
+@dataclass(frozen=True)
+class LineBreak:
+    """A line break inside a paragraph."""
+
+
+Cell = str | Link | Code | LineBreak | tuple
 
 
 def cell_text(cell: Cell) -> str:
     """What a cell says, without its links."""
     if isinstance(cell, tuple):
         return "".join(cell_text(part) for part in cell)
+    if isinstance(cell, LineBreak):
+        return " "
     return cell if isinstance(cell, str) else cell.text
 
 
@@ -93,8 +104,10 @@ def verdict_class(verdict: str) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A titled table; `verdict_col` names the column whose cells get a verdict colour;
-    `row_ids` (when given, one per row) are anchors other cells link to; `css` a class."""
+    """A table under its title (none when empty); `verdict_col` names the column whose cells
+    get a verdict colour; `row_ids` (when given, one per row) are anchors other cells link
+    to; `css` a class; `breaks`: whether long words in cells may wrap (off where the cells are
+    exact values a reader copies or a script reads back, such as run directories)."""
 
     title: str
     headers: list[str]
@@ -102,16 +115,18 @@ class Table:
     verdict_col: int | None = None
     row_ids: list[str] = field(default_factory=list)
     css: str = ""
+    breaks: bool = True
 
 
 @dataclass(frozen=True)
 class FigureOut:
-    """A figure of the page: its file name beside the page, or why it is missing;
-    `headline`: the one figure that shows the paper's headline claim, drawn first."""
+    """A figure of the page: its file (relative to the page), or why it is missing;
+    `headline`: the one figure that shows the paper's headline claim, drawn first; `id` an
+    anchor (none when empty)."""
 
     id: str
     title: str
-    caption: str
+    caption: Cell
     file: str | None = None
     missing: str = ""
     headline: bool = False
@@ -127,22 +142,49 @@ class Para:
 
 @dataclass(frozen=True)
 class Heading:
+    """A section heading; its anchor is `anchor`, or else made from its text."""
+
+    text: str
+    anchor: str = ""
+
+
+@dataclass(frozen=True)
+class Items:
+    """A bulleted list; `css` a class."""
+
+    items: list[Cell]
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class Pre:
+    """Preformatted text (a table of numbers printed for a terminal)."""
+
     text: str
 
 
-Block = Para | Heading | Table | FigureOut
+@dataclass(frozen=True)
+class Raw:
+    """HTML drawn elsewhere (an inline SVG figure), as it is (Markdown passes HTML through)."""
+
+    html: str
+
+
+Block = Para | Heading | Items | Table | FigureOut | Pre | Raw
 
 
 @dataclass(frozen=True)
 class Page:
-    """A report: its title, its blocks in reading order, and notes at the end."""
+    """A page: its title, its blocks in reading order, and notes at the end under
+    `notes_title`; `style` and `script` are a page's own CSS rules (after the shared ones) and
+    inline script (a sweep front's hover box)."""
 
     title: str
     blocks: list[Block]
     notes: list[str] = field(default_factory=list)
-
-    def tables(self) -> list[Table]:
-        return [b for b in self.blocks if isinstance(b, Table)]
+    notes_title: str = "Notes"
+    style: str = ""
+    script: str = ""
 
 
 def slug(text: str) -> str:
@@ -150,19 +192,26 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def md_cell(cell: Cell) -> str:
+def _md_text(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def md_cell(cell: Cell, esc: Callable[[str], str] = _md_text) -> str:
+    """Inline Markdown; `esc` escapes plain text (a caption's is written as it is)."""
     if isinstance(cell, tuple):
-        return "".join(md_cell(part) for part in cell)
+        return "".join(md_cell(part, esc) for part in cell)
     if isinstance(cell, Link):
         text = cell.text.replace("|", "\\|")
         return text if cell.href.startswith("#") else f"[{text}]({cell.href})"
     if isinstance(cell, Code):
         return f"`{cell.text}`"
-    return cell.replace("|", "\\|").replace("\n", " ")
+    if isinstance(cell, LineBreak):
+        return "  \n"
+    return esc(cell)
 
 
 def markdown_table(table: Table) -> list[str]:
-    out = [f"## {table.title}", ""]
+    out = [f"## {table.title}", ""] if table.title else []
     out.append("| " + " | ".join(md_cell(h) for h in table.headers) + " |")
     out.append("|" + "---|" * len(table.headers))
     out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in table.rows]
@@ -171,23 +220,33 @@ def markdown_table(table: Table) -> list[str]:
 
 def _md_figure(fig: FigureOut) -> list[str]:
     if fig.file:
-        return [f"![{fig.title}]({fig.file})", "", f"*{fig.title}.* {fig.caption}", ""]
+        caption = md_cell(fig.caption, str)
+        return [f"![{fig.title}]({fig.file})", "", f"*{fig.title}.* {caption}", ""]
     return [f"**{fig.title}**: not drawn: {fig.missing}", ""]
+
+
+def _md_block(block: Block) -> list[str]:
+    if isinstance(block, Table):
+        return markdown_table(block)
+    if isinstance(block, FigureOut):
+        return _md_figure(block)
+    if isinstance(block, Heading):
+        return [f"## {block.text}", ""]
+    if isinstance(block, Items):
+        return [*[f"- {md_cell(item)}" for item in block.items], ""]
+    if isinstance(block, Pre):
+        return ["```", block.text, "```", ""]
+    if isinstance(block, Raw):
+        return [block.html, ""]
+    return [md_cell(block.text), ""]
 
 
 def to_markdown(page: Page) -> str:
     out = [f"# {page.title}", ""]
     for block in page.blocks:
-        if isinstance(block, Table):
-            out += markdown_table(block)
-        elif isinstance(block, FigureOut):
-            out += _md_figure(block)
-        elif isinstance(block, Heading):
-            out += [f"## {block.text}", ""]
-        else:
-            out += [md_cell(block.text), ""]
+        out += _md_block(block)
     if page.notes:
-        out += ["## Notes", "", *[f"- {note}" for note in page.notes], ""]
+        out += [f"## {page.notes_title}", "", *[f"- {note}" for note in page.notes], ""]
     return "\n".join(out)
 
 
@@ -197,29 +256,38 @@ def breakable(text: str) -> str:
     return re.sub(r"([_/])", r"\1<wbr>", html.escape(text))
 
 
-def html_cell(cell: Cell) -> str:
+def html_cell(cell: Cell, esc: Callable[[str], str] = breakable) -> str:
+    """Inline HTML; `esc` escapes plain text (with break opportunities unless told not to)."""
     if isinstance(cell, tuple):
-        return "".join(html_cell(part) for part in cell)
+        return "".join(html_cell(part, esc) for part in cell)
     if isinstance(cell, Link):
-        return f'<a href="{html.escape(cell.href)}">{breakable(cell.text)}</a>'
+        return f'<a href="{html.escape(cell.href)}">{esc(cell.text)}</a>'
     if isinstance(cell, Code):
-        return f"<code>{breakable(cell.text)}</code>"
-    return breakable(cell)
+        return f"<code>{esc(cell.text)}</code>"
+    if isinstance(cell, LineBreak):
+        return "<br>"
+    return esc(cell)
+
+
+def _css(name: str) -> str:
+    return f' class="{html.escape(name)}"' if name else ""
 
 
 def html_table(table: Table) -> list[str]:
     """The table under its heading, in a box that scrolls sideways when the table is wider
     than the page, so that the page itself never is."""
     e = html.escape
-    css = f' class="{e(table.css)}"' if table.css else ""
-    out = [f'<h2 id="{slug(table.title)}">{e(table.title)}</h2>', '<div class="table-wrap">']
-    out.append(f"<table{css}><tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr>")
+    esc = breakable if table.breaks else e
+    out = [f'<h2 id="{slug(table.title)}">{e(table.title)}</h2>'] if table.title else []
+    out.append('<div class="table-wrap">')
+    heads = "".join(f"<th>{e(h)}</th>" for h in table.headers)
+    out.append(f"<table{_css(table.css)}><tr>{heads}</tr>")
     for i, row in enumerate(table.rows):
         cells = []
         for j, cell in enumerate(row):
             verdict = j == table.verdict_col and not isinstance(cell, Link)
-            cls = f' class="{e(verdict_class(cell_text(cell)))}"' if verdict else ""
-            cells.append(f"<td{cls}>{html_cell(cell)}</td>")
+            cls = _css(verdict_class(cell_text(cell))) if verdict else ""
+            cells.append(f"<td{cls}>{html_cell(cell, esc)}</td>")
         anchor = f' id="{e(table.row_ids[i])}"' if table.row_ids else ""
         out.append(f"<tr{anchor}>" + "".join(cells) + "</tr>")
     return [*out, "</table></div>"]
@@ -231,10 +299,29 @@ def html_figure(fig: FigureOut) -> list[str]:
     e = html.escape
     if not fig.file:
         return [f'<p class="missing"><b>{e(fig.title)}</b>: not drawn: {e(fig.missing)}</p>']
+    anchor = f' id="{e(fig.id)}"' if fig.id else ""
     return [
-        f'<figure id="{e(fig.id)}"><img src="{e(fig.file)}" alt="{e(fig.title)}">',
-        f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)}</figcaption></figure>",
+        f'<figure{anchor}><img src="{e(fig.file)}" alt="{e(fig.title)}">',
+        f"<figcaption><b>{e(fig.title)}.</b> {html_cell(fig.caption, e)}</figcaption></figure>",
     ]
+
+
+def _html_block(block: Block) -> list[str]:
+    e = html.escape
+    if isinstance(block, Table):
+        return html_table(block)
+    if isinstance(block, FigureOut):
+        return html_figure(block)
+    if isinstance(block, Heading):
+        return [f'<h2 id="{e(block.anchor or slug(block.text))}">{e(block.text)}</h2>']
+    if isinstance(block, Items):
+        items = [f"<li>{html_cell(item)}</li>" for item in block.items]
+        return [f"<ul{_css(block.css)}>", *items, "</ul>"]
+    if isinstance(block, Pre):
+        return [f"<pre>{e(block.text)}</pre>"]
+    if isinstance(block, Raw):
+        return [block.html]
+    return [f"<p{_css(block.css)}>{html_cell(block.text)}</p>"]
 
 
 def to_html(page: Page) -> str:
@@ -243,20 +330,15 @@ def to_html(page: Page) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(page.title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{e(page.title)}</title><style>{CSS}{page.style}</style></head><body>",
         f"<h1>{e(page.title)}</h1>",
     ]
     for block in page.blocks:
-        if isinstance(block, Table):
-            out += html_table(block)
-        elif isinstance(block, FigureOut):
-            out += html_figure(block)
-        elif isinstance(block, Heading):
-            out.append(f'<h2 id="{slug(block.text)}">{e(block.text)}</h2>')
-        else:
-            css = f' class="{e(block.css)}"' if block.css else ""
-            out.append(f"<p{css}>{html_cell(block.text)}</p>")
+        out += _html_block(block)
     if page.notes:
-        out += ["<h2>Notes</h2>", "<ul>", *[f"<li>{e(n)}</li>" for n in page.notes], "</ul>"]
+        notes = [f"<li>{e(n)}</li>" for n in page.notes]
+        out += [f"<h2>{e(page.notes_title)}</h2>", "<ul>", *notes, "</ul>"]
+    if page.script:
+        out.append(f"<script>{page.script}</script>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"

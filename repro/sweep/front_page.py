@@ -4,7 +4,9 @@ One self-contained file: the figure as inline SVG written here (no plotting libr
 network), every completed trial a point whose `<title>` holds its settings and objectives (a
 browser shows it on hover, and a few lines of inline script copy it into a box beside the
 figure), the front's points coloured by the colour parameter and labelled by trial number,
-the knee an open ring around its point, and under the figure the front as a table.
+the knee an open ring around its point, and under the figure the front as a table. The page
+around the figure is written by the reports' page writer (`repro.report.render`), its own
+rules (`STYLE`) after the shared stylesheet.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from repro.report.render import Cell, Page, Para, Raw, Table, to_html
 from repro.sweep.front import OTHER, TRIAL, Front, coordinate
 from repro.sweep.front_plot import axis_name
 
@@ -29,7 +32,6 @@ svg text { font-size: 12px; }
 #info { min-width: 18em; background: #f4f4f4; padding: 0.6em; white-space: pre; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
-tr.knee { font-weight: bold; }
 """
 SCRIPT = """
 for (const p of document.querySelectorAll('.pt')) {
@@ -169,19 +171,17 @@ def front_svg(front: Front) -> str:
     return "\n".join(out)
 
 
-def front_table(front: Front) -> str:
+def front_table(front: Front) -> Table:
+    """The front under the figure, one row per front trial, the knee marked."""
     keys = [p.key for p in front.spec.space]
     head = ["trial", "knee", *keys, *front.spec.metric_names]
-    rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    rows: list[list[Cell]] = []
     for i, r in enumerate(front.front):
-        knee = i == front.knee
-        cells = [r["trial"], "knee" if knee else ""]
-        cells += [r["params"].get(k, "") for k in keys]
-        cells += [r["values"][m] for m in front.spec.metric_names]
-        tds = "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in cells)
-        mark = ' class="knee"' if knee else ""
-        rows.append(f"<tr{mark}>{tds}</tr>")
-    return "<table>" + "\n".join(rows) + "</table>"
+        cells = [r["trial"], "knee" if i == front.knee else ""]
+        cells += [*(r["params"].get(k, "") for k in keys), *r["values"].values()]
+        rows.append([_fmt(c) for c in cells])
+    plural = "s" if len(front.front) != 1 else ""
+    return Table(f"The front: {len(front.front)} trial{plural}", head, rows)
 
 
 def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Path:
@@ -200,14 +200,7 @@ def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Pa
         "its trial's settings."
     )
     how = f"{note} {how}" if note else how
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(how)}</p>"
-        f'<div class="wrap">{front_svg(front)}<pre id="info">hover a point</pre></div>'
-        f"<h2>The front: {len(front.front)} trial{'s' if len(front.front) != 1 else ''}</h2>"
-        f"{front_table(front)}"
-        f"<script>{SCRIPT}</script></body></html>\n"
-    )
-    path.write_text(page)
+    hover = f'<div class="wrap">{front_svg(front)}<pre id="info">hover a point</pre></div>'
+    page = Page(title, [Para(how), Raw(hover), front_table(front)], style=STYLE, script=SCRIPT)
+    path.write_text(to_html(page))
     return path

@@ -11,7 +11,8 @@ knee (the front point closest to the ideal after scaling every objective to [0, 
   (the collective of the Top-k CR sweep), labelled by trial number, the knee a ring around
   its point; the HTML page is interactive (hover shows a trial's settings) and needs no
   network (`repro.sweep.front_page`). One objective: the value per trial, the best ringed;
-* `hypervolume.png/.html` (two or more objectives): Optuna's hypervolume history against the
+* `hypervolume.png/.html` (two or more objectives, the page written by the reports' page
+  writer, `repro.report.render`): Optuna's hypervolume history against the
   reference point of `pareto.reference_point` (its matplotlib flavour, so no plotly is
   needed); a curve that flattens says more trials would add little.
 
@@ -20,7 +21,6 @@ knee (the front point closest to the ideal after scaling every objective to [0, 
 
 from __future__ import annotations
 
-import html
 import io
 import sys
 import warnings
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from repro.errors import UserError
+from repro.report.render import Page, Pre, Raw, to_html
 from repro.sweep.front import Front, front_of, front_rows, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png
@@ -120,12 +121,7 @@ def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
     fig.savefig(svg, format="svg")
     plt.close(fig)
     inline = svg.getvalue()[svg.getvalue().find("<svg") :]
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-        f"</title></head><body><h1>{html.escape(title)}</h1>{inline}"
-        f"<pre>{html.escape(table)}</pre></body></html>\n"
-    )
-    stem.with_suffix(".html").write_text(page)
+    stem.with_suffix(".html").write_text(to_html(Page(title, [Raw(inline), Pre(table)])))
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 
