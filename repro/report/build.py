@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from repro.errors import UserError
+from repro.pages.writer import FigureOut, to_html, to_markdown
 from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import SCALES, ClaimsFile, load_claims
 from repro.report.page import assemble
 from repro.report.plots import draw_figure, seeds_sentence
-from repro.report.render import FigureOut, to_html, to_markdown
 from repro.report.seeds import ClaimResult, evaluate
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 from repro.report.sweep_front import draw_sweep_front

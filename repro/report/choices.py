@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from repro.errors import UserError
-from repro.report.render import Table
+from repro.pages.writer import Table
 
 
 def require_texts(item: object, *names: str) -> None:

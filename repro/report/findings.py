@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from repro.errors import UserError
+from repro.pages.writer import Table
 from repro.report.choices import require_texts
-from repro.report.render import Table
 from repro.report.series import Seeded
 from repro.report.slots import (
     Computed,

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from repro.errors import UserError
+from repro.pages.writer import FigureOut
 from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
 from repro.report.claim_checks import check_caps_for_scale
 from repro.report.claims import SCALES, ClaimsFile, known_papers, load_claims
-from repro.report.render import FigureOut
 from repro.report.seeds import ClaimResult
 from repro.report.series import Run, Seeded, every_run, seeds_of
 from repro.track.runs import find_runs

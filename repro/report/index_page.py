@@ -3,7 +3,7 @@
 It opens with one line per paper: its outcome claims counted by verdict and a link to its
 page (or why it has none, or the command that runs it). Then the claims of every paper, one
 table per scale, the papers' figures (headline first) and the environment. It is written by
-the reports' page writer (`repro.report.render`), so it shares their stylesheet and verdict
+the reports' page writer (`repro.pages.writer`), so it shares their stylesheet and verdict
 colours, and refers only to the figures the per-paper reports wrote (paths relative to the
 index, so the reports directory can be moved or served as a whole).
 """
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from repro.report import render
+from repro.pages import writer
+from repro.pages.writer import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
 from repro.report.claims import SCALES
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
-from repro.report.render import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
 from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.report.summary import checks_summary, with_unit
 
@@ -139,8 +139,8 @@ def index_page(index: Index, environment: list[list[str]]) -> Page:
 
 
 def to_markdown(index: Index, environment: list[list[str]]) -> str:
-    return render.to_markdown(index_page(index, environment))
+    return writer.to_markdown(index_page(index, environment))
 
 
 def to_html(index: Index, environment: list[list[str]]) -> str:
-    return render.to_html(index_page(index, environment))
+    return writer.to_html(index_page(index, environment))

@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from repro.config import CONFIG_DIR
+from repro.pages.writer import Code, Para
 from repro.report.claims import ClaimsFile
 from repro.report.reads import labels_read
-from repro.report.render import Code, Para
 from repro.report.seeds import ClaimResult
 from repro.report.series import Seeded, any_seed
 

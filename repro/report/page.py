@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from repro.pages.writer import Block, Cell, FigureOut, Heading, Page, Para, Table, fmt
 from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
 from repro.report.findings import findings_table
 from repro.report.missing_runs import missing_notes, needed_missing
 from repro.report.published import render_table
-from repro.report.render import Block, Cell, FigureOut, Heading, Page, Para, Table, fmt
 from repro.report.run_links import reads_cell, run_cell
 from repro.report.run_setup import (
     by_arm,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from repro.errors import UserError
-from repro.report.render import Table, fmt
+from repro.pages.writer import Table, fmt
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
 from repro.spec_loader import build
 

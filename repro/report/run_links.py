@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from repro.report.render import Cell, Link
+from repro.pages.writer import Cell, Link
 from repro.report.series import Run, Seeded
 
 # the summary key under which a run's wandb page is recorded

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from repro.report.render import fmt
+from repro.pages.writer import fmt
 from repro.report.series import NotMeasurable, Run, Seeded, cfg, final_step
 
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from repro.pages.writer import fmt
 from repro.report.bootstrap import Interval, mean_interval
 from repro.report.claims import Claim
 from repro.report.reads import seeds_read
-from repro.report.render import fmt
 from repro.report.series import MissingRun, NotMeasurable, Seeded, at_seed
 
 ORDER = ("not reproduced", "partly", "reproduced")

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from repro.errors import UserError
+from repro.pages.writer import fmt
 from repro.report.bootstrap import mean_interval
 from repro.report.calculators import CALCULATORS, check_params
 from repro.report.reads import seeds_read
-from repro.report.render import fmt
 from repro.report.series import NotMeasurable, Seeded, at_seed
 
 FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")

@@ -10,8 +10,8 @@ the detailed claims table, where its criterion, every seed's value and the runs 
 
 from __future__ import annotations
 
+from repro.pages.writer import Link, Table, fmt
 from repro.report.reads import labels_read
-from repro.report.render import Link, Table, fmt
 from repro.report.seeds import ClaimResult, claim_seeds, model_checks, outcomes
 from repro.report.series import Seeded, any_seed
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.pages.writer import FigureOut
 from repro.report.colours import colour_for
 from repro.report.plots import axis_label
-from repro.report.render import FigureOut
 from repro.report.series import Seeded
 from repro.report.sweep_source import find_source
 from repro.sweep.front import Front, write_csv

@@ -33,13 +33,13 @@ from typing import Any
 import wandb_workspaces.reports.v2 as wr
 
 from repro.errors import UserError
+from repro.pages.writer import Table, fmt, markdown_table
 from repro.report.choices import choices_table
 from repro.report.claims import ClaimsFile
 from repro.report.colours import colour_for
 from repro.report.findings import findings_table
 from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, setup_table
 from repro.report.plots import FigureSpec, axis_label, resolve_reference
-from repro.report.render import Table, fmt, markdown_table
 from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, summary
 from repro.report.series import Seeded, cfg, seeds_of, x_metric
 from repro.report.summary import summary_table

@@ -18,9 +18,9 @@ from types import SimpleNamespace
 
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
+from repro.pages.writer import fmt
 from repro.report.claims import ClaimsFile
 from repro.report.reads import labels_read
-from repro.report.render import fmt
 from repro.report.seeds import ClaimResult, evaluate
 from repro.report.series import Seeded, any_seed, seeds_of
 from repro.track.runs import find_runs

@@ -5,7 +5,7 @@ network), every completed trial a point whose `<title>` holds its settings and o
 browser shows it on hover, and a few lines of inline script copy it into a box beside the
 figure), the front's points coloured by the colour parameter and labelled by trial number,
 the knee an open ring around its point, and under the figure the front as a table. The page
-around the figure is written by the reports' page writer (`repro.report.render`), its own
+around the figure is written by the reports' page writer (`repro.pages.writer`), its own
 rules (`STYLE`) after the shared stylesheet.
 """
 
@@ -15,7 +15,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from repro.report.render import Cell, Page, Para, Raw, Table, to_html
+from repro.pages.writer import Cell, Page, Para, Raw, Table, to_html
 from repro.sweep.front import OTHER, TRIAL, Front, coordinate
 from repro.sweep.front_plot import axis_name
 

@@ -12,7 +12,7 @@ knee (the front point closest to the ideal after scaling every objective to [0, 
   its point; the HTML page is interactive (hover shows a trial's settings) and needs no
   network (`repro.sweep.front_page`). One objective: the value per trial, the best ringed;
 * `hypervolume.png/.html` (two or more objectives, the page written by the reports' page
-  writer, `repro.report.render`): Optuna's hypervolume history against the
+  writer, `repro.pages.writer`): Optuna's hypervolume history against the
   reference point of `pareto.reference_point` (its matplotlib flavour, so no plotly is
   needed); a curve that flattens says more trials would add little.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from repro.errors import UserError
-from repro.report.render import Page, Pre, Raw, to_html
+from repro.pages.writer import Page, Pre, Raw, to_html
 from repro.sweep.front import Front, front_of, front_rows, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png

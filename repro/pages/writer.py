@@ -7,7 +7,7 @@ block is a paragraph, a heading, a bulleted list, a table, a figure, preformatte
 an inline SVG drawn elsewhere. Inline text (a table cell, a paragraph, a list item, a caption) is a
 string, a `Link` (a run's directory, a claim's row), `Code` (a command), a `LineBreak`, or a
 tuple of those shown one after another. The HTML carries its own CSS
-(`repro.report.page_style`, plus a page's own rules and script) and refers only to files
+(`repro.pages.style`, plus a page's own rules and script) and refers only to files
 written beside it and to the run directories it links, by paths relative to the page.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from repro.report.page_style import CSS
+from repro.pages.style import CSS
 
 __all__ = ["CSS", "Code", "FigureOut", "Heading", "Link", "Page", "Para", "Table", "fmt"]
 
