@@ -4,7 +4,7 @@ The runs come from `repro.track.runs.find_runs` (the files the runs wrote, never
 of a training process). A reproduction is the run group `<paper>_<scale>`; one report covers
 exactly one scale, and a group whose runs disagree on the scale is refused rather than mixed.
 Its runs are held as label -> seed -> run: claims are judged per seed and on the mean of the
-seeds (`repro.report.seeds`), and figures draw every seed.
+seeds (`repro.claims.verdicts`), and figures draw every seed.
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from repro.claims.claim_checks import check_caps_for_scale
+from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown
-from repro.report.claim_checks import check_caps_for_scale
-from repro.report.claims import SCALES, ClaimsFile, load_claims
 from repro.report.page import assemble
-from repro.report.plots import draw_figure, seeds_sentence
-from repro.report.seeds import ClaimResult, evaluate
-from repro.report.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
+from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
 from repro.track.runs import find_runs
+from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
 
 def default_claims_dir() -> Path:
@@ -95,7 +96,7 @@ def draw_parts(
     figures = []
     for spec in claims.figures:
         seeds = seeds_sentence(spec.kind, runs)
-        caption = f"{spec.caption} {spec.clock_sentence()} {seeds}".strip()
+        caption = f"{spec.caption} {clock_sentence(spec)} {seeds}".strip()
         try:
             path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.svg")
         except NotMeasurable as err:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
-from repro.report.plots import FigureSpec, axis_label
+from repro.report.plots import axis_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.claims.claims_file import load_claims
 from repro.errors import UserError
 from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
 from repro.report.build import default_claims_dir
-from repro.report.claims import load_claims
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
-from repro.report.series import Run, cfg, label_of, points, seed_of, x_metric
 from repro.track.runs import find_runs, read_run
+from repro.track.series import Run, cfg, label_of, points, seed_of, x_metric
 
 GROUP_STYLES = ("-", "--", ":", "-.")
 COLUMNS = ["run", "label", "group", "run id", "points"]

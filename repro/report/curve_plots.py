@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from repro.claims.figure_specs import FigureSpec
 from repro.report.canvas import (
     RASTER_POINTS,
     draw_reference,
@@ -24,9 +25,9 @@ from repro.report.canvas import (
     panel_groups,
 )
 from repro.report.colours import colour_for, line_style
-from repro.report.plots import FigureSpec, Namer, finished, resolve_reference
+from repro.report.plots import Namer, finished, resolve_reference
 from repro.report.seed_bands import SeedBand, seed_band
-from repro.report.series import NotMeasurable, Run, Seeded, points, trailing_mean, x_metric
+from repro.track.series import NotMeasurable, Run, Seeded, points, trailing_mean, x_metric
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

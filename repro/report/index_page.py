@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from repro.claims.claims_file import SCALES
+from repro.claims.verdicts import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.pages import writer
 from repro.pages.writer import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
-from repro.report.claims import SCALES
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
-from repro.report.seeds import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.report.summary import checks_summary, with_unit
 
 VERDICT_COL = 6

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.reads import labels_read
+from repro.claims.result import ClaimResult
 from repro.config import CONFIG_DIR
 from repro.pages.writer import Code, Para
-from repro.report.claims import ClaimsFile
-from repro.report.reads import labels_read
-from repro.report.seeds import ClaimResult
-from repro.report.series import Seeded, any_seed
+from repro.track.series import Seeded, any_seed
 
 
 def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:

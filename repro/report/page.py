@@ -19,12 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from repro.claims.choices import choices_table
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.findings import findings_table
+from repro.claims.published import render_table
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import VERDICTS_TEXT, model_checks, outcomes, summary
 from repro.pages.writer import Block, Cell, FigureOut, Heading, Page, Para, Table, fmt
-from repro.report.choices import choices_table
-from repro.report.claims import ClaimsFile
-from repro.report.findings import findings_table
 from repro.report.missing_runs import missing_notes, needed_missing
-from repro.report.published import render_table
 from repro.report.run_links import reads_cell, run_cell
 from repro.report.run_setup import (
     by_arm,
@@ -35,10 +37,9 @@ from repro.report.run_setup import (
     stopping_text,
     workload,
 )
-from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, outcomes, summary
-from repro.report.series import Run, Seeded, cfg, every_run, points, seeds_of
 from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
 from repro.sweep.tuned import tuning_table
+from repro.track.series import Run, Seeded, cfg, every_run, points, seeds_of
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
 

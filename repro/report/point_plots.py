@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from repro.report.calculators import CALCULATORS
+from repro.claims.calculators.registry import registered
+from repro.claims.figure_specs import FigureSpec
 from repro.report.canvas import (
     REFERENCE_STYLES,
     draw_reference,
@@ -29,8 +30,8 @@ from repro.report.canvas import (
     panel_groups,
 )
 from repro.report.colours import colour_for
-from repro.report.plots import FigureSpec, Namer, resolve_reference
-from repro.report.series import NotMeasurable, Run, Seeded, cfg, final
+from repro.report.plots import Namer, resolve_reference
+from repro.track.series import NotMeasurable, Run, Seeded, cfg, final
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -129,7 +130,7 @@ def _setting(run: Run, x: str) -> float | None:
 
 def _points_by_series(spec: FigureSpec, runs: Seeded, labels: list[str]) -> Values:
     """series -> x -> each seed's calculator value, over the runs of `labels`."""
-    calc = CALCULATORS[spec.measure["calculator"]]
+    calc = registered()[spec.measure["calculator"]]
     params = {"metric": spec.y, **(spec.measure.get("params") or {})}
     values: Values = {}
     for label in labels:

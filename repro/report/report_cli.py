@@ -24,9 +24,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from repro.claims.claims_file import SCALES, known_papers
 from repro.errors import UserError
 from repro.report.build import build_report, default_claims_dir
-from repro.report.claims import SCALES, known_papers
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,7 +63,7 @@ def _paper(argv: list[str]) -> int:
     )
     print(f"wrote {out_dir / 'report.md'} and {html}")
     if args.publish:
-        from repro.report.wandb_publish import publish
+        from repro.report.wandb_spec import publish
 
         print(publish(args.paper, Path(args.runs), args.scale, claims_dir, out_dir))
     return 0
@@ -113,14 +113,14 @@ def _compare(argv: list[str]) -> int:
 def _publish(argv: list[str]) -> int:
     p = _Parser(prog="repro report publish", description="publish a saved W&B Report spec")
     p.add_argument("path", help="wandb_report.json, or the report directory holding it")
-    from repro.report.wandb_publish import publish_saved
+    from repro.track.wandb_publish import publish_saved
 
     print(f"wandb report: {publish_saved(Path(p.parse_args(argv).path))}")
     return 0
 
 
 def _check(argv: list[str]) -> int:
-    from repro.report.browser import main
+    from repro.checks.browser import main
 
     return main(argv)
 

@@ -4,7 +4,7 @@ A run id links to the run's directory (its config.yaml, summary.json, checkpoint
 log), by a path relative to the page, so a page and the runs tree it was built from can be
 moved together; and to the run's wandb page when its summary records one (a run tracked
 online, or synced later). A claim's row links every run it read: the labels its calculator
-reads (`repro.report.reads`) at the seeds it was judged on (`repro.report.seeds`), and names
+reads (`repro.claims.reads`) at the seeds it was judged on (`repro.claims.verdicts`), and names
 the labels it reads that have no run.
 """
 
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from repro.pages.writer import Cell, Link
-from repro.report.series import Run, Seeded
+from repro.track.series import Run, Seeded
 
 # the summary key under which a run's wandb page is recorded
 WANDB_URL = "wandb_url"

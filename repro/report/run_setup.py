@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repro.pages.writer import fmt
-from repro.report.series import NotMeasurable, Run, Seeded, cfg, final_step
+from repro.track.series import NotMeasurable, Run, Seeded, cfg, final_step
 
 
 def network(run: Run) -> str:

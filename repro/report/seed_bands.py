@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from repro.report.time_to_target import reach_interpolated
+from repro.claims.calculators.time_to_target import reach_interpolated
 
 Curve = tuple[Sequence[float], Sequence[float]]
 

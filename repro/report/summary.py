@@ -3,17 +3,18 @@
 One row per claim, outcome claims first (the training results that could have come out
 otherwise), then the model checks (our implementation against the paper's formulas, never
 counted as reproductions). Ours is the mean over the seeds the claim was judged on with its
-95% percentile-bootstrap interval, as `repro.report.seeds` computes it; the verdict is said
+95% percentile-bootstrap interval, as `repro.claims.verdicts` computes it; the verdict is said
 in plain words, with what would change an open one. Each claim's id links to its row in
 the detailed claims table, where its criterion, every seed's value and the runs it read are.
 """
 
 from __future__ import annotations
 
+from repro.claims.reads import labels_read
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import claim_seeds, model_checks, outcomes
 from repro.pages.writer import Link, Table, fmt
-from repro.report.reads import labels_read
-from repro.report.seeds import ClaimResult, claim_seeds, model_checks, outcomes
-from repro.report.series import Seeded, any_seed
+from repro.track.series import Seeded, any_seed
 
 SUMMARY_TITLE = "Summary"
 SUMMARY_HEADERS = ["claim", "paper", "ours (mean over seeds, 95% CI)", "verdict"]

@@ -16,43 +16,18 @@ as `<id>.csv` and an interactive `<id>.html` (hover shows a trial's settings).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError
+from repro.claims.figure_specs import SweepFrontSpec
 from repro.pages.writer import FigureOut
 from repro.report.colours import colour_for
 from repro.report.plots import axis_label
-from repro.report.series import Seeded
 from repro.report.sweep_source import find_source
 from repro.sweep.front import Front, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import KNEE_RING, draw_front
-
-
-@dataclass(frozen=True)
-class SweepFrontSpec:
-    id: str
-    title: str
-    spec: str
-    x: str
-    y: str
-    param: str
-    band: list = field(default_factory=list)
-    band_label: str = ""
-    chosen_run: str = ""
-    chosen_metric: str = ""
-    caption: str = ""
-
-    def __post_init__(self) -> None:
-        if self.band and (len(self.band) != 2 or not self.band[0] < self.band[1]):
-            raise UserError(f"sweep_fronts {self.id}: band {self.band} must be [low, high]")
-        if bool(self.chosen_run) != bool(self.chosen_metric):
-            raise UserError(
-                f"sweep_fronts {self.id}: chosen_run and chosen_metric go together; set both "
-                "or neither"
-            )
+from repro.track.series import Seeded
 
 
 def chosen_shares(front: SweepFrontSpec, runs: Seeded) -> dict[float, float]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.report.series import Seeded, cfg
 from repro.sweep.front import Front
 from repro.sweep.spec import SweepSpec, load_spec, spec_path
+from repro.track.series import Seeded, cfg
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Seeds added where a claim is undecided: `repro reproduce`'s step after the default seeds.
 
-A claim whose 95% interval straddles a band edge is undecided (`repro.report.seeds`); more
+A claim whose 95% interval straddles a band edge is undecided (`repro.claims.verdicts`); more
 seeds narrow the interval. After a set's default seeds have run here, the claims are
 evaluated on the runs read back from disk, and for each outcome claim undecided below its
-seed cap the next seed of only the runs that claim reads (`repro.report.reads`) is run; this
+seed cap the next seed of only the runs that claim reads (`repro.claims.reads`) is run; this
 repeats until every claim is decided or at its cap. Each addition is printed with its reason
 (claim, interval, edge, seed). The loop starts from what exists, so a later `repro
 reproduce` (for instance after a cluster's job array ended) continues it; with a cluster,
@@ -16,14 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.reads import labels_read
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
 from repro.pages.writer import fmt
-from repro.report.claims import ClaimsFile
-from repro.report.reads import labels_read
-from repro.report.seeds import ClaimResult, evaluate
-from repro.report.series import Seeded, any_seed, seeds_of
 from repro.track.runs import find_runs
+from repro.track.series import Seeded, any_seed, seeds_of
 
 Composed = Sequence[tuple[str, Config]]
 

@@ -67,9 +67,9 @@ def main(argv: list[str]) -> int:
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also = None, Path(args.claims or "."), ""
     if not args.no_report:
+        from repro.claims.claim_checks import check_seed_caps
+        from repro.claims.claims_file import load_claims
         from repro.report.build import default_claims_dir
-        from repro.report.claim_checks import check_seed_caps
-        from repro.report.claims import load_claims
         from repro.reproduce.more_seeds import most_added
 
         claims_dir = Path(args.claims) if args.claims else default_claims_dir()

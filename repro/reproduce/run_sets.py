@@ -3,7 +3,7 @@
 The run set is data: `experiment.runs` in `configs/experiment/<paper>_<scale>.yaml` maps each
 run's label to the overrides that make it, and `experiment.seeds` says for how many seeds each
 run is made (seed, seed + 1, ..., seed + N - 1; `seed` is 0 unless overridden), so that a
-report can judge every claim per seed and on their mean (`repro.report.seeds`). Every
+report can judge every claim per seed and on their mean (`repro.claims.verdicts`). Every
 (label, seed) is an ordinary training run in its own directory
 (runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
 skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.

@@ -5,9 +5,9 @@ import re
 import pytest
 import yaml
 
-from repro.report.calculators import final_metric
-from repro.report.series import label_of, seed_of
+from repro.claims.calculators.final_values import final_metric
 from repro.track.runs import find_runs
+from repro.track.series import label_of, seed_of
 from tests.helpers import repro_cli, reproduce_tiny_args
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")

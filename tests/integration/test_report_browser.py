@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from repro.checks.browser import check_pages, find_browser
+from repro.checks.browser import main as check_main
+from repro.claims.claims_file import load_claims
 from repro.pages.writer import fmt
-from repro.report.browser import check_pages, find_browser
-from repro.report.browser import main as check_main
 from repro.report.build import render_report, select_runs
-from repro.report.claims import load_claims
 from repro.track.runs import read_run
 from tests.helpers import REPO, repro_cli
 from tests.unit.report_data import adacomm_set, in_directories

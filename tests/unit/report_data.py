@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from repro.report.claims import ClaimsFile
-from repro.report.series import label_of, seed_of
+from repro.claims.claims_file import ClaimsFile
 from repro.track.runs import RunData
+from repro.track.series import label_of, seed_of
 
 STEPS = list(range(10, 101, 10))
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repro.claims.claim_checks import check_caps_for_scale
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time
 from repro.errors import UserError
-from repro.report.claim_checks import check_caps_for_scale
-from repro.report.claims import ClaimsFile
-from repro.report.seeds import evaluate
 from repro.reproduce.more_seeds import most_added, wanted
 from repro.reproduce.run_sets import run_set
 from tests.helpers import repro_cli

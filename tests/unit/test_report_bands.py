@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repro.claims.claims_file import ClaimsFile, load_claims
+from repro.claims.verdicts import evaluate
 from repro.errors import UserError
-from repro.report.claims import ClaimsFile, load_claims
 from repro.report.report_cli import main as report_main
-from repro.report.seeds import evaluate
 from tests.unit.report_data import adacomm_set, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from repro.claims.claims_file import load_claims
+from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
 from repro.report.build import build_report, render_report, select_runs
-from repro.report.claims import load_claims
 from repro.report.colours import colour_for
-from repro.report.plots import FigureSpec, draw_figure
+from repro.report.plots import draw_figure
 from repro.report.report_cli import main as report_main
-from repro.report.series import NotMeasurable
 from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
+from repro.track.series import NotMeasurable
 from repro.track.wandb_run import Tracker
 from tests.unit.report_data import adacomm_set, make_run, seeded
 

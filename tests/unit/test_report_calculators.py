@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from repro.report.by_setting import comm_seconds_per_step, speedup_vs_bound, trend
-from repro.report.calculators import final_metric, metric_ratio, monotone_decrease
-from repro.report.series import MissingRun, NotMeasurable, trailing_mean
-from repro.report.time_to_target import steps_to_target, time_to_target_ratio
+from repro.claims.calculators.by_setting import comm_seconds_per_step, speedup_vs_bound, trend
+from repro.claims.calculators.final_values import final_metric, metric_ratio, monotone_decrease
+from repro.claims.calculators.time_to_target import steps_to_target, time_to_target_ratio
+from repro.track.series import MissingRun, NotMeasurable, trailing_mean
 from tests.unit.report_data import by_label, make_run
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from repro.claims.choices import Choice, choices_table
+from repro.claims.claims_file import ClaimsFile
 from repro.errors import UserError
-from repro.report.choices import Choice, choices_table
-from repro.report.claims import ClaimsFile
 from repro.spec_loader import load
 
 CHOICE = {

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from repro.claims.claims_file import ClaimsFile, load_claims
+from repro.claims.verdicts import evaluate
 from repro.errors import UserError
-from repro.report.claims import ClaimsFile, load_claims
-from repro.report.seeds import evaluate
 from tests.unit.report_data import adacomm_set, claim_dict, claims_file, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

@@ -5,10 +5,11 @@ import math
 
 import pytest
 
+from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
-from repro.report.plots import FigureSpec, draw_figure, render
+from repro.report.plots import draw_figure, render
 from repro.report.point_plots import drops_by_family, sends_per_parameter
-from repro.report.series import NotMeasurable
+from repro.track.series import NotMeasurable
 from tests.unit.report_data import make_run
 
 # label -> (cr, controller, steps, accuracy offset per seed)

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import yaml
 
+from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
 from repro.report.colours import colour_for
-from repro.report.plots import FigureSpec, draw_figure, render, seeds_sentence
+from repro.report.plots import draw_figure, render, seeds_sentence
 from tests.unit.report_data import make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

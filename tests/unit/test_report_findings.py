@@ -2,10 +2,10 @@
 
 import pytest
 
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.findings import findings_table
+from repro.claims.result import ClaimResult
 from repro.errors import UserError
-from repro.report.claims import ClaimsFile
-from repro.report.findings import findings_table
-from repro.report.seeds import ClaimResult
 from tests.unit.report_data import claim_dict
 
 WHY = "too few updates per parameter"

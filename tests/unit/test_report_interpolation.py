@@ -6,10 +6,14 @@ import math
 
 import pytest
 
+from repro.claims.calculators.registry import check_params
+from repro.claims.calculators.time_to_target import (
+    reach_interpolated,
+    steps_to_target,
+    time_to_target_ratio,
+)
 from repro.errors import UserError
-from repro.report.calculators import check_params
-from repro.report.series import first_reach
-from repro.report.time_to_target import reach_interpolated, steps_to_target, time_to_target_ratio
+from repro.track.series import first_reach
 from tests.unit.report_data import make_run
 
 EVERY_10 = list(range(10, 301, 10))

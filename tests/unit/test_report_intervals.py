@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from repro.report.bootstrap import RESAMPLES, mean_interval
-from repro.report.claims import ClaimsFile
-from repro.report.seeds import judge, place
+from repro.claims.bootstrap import RESAMPLES, mean_interval
+from repro.claims.claims_file import ClaimsFile
+from repro.claims.verdicts import judge, place
 from tests.unit.report_data import claim_dict
 
 DATA = [0.31, 0.42, 0.37, 0.55, 0.29, 0.48, 0.36, 0.44]

@@ -6,13 +6,14 @@ is its one value and the numbers can be worked out by hand."""
 import re
 from pathlib import Path
 
+from repro.claims.claims_file import Claim, load_claims
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import evaluate
 from repro.pages.writer import FigureOut, Table, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
-from repro.report.claims import Claim, load_claims
 from repro.report.missing_runs import missing_notes
 from repro.report.page import assemble
 from repro.report.run_links import WANDB_URL
-from repro.report.seeds import ClaimResult, evaluate
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run

@@ -3,9 +3,9 @@ actually reads metrics of; and a claim judged on the seeds at which all its runs
 
 import pytest
 
-from repro.report.calculators import CALCULATORS
-from repro.report.reads import labels_read
-from repro.report.seeds import claim_seeds, evaluate
+from repro.claims.calculators.registry import registered
+from repro.claims.reads import labels_read
+from repro.claims.verdicts import claim_seeds, evaluate
 from tests.unit.report_data import claim_dict, claims_file, make_run, seeded
 from tests.unit.test_report_bands import CASES
 
@@ -22,13 +22,13 @@ class Recording:
         return getattr(self._run, name)
 
 
-@pytest.mark.parametrize("name", sorted(CALCULATORS))
+@pytest.mark.parametrize("name", sorted(registered()))
 def test_labels_read_are_the_labels_every_registered_calculator_reads(name):
     assert name in CASES, f"calculator {name} needs a case in test_report_bands.CASES"
     make, params, _ = CASES[name]
     runs = {r.config["experiment"]["label"]: r for r in make()}
     seen: set[str] = set()
-    CALCULATORS[name]({label: Recording(r, label, seen) for label, r in runs.items()}, **params)
+    registered()[name]({label: Recording(r, label, seen) for label, r in runs.items()}, **params)
     assert seen, name
     assert labels_read(name, params, runs) == seen
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from repro.claims.claims_file import ClaimsFile, load_claims
+from repro.claims.figure_specs import FigureSpec
+from repro.claims.verdicts import evaluate
 from repro.report.build import render_report, select_runs
-from repro.report.claims import ClaimsFile, load_claims
 from repro.report.compare import curves
-from repro.report.plots import FigureSpec, draw_figure, seeds_sentence
-from repro.report.seeds import evaluate
-from repro.report.series import at_seed, every_run, seeds_of
+from repro.report.plots import draw_figure, seeds_sentence
+from repro.track.series import at_seed, every_run, seeds_of
 from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

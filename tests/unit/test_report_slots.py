@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repro.claims.bootstrap import mean_interval
+from repro.claims.claims_file import ClaimsFile, load_claims
+from repro.claims.findings import findings_table
+from repro.claims.verdicts import evaluate
 from repro.errors import UserError
-from repro.report.bootstrap import mean_interval
-from repro.report.claims import ClaimsFile, load_claims
-from repro.report.findings import findings_table
-from repro.report.seeds import evaluate
 from tests.unit.report_data import claim_dict, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"

@@ -3,18 +3,18 @@ published-beside-ours table, on synthetic runs whose numbers are known by hand."
 
 import pytest
 
-from repro.errors import UserError
-from repro.report.build import default_claims_dir
-from repro.report.claims import load_claims
-from repro.report.comparisons import (
+from repro.claims.calculators.comparisons import (
     accuracy_drop,
     choice_by_phase,
     drop_grows,
     share_in_range,
     step_time_ratio,
 )
-from repro.report.published import PublishedTable, render_table
-from repro.report.series import MissingRun, NotMeasurable
+from repro.claims.claims_file import load_claims
+from repro.claims.published import PublishedTable, render_table
+from repro.errors import UserError
+from repro.report.build import default_claims_dir
+from repro.track.series import MissingRun, NotMeasurable
 from tests.unit.report_data import make_run, seeded
 
 SCHEDULE = {"network": {"schedule": [{"from_epoch": e} for e in (0.0, 3.0, 6.0)]}}

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
+from repro.claims.verdict_rules import Rule
+from repro.claims.verdicts import evaluate
 from repro.errors import UserError
-from repro.report.seeds import evaluate
-from repro.report.verdict_rules import Rule
 from tests.unit.report_data import claim_dict, claims_file, seeded
 
 

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
+from repro.claims.claims_file import load_claims
+from repro.claims.figure_specs import SweepFrontSpec
 from repro.report.build import default_claims_dir
-from repro.report.claims import load_claims
-from repro.report.sweep_front import SweepFrontSpec, chosen_shares, draw_sweep_front
+from repro.report.sweep_front import chosen_shares, draw_sweep_front
 from repro.sweep.spec import load_spec
 from repro.sweep.storage import open_storage
 from repro.track.runs import RunData

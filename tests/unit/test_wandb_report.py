@@ -7,24 +7,20 @@ from pathlib import Path
 import wandb_workspaces.reports.v2 as wr
 import yaml
 
+from repro.claims.claims_file import load_claims
+from repro.claims.figure_specs import FigureSpec
+from repro.claims.verdicts import evaluate, model_checks, outcomes
 from repro.cli import main as cli_main
 from repro.report.build import ordered, select_runs
-from repro.report.claims import load_claims
 from repro.report.colours import colour_for
-from repro.report.plots import FigureSpec, axis_label
+from repro.report.plots import axis_label
 from repro.report.report_cli import main as report_main
-from repro.report.seeds import evaluate, model_checks, outcomes
 from repro.report.summary import plain_verdict
-from repro.report.wandb_publish import SPEC_FILE
-from repro.report.wandb_report import (
-    BAND,
-    TITLE_MAX,
-    build_spec,
-    figure_grids,
-    to_report,
-)
+from repro.report.wandb_spec import TITLE_MAX, build_spec, figure_grids
 from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
+from repro.track.wandb_publish import SPEC_FILE
+from repro.track.wandb_report import BAND, to_report
 from repro.track.wandb_run import Tracker
 from tests.unit.report_data import STEPS, adacomm_set, make_run, seeded
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from repro.report.calculators import Measurement, calculator, run_labelled
-from repro.report.series import NotMeasurable, Run, curve, first_reach
+from repro.claims.calculators.registry import Measurement, calculator, run_labelled
+from repro.track.series import NotMeasurable, Run, curve, first_reach
 
 
 def _g(v: float) -> str:

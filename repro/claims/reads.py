@@ -1,7 +1,7 @@
 """The run labels a claim reads, derived from its calculator's params.
 
 Seeds are added to an undecided claim's runs only (`repro.reproduce.more_seeds`), and a claim
-is judged on the seeds at which every run it reads exists (`repro.report.seeds`), so both
+is judged on the seeds at which every run it reads exists (`repro.claims.verdicts`), so both
 need the labels a calculator will look at without running it. Calculators name their runs
 by a few params, whatever the calculator: `run` and `reference` (one label each),
 `pattern` (a regular expression over whole labels), `families` with `mild` and `harsh`
@@ -18,16 +18,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from repro.report.by_setting import select_where
-from repro.report.calculators import CALCULATORS
-from repro.report.series import Run, Seeded, any_seed, seeds_of
+from repro.claims.calculators.by_setting import select_where
+from repro.claims.calculators.registry import registered
+from repro.track.series import Run, Seeded, any_seed, seeds_of
 
 
 def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Run]) -> set[str]:
     """The labels `calculator` with params `given` (its defaults filling the rest) reads
     among `runs` (label -> a run of that label, for its config), plus the labels it names
     that have no run yet."""
-    signature = inspect.signature(CALCULATORS[calculator]).parameters.values()
+    signature = inspect.signature(registered()[calculator]).parameters.values()
     params = {p.name: p.default for p in signature if p.default is not inspect.Parameter.empty}
     params.update(given)
     labels = {str(params[key]) for key in ("run", "reference") if key in params}

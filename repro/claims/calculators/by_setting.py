@@ -13,10 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from repro.claims.calculators.registry import (
+    Measurement,
+    calculator,
+    run_labelled,
+    seconds_per_step,
+)
 from repro.netmodel.cost import Link, ring_allreduce, tree_allreduce
 from repro.netmodel.schedule import gbps_to_Bps
-from repro.report.calculators import Measurement, calculator, run_labelled, seconds_per_step
-from repro.report.series import (
+from repro.track.series import (
     MissingRun,
     NotMeasurable,
     Run,

@@ -9,9 +9,9 @@ A claim whose published value is a number is judged on a `band` around it, fixed
 paper's numbers before any result is seen; a claim the paper states only qualitatively keeps
 a direction rule in `verdict.reproduced`. Either may have a wider `verdict.partly`. The file
 is refused when loaded if a band is missing, has no reason, a bound that is not finite, or
-is inverted (`repro.report.verdict_rules`). `seed_cap` (per file, optionally per claim) is
+is inverted (`repro.claims.verdict_rules`). `seed_cap` (per file, optionally per claim) is
 the most seeds a claim's runs get while its interval straddles a band edge; how seeds
-combine into a verdict is `repro.report.seeds`.
+combine into a verdict is `repro.claims.verdicts`.
 """
 
 from __future__ import annotations
@@ -22,22 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.claims.calculators.registry import check_params, registered
+from repro.claims.choices import Choice
+from repro.claims.claim_checks import check_cap, check_magnitudes
+from repro.claims.figure_specs import FigureSpec, SweepFrontSpec
+from repro.claims.findings import Finding, check_findings
+from repro.claims.published import PublishedTable
+from repro.claims.verdict_rules import Rule, band_rule
 from repro.errors import UserError
-from repro.report import (  # noqa: F401  (registers their calculators)
-    by_setting,
-    comparisons,
-    time_to_target,
-)
-from repro.report.calculators import CALCULATORS, check_params
-from repro.report.choices import Choice
-from repro.report.claim_checks import check_cap, check_magnitudes
-from repro.report.findings import Finding, check_findings
-from repro.report.plots import FigureSpec
-from repro.report.published import PublishedTable
-from repro.report.series import Run, natural_key
-from repro.report.sweep_front import SweepFrontSpec
-from repro.report.verdict_rules import Rule, band_rule
 from repro.spec_loader import build, load, read_yaml
+from repro.track.series import Run, natural_key
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
@@ -131,7 +125,7 @@ class Claim:
 
     def measure(self, runs: Mapping[str, Run]) -> Any:
         """Run the claim's calculator on one seed's runs keyed by label."""
-        return CALCULATORS[self.metric["calculator"]](runs, **(self.metric.get("params") or {}))
+        return registered()[self.metric["calculator"]](runs, **(self.metric.get("params") or {}))
 
     def judge(self, ours: float | bool) -> str:
         """The verdict of one value: inside the band (or reproduced rule), the partly rule, or

@@ -11,15 +11,16 @@ do. The generator is seeded, so a report built twice from the same runs says the
 Values may be infinite ("never reached a target"): a resample holding one has an infinite
 mean, so an interval can end at inf, and a claim whose band it must lie inside is then
 undecided or failed rather than averaged into a finite number. A single seed has no spread to
-resample: its interval is None (see `repro.report.seeds` for what the verdict says).
+resample: its interval is None (see `repro.claims.verdicts` for what the verdict says).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from repro.claims.result import Interval
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,15 +28,6 @@ if TYPE_CHECKING:
 LEVEL = 0.95
 RESAMPLES = 10_000
 RNG_SEED = 20_211_206  # fixed, so that a report repeats; any value would do
-
-
-@dataclass(frozen=True)
-class Interval:
-    """The mean of the values and its percentile-bootstrap interval [low, high]."""
-
-    mean: float
-    low: float
-    high: float
 
 
 def _percentile(ordered: np.ndarray, q: float) -> float:

@@ -3,7 +3,7 @@
 Where a claim does not reproduce in the paper's regime the report says so and why. The
 verdict is computed; the why is analysis, written after the runs into the claims file's
 `findings` list: the claim, the scale, the verdicts it explains and the text, whose numbers
-are slots filled from the runs when the report is built (`repro.report.slots`),
+are slots filled from the runs when the report is built (`repro.claims.slots`),
 so no re-run can contradict the table above it. Bands and regimes are fixed before results
 and never move; a finding moves nothing, it only explains. It is bound to the verdicts it was
 written for: when a re-run changes the verdict, the report says the analysis is for another
@@ -13,22 +13,19 @@ outcome instead of showing a stale reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from repro.errors import UserError
-from repro.pages.writer import Table
-from repro.report.choices import require_texts
-from repro.report.series import Seeded
-from repro.report.slots import (
+from repro.claims.choices import require_texts
+from repro.claims.result import ClaimResult
+from repro.claims.slots import (
     Computed,
     check_slots,
     check_values,
     compute_values,
     fill,
 )
-
-if TYPE_CHECKING:
-    from repro.report.seeds import ClaimResult
+from repro.errors import UserError
+from repro.pages.writer import Table
+from repro.track.series import Seeded
 
 # verdicts that ask for a reason; "reproduced" needs none, "not run" and the like say theirs
 EXPLAINED = ("partly", "undecided", "inconclusive", "not reproduced")

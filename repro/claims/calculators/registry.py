@@ -2,30 +2,32 @@
 
 Each calculator is a plain function `(runs, **params) -> Measurement`, where `runs` maps a
 run's label (`experiment.label`) to the run read back from disk. Claims files name a
-calculator and its params; `CALCULATORS` is the registry they are looked up in. A calculator
-raises `MissingRun` when a run it needs is absent and `NotMeasurable` when the runs lack a
-metric or setting, so a claim can say "not run" and why instead of failing the report.
+calculator and its params; `registered()` is the registry they are looked up in. A
+calculator raises `MissingRun` when a run it needs is absent and `NotMeasurable` when the
+runs lack a metric or setting, so a claim can say "not run" and why instead of failing the
+report.
 
-This module holds the registry, the check of a calculator's params, and the calculators of
-one run's final value or of two runs' ratio. The others live in `time_to_target`,
-`by_setting` and `comparisons` and register themselves when imported, so a module that looks
-a calculator up by name imports those too.
+This module holds the registry, the check of a calculator's params and the helpers the
+calculators share. The calculators live in the other modules of `repro.claims.calculators`
+and register themselves when imported; `registered()` imports every module of the package,
+as `repro.strategies.base.registered` does for the methods, so adding a calculator is adding
+a module and nothing lists them.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from repro.errors import UserError
-from repro.report.series import (
+from repro.track.series import (
     CLOCKS,
     MissingRun,
-    NotMeasurable,
     Run,
-    curve,
     final,
     final_step,
     x_metric,
@@ -41,17 +43,27 @@ class Measurement:
 
 
 Calculator = Callable[..., Measurement]
-CALCULATORS: dict[str, Calculator] = {}
+_REGISTRY: dict[str, Calculator] = {}
 
 
 def calculator(name: str) -> Callable[[Calculator], Calculator]:
     """Register a calculator under the name claims files use."""
 
     def wrap(fn: Calculator) -> Calculator:
-        CALCULATORS[name] = fn
+        _REGISTRY[name] = fn
         return fn
 
     return wrap
+
+
+def registered() -> dict[str, Calculator]:
+    """Every calculator by name, discovered by importing each module of
+    `repro.claims.calculators` (a module registers its calculators when imported)."""
+    import repro.claims.calculators as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    return dict(_REGISTRY)
 
 
 # Allowed values of the params that several calculators share; checked when a claims file is
@@ -66,10 +78,11 @@ CHOICES = {
 
 def check_params(name: str, params: Mapping[str, Any]) -> None:
     """UserError unless `params` fit calculator `name`'s signature and allowed values."""
-    if name not in CALCULATORS:
-        raise UserError(f"calculator '{name}' is not one of {sorted(CALCULATORS)}")
+    calculators = registered()
+    if name not in calculators:
+        raise UserError(f"calculator '{name}' is not one of {sorted(calculators)}")
     try:
-        inspect.signature(CALCULATORS[name]).bind({}, **params)
+        inspect.signature(calculators[name]).bind({}, **params)
     except TypeError as err:
         raise UserError(f"params for '{name}': {err}") from None
     for key, allowed in CHOICES.items():
@@ -91,36 +104,3 @@ def run_labelled(runs: Mapping[str, Run], label: str) -> Run:
 def seconds_per_step(run: Run, clock: str = "modeled") -> float:
     """Mean seconds per step on a clock: the last logged time over the last logged step."""
     return final(run, x_metric(clock)) / final_step(run)
-
-
-@calculator("final_metric")
-def final_metric(runs: Mapping[str, Run], run: str, metric: str, smooth: int = 1) -> Measurement:
-    """The last smoothed value of `metric` in run `run`."""
-    value = final(run_labelled(runs, run), metric, smooth)
-    return Measurement(value, f"mean of the last {smooth} points")
-
-
-@calculator("metric_ratio")
-def metric_ratio(
-    runs: Mapping[str, Run], run: str, reference: str, metric: str, smooth: int = 1
-) -> Measurement:
-    """final(run) / final(reference) of one metric, both smoothed alike."""
-    ours = final(run_labelled(runs, run), metric, smooth)
-    ref = final(run_labelled(runs, reference), metric, smooth)
-    if ref == 0:
-        raise NotMeasurable(f"'{reference}' ends with {metric} = 0; the ratio is undefined")
-    return Measurement(ours / ref, f"{run} {ours:.4g} / {reference} {ref:.4g}")
-
-
-@calculator("monotone_decrease")
-def monotone_decrease(runs: Mapping[str, Run], run: str, metric: str = "method/tau") -> Measurement:
-    """The share of the changes of `metric` that are decreases; 0 unless it ends lower.
-
-    1.0 means the metric only ever stepped down (AdaComm's tau as the loss falls).
-    """
-    _, ys = curve(run_labelled(runs, run), metric)
-    changes = [b - a for a, b in zip(ys, ys[1:], strict=False) if b != a]
-    downs = sum(1 for d in changes if d < 0)
-    value = downs / len(changes) if changes and ys[-1] < ys[0] else 0.0
-    note = f"{metric} {ys[0]:.4g} -> {ys[-1]:.4g}; {downs} of {len(changes)} changes are decreases"
-    return Measurement(value, note)

@@ -3,7 +3,7 @@
 A reproduction runs every label for several seeds; the report holds its runs as
 label -> seed -> run (`Seeded`). A claim's calculator runs once per seed on that seed's runs
 (label -> run); the claim's value is the mean of the per-seed values, and its 95%
-percentile-bootstrap interval (`repro.report.bootstrap`) says how far other seeds could move
+percentile-bootstrap interval (`repro.claims.bootstrap`) says how far other seeds could move
 that mean. An outcome claim's verdict places the interval against the band (or direction
 rule) and the wider partly rule:
 
@@ -27,73 +27,15 @@ its worst seed's, and it is never counted among the reproductions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from repro.pages.writer import fmt
-from repro.report.bootstrap import Interval, mean_interval
-from repro.report.claims import Claim
-from repro.report.reads import seeds_read
-from repro.report.series import MissingRun, NotMeasurable, Seeded, at_seed
+from repro.claims.bootstrap import mean_interval
+from repro.claims.claims_file import Claim
+from repro.claims.reads import seeds_read
+from repro.claims.result import ClaimResult, Interval
+from repro.track.series import MissingRun, NotMeasurable, Seeded, at_seed
 
 ORDER = ("not reproduced", "partly", "reproduced")
-
-
-@dataclass(frozen=True)
-class ClaimResult:
-    """A claim with our value (the mean over seeds; None when not computed), its interval,
-    its verdict, each seed's value, and how we got there. `edge` is the band or partly edge
-    an undecided interval straddles; `magnitude` what the claim's magnitude claims say when
-    one of them is not reproduced."""
-
-    claim: Claim
-    ours: float | None
-    verdict: str
-    note: str
-    per_seed: dict[int, float] = field(default_factory=dict)
-    seed_verdicts: dict[int, str] = field(default_factory=dict)
-    interval: Interval | None = None
-    edge: float | None = None
-    magnitude: str = ""
-
-    @property
-    def seeds(self) -> int:
-        return len(self.per_seed)
-
-    def ci_text(self) -> str:
-        if self.interval is None:
-            return "—"
-        return f"[{fmt(self.interval.low)}, {fmt(self.interval.high)}]"
-
-    def verdict_text(self) -> str:
-        """The verdict as the tables show it, with the seeds and interval where undecided,
-        and what a failed magnitude claim says."""
-        text = self.verdict
-        seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
-        if self.verdict == "undecided":
-            text = f"undecided at {seeds}"
-        elif self.verdict == "inconclusive":
-            text = f"inconclusive at {seeds}, CI {self.ci_text()}"
-        return f"{text}; {self.magnitude}" if self.magnitude else text
-
-    def ours_text(self, unit: str) -> str:
-        """The mean with its unit and 95% interval."""
-        if self.ours is None:
-            return "—"
-        text = fmt(self.ours)
-        if unit and text not in ("never reached", "undefined"):
-            text += f" {unit}"
-        return text + (f" (95% CI {self.ci_text()})" if self.interval else "")
-
-    def per_seed_text(self) -> str:
-        """Each seed's value, with its verdict when a model check's seeds disagree."""
-        disagree = len(set(self.seed_verdicts.values())) > 1
-        parts = []
-        for seed, value in self.per_seed.items():
-            text = f"seed {seed}: {fmt(value)}"
-            if disagree:
-                text += f" ({self.seed_verdicts[seed]})"
-            parts.append(text)
-        return "; ".join(parts) or "—"
 
 
 def place(claim: Claim, low: float, high: float) -> tuple[str, float | None]:
@@ -142,7 +84,7 @@ def _measure(claim: Claim, runs: Seeded, seeds: list[int]) -> tuple[dict[int, fl
 
 def claim_seeds(claim: Claim, runs: Seeded) -> list[int]:
     """The seeds a claim is judged on: those at which every run it reads exists
-    (`repro.report.reads.seeds_read`)."""
+    (`repro.claims.reads.seeds_read`)."""
     return seeds_read(claim.metric["calculator"], claim.metric.get("params") or {}, runs)
 
 

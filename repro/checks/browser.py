@@ -1,6 +1,6 @@
 """Check report pages in a real browser: headless Chromium at a 1,280 px window.
 
-For every HTML page, after it has loaded (`repro.report.devtools` drives the browser):
+For every HTML page, after it has loaded (`repro.checks.devtools` drives the browser):
 * no horizontal overflow: the page is no wider than the window (a table wider than the body
   must scroll inside its own box); the failure names the widest element and its section;
 * every `<img>` has loaded (`complete` and `naturalWidth > 0`);
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from repro.checks.devtools import WIDTH, DevTools, find_browser
 from repro.errors import UserError
-from repro.report.devtools import WIDTH, DevTools, find_browser
 
 __all__ = ["PageCheck", "check_pages", "find_browser", "html_pages", "main"]
 

@@ -1,4 +1,4 @@
-"""A paper's reproduction as a W&B Report: its spec (plain JSON) and the Report built from it.
+"""A paper's reproduction as the spec (plain JSON) of a W&B Report.
 
 The Report says what the local report says, over the reproduction's run group
 (`<paper>_<scale>`) on the server, in the order a reader asks: the page's summary table
@@ -20,36 +20,38 @@ clock and steps. Figures of one number per run
 
 The spec is what `repro report PAPER --publish` saves beside the local report
 (`wandb_report.json`), so that a Report built offline can be published later with
-`repro report publish PATH` (`repro.report.wandb_publish`): it holds text, tables as
-Markdown, and panels as plain data, and needs no server to build. `to_report` turns it into
-a `wandb_workspaces` Report once the entity is known.
+`repro report publish PATH`: it holds text, tables as Markdown, and panels as plain data,
+and needs no server to build. It is written here, beside the pages, from the same tables;
+the tracker turns it into a Report and saves it (`repro.track.wandb_report`,
+`repro.track.wandb_publish`), reading nothing of the report package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-import wandb_workspaces.reports.v2 as wr
-
-from repro.errors import UserError
+from repro.claims.choices import choices_table
+from repro.claims.claims_file import ClaimsFile, load_claims
+from repro.claims.figure_specs import FigureSpec
+from repro.claims.findings import findings_table
+from repro.claims.result import ClaimResult
+from repro.claims.verdicts import VERDICTS_TEXT, evaluate, model_checks, summary
 from repro.pages.writer import Table, fmt, markdown_table
-from repro.report.choices import choices_table
-from repro.report.claims import ClaimsFile
+from repro.report.build import ordered, select_runs
 from repro.report.colours import colour_for
-from repro.report.findings import findings_table
 from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, setup_table
-from repro.report.plots import FigureSpec, axis_label, resolve_reference
-from repro.report.seeds import VERDICTS_TEXT, ClaimResult, model_checks, summary
-from repro.report.series import Seeded, cfg, seeds_of, x_metric
+from repro.report.plots import axis_label, resolve_reference
 from repro.report.summary import summary_table
 from repro.sweep.tuned import tuning_table
+from repro.track.runs import find_runs
+from repro.track.series import Seeded, cfg, every_run, seeds_of, x_metric
+from repro.track.wandb_publish import publish_spec
+from repro.track.wandb_report import SPEC_FORMAT
 
-SPEC_FORMAT = "repro wandb report spec 1"
 TITLE_MAX = 128  # wandb refuses longer report titles
 BOTH_CLOCKS = ("time/modeled_s", "step")
-GROUP_BY = "experiment.label"  # a run's label within its set: one group per method
-BAND = "minmax"  # the band spans the lowest to the highest seed
 CURVES_TEXT = (
     "Each line is one run of the set: the mean over its seeds, with a band from the lowest "
     "to the highest seed (runs grouped by experiment.label). Clocks: "
@@ -207,61 +209,15 @@ def build_spec(
     }
 
 
-def _panel_grid(block: Mapping[str, Any], entity: str, project: str) -> wr.PanelGrid:
-    group = block["group"]
-    ids = ", ".join(f"'{run_id}'" for run_id in block["run_ids"])
-    filters = f"Group = '{group}' and ID in [{ids}]"
-    name = f"{group}: {block['title']}"
-    runset = wr.Runset(
-        entity=entity, project=project, name=name, filters=filters, groupby=[f"config.{GROUP_BY}"]
-    )
-    panels: list = [
-        wr.LinePlot(
-            title=line["title"],
-            x=line["x"],
-            y=[line["y"]],
-            log_x=line["log_x"] or None,
-            log_y=line["log_y"] or None,
-            title_x=line["title_x"],
-            title_y=line["title_y"],
-            groupby=wr.Config(GROUP_BY),
-            groupby_aggfunc="mean",
-            groupby_rangefunc=BAND,
-            max_runs_to_show=len(block["colours"]),
-        )
-        for line in block["lines"]
-    ]
-    if block["references"]:
-        text = "**Reference lines**\n\n" + "\n".join(f"- {r}" for r in block["references"])
-        panels.append(wr.MarkdownPanel(markdown=text))
-    colours = {
-        wr.RunsetGroup(name, (wr.RunsetGroupKey(wr.Config(GROUP_BY), label),)): colour
-        for label, colour in block["colours"].items()
-    }
-    return wr.PanelGrid(runsets=[runset], panels=panels, custom_run_colors=colours)
-
-
-def to_report(spec: Mapping[str, Any], entity: str) -> wr.Report:
-    """The `wandb_workspaces` Report of a spec from `build_spec`, not saved."""
-    project = spec["project"]
-    blocks: list = []
-    for block in spec["blocks"]:
-        kind = block["kind"]
-        if kind == "p":
-            blocks.append(wr.P(block["text"]))
-        elif kind == "h2":
-            blocks.append(wr.H2(block["text"]))
-        elif kind == "markdown":
-            blocks.append(wr.MarkdownBlock(block["text"]))
-        elif kind == "panels":
-            blocks.append(wr.H3(block["title"]))
-            blocks.append(_panel_grid(block, entity, project))
-        else:
-            raise UserError(f"wandb report spec: unknown block kind {kind!r}")
-    return wr.Report(
-        project=project,
-        entity=entity,
-        title=spec["title"],
-        description=spec["description"],
-        blocks=blocks,
-    )
+def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, out_dir: Path) -> str:
+    """Save the spec of `paper`'s Report in `out_dir` and publish it when a key and a server
+    exist (`repro report PAPER --publish`); the one line that says which happened."""
+    claims = load_claims(paper, claims_dir)
+    chosen, runs, _ = select_runs(find_runs(runs_root), paper, scale, str(runs_root))
+    runs = ordered(claims, runs)
+    first = every_run(runs)[0][2]
+    project = cfg(first, "tracking.project") or "repro"
+    entity = cfg(first, "tracking.entity") or None
+    results = evaluate(claims.claims, runs, chosen)
+    spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
+    return publish_spec(spec, out_dir)

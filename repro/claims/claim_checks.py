@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from repro.errors import UserError
 
 if TYPE_CHECKING:
-    from repro.report.claims import Claim, ClaimsFile
+    from repro.claims.claims_file import Claim, ClaimsFile
 
 
 def check_cap(cap: Any, where: str) -> None:

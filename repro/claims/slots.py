@@ -20,12 +20,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from repro.claims.bootstrap import mean_interval
+from repro.claims.calculators.registry import check_params, registered
+from repro.claims.reads import seeds_read
 from repro.errors import UserError
 from repro.pages.writer import fmt
-from repro.report.bootstrap import mean_interval
-from repro.report.calculators import CALCULATORS, check_params
-from repro.report.reads import seeds_read
-from repro.report.series import NotMeasurable, Seeded, at_seed
+from repro.track.series import NotMeasurable, Seeded, at_seed
 
 FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
 SLOT = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
@@ -110,7 +110,7 @@ def compute_values(values: Mapping[str, Mapping], runs: Seeded) -> dict[str, Com
     """Each named value per seed, with the calculators claims use."""
     out = {}
     for name, spec in values.items():
-        fn = CALCULATORS[spec["calculator"]]
+        fn = registered()[spec["calculator"]]
         try:
             per_seed = {
                 seed: float(fn(at_seed(runs, seed), **(spec.get("params") or {})).value)

@@ -16,8 +16,13 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from repro.report.calculators import Measurement, calculator, run_labelled, seconds_per_step
-from repro.report.series import MissingRun, NotMeasurable, Run, cfg, final, points
+from repro.claims.calculators.registry import (
+    Measurement,
+    calculator,
+    run_labelled,
+    seconds_per_step,
+)
+from repro.track.series import MissingRun, NotMeasurable, Run, cfg, final, points
 
 
 def matching(runs: Mapping[str, Run], pattern: str) -> dict[str, Run]:

@@ -3,7 +3,7 @@
 Chromium talks DevTools over a pipe (`--remote-debugging-pipe`: it reads commands on fd 3
 and writes replies and events on fd 4, each JSON message ending in a NUL byte), so no port,
 websocket library or network is involved. One browser, attached to one page target, serves
-every page a check opens (`repro.report.browser`).
+every page a check opens (`repro.checks.browser`).
 """
 
 from __future__ import annotations

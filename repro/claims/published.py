@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from repro.errors import UserError
 from repro.pages.writer import Table, fmt
-from repro.report.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
 from repro.spec_loader import build
+from repro.track.series import NotMeasurable, Run, Seeded, cfg, final, final_step, points
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Publishing a reproduction's W&B Report now, or saving it to publish later.
 
 `repro report PAPER --publish` writes the local report, then saves the Report's spec
-(`repro.report.wandb_report.build_spec`) beside it as `wandb_report.json` and publishes it
+(`repro.report.wandb_spec.build_spec`) beside it as `wandb_report.json` and publishes it
 when a key and a reachable server exist. Without either (a laptop offline, a cluster node
 with no key) the local report still stands: the command says in one line what it saved and
 the one command that publishes it later, `repro report publish PATH`, and exits 0.
@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from repro.errors import UserError
-from repro.report.wandb_report import SPEC_FORMAT, build_spec, to_report
+from repro.track.wandb_report import SPEC_FORMAT, to_report
 
 SPEC_FILE = "wandb_report.json"
 
@@ -117,23 +117,9 @@ def _publish(api: Any, spec: dict[str, Any]) -> str:
     return report.url
 
 
-def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, out_dir: Path) -> str:
-    """Save the spec of `paper`'s Report in `out_dir` and publish it when a key and a server
-    exist; the one line that says which happened."""
-    from repro.report.build import ordered, select_runs
-    from repro.report.claims import load_claims
-    from repro.report.seeds import evaluate
-    from repro.report.series import cfg, every_run
-    from repro.track.runs import find_runs
-
-    claims = load_claims(paper, claims_dir)
-    chosen, runs, _ = select_runs(find_runs(runs_root), paper, scale, str(runs_root))
-    runs = ordered(claims, runs)
-    first = every_run(runs)[0][2]
-    project = cfg(first, "tracking.project") or "repro"
-    entity = cfg(first, "tracking.entity") or None
-    results = evaluate(claims.claims, runs, chosen)
-    spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
+def publish_spec(spec: dict[str, Any], out_dir: Path) -> str:
+    """Save `spec` in `out_dir` and publish it when a key and a server exist; the one line
+    that says which happened."""
     path = save_spec(spec, out_dir)
     api, missing = api_or_missing()
     if api is not None:
