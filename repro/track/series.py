@@ -1,9 +1,10 @@
 """Reading numbers out of a run read back from disk: config paths, labels, metric curves.
 
 Everything here works on any object with the attributes of `repro.track.runs.RunData`
-(`name`, `group`, `config`, `history`, `summary`), so the report engine depends only on what
-the run reader returns, never on a live training process. A reproduction's runs are held as
-label -> seed -> run (`Seeded`); a calculator sees one seed's runs, label -> run.
+(`name`, `group`, `config`, `history`, `summary`), so the claims' calculators and the
+report's figures depend only on what the run reader returns, never on a live training
+process. A reproduction's runs are held as label -> seed -> run (`Seeded`); a calculator
+sees one seed's runs, label -> run.
 
 A logged training loss is a mean over workers of the mini-batch losses since the previous
 point, so it still carries mini-batch noise; curves and final values used in claims can be
@@ -22,7 +23,7 @@ CLOCKS = {"step": "step", "modeled": "time/modeled_s", "wall": "time/wall_s"}
 
 
 class Run(Protocol):
-    """The attributes of a run that the report engine reads."""
+    """The attributes of a run that the calculators and figures read."""
 
     run_id: str
     name: str

@@ -1,6 +1,9 @@
 """Calculators against values computed by hand from the closed-form runs of `report_data`."""
 
+import ast
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -8,6 +11,7 @@ from repro.claims.calculators.by_setting import comm_seconds_per_step, speedup_v
 from repro.claims.calculators.final_values import final_metric, metric_ratio, monotone_decrease
 from repro.claims.calculators.time_to_target import steps_to_target, time_to_target_ratio
 from repro.track.series import MissingRun, NotMeasurable, trailing_mean
+from tests.helpers import REPO
 from tests.unit.report_data import by_label, make_run
 
 
@@ -133,3 +137,15 @@ def test_missing_run_and_metric_raise(runs):
         trend(runs, {"method.name": "topk"}, "method.cr", "train/loss", "increasing")
     with pytest.raises(NotMeasurable, match="logged no 'method/cr'"):
         final_metric(runs, "sync", "method/cr")
+
+
+def test_every_calculator_module_is_found_with_no_list_of_them():
+    """A fresh interpreter that imports only the registry finds the calculators of every
+    module of `repro.claims.calculators`: adding a calculator is adding a module."""
+    code = "from repro.claims.calculators.registry import registered; print(sorted(registered()))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    found = ast.literal_eval(out.stdout)
+    one_per_module = ["final_metric", "time_to_target_ratio", "trend", "step_time_ratio"]
+    assert set(one_per_module) <= set(found)

@@ -7,7 +7,7 @@ from repro.claims.calculators.registry import registered
 from repro.claims.reads import labels_read
 from repro.claims.verdicts import claim_seeds, evaluate
 from tests.unit.report_data import claim_dict, claims_file, make_run, seeded
-from tests.unit.test_report_bands import CASES
+from tests.unit.test_claims_bands import CASES
 
 
 class Recording:
@@ -24,7 +24,7 @@ class Recording:
 
 @pytest.mark.parametrize("name", sorted(registered()))
 def test_labels_read_are_the_labels_every_registered_calculator_reads(name):
-    assert name in CASES, f"calculator {name} needs a case in test_report_bands.CASES"
+    assert name in CASES, f"calculator {name} needs a case in test_claims_bands.CASES"
     make, params, _ = CASES[name]
     runs = {r.config["experiment"]["label"]: r for r in make()}
     seen: set[str] = set()
