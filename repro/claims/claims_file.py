@@ -11,7 +11,9 @@ a direction rule in `verdict.reproduced`. Either may have a wider `verdict.partl
 is refused when loaded if a band is missing, has no reason, a bound that is not finite, or
 is inverted (`repro.claims.verdict_rules`). `seed_cap` (per file, optionally per claim) is
 the most seeds a claim's runs get while its interval straddles a band edge; how seeds
-combine into a verdict is `repro.claims.verdicts`.
+combine into a verdict is `repro.claims.verdicts`. A direction-only claim may name the
+banded outcome claims on the same runs (`magnitude`), so that its row says when the
+direction holds while the size the paper reports does not.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import Any
 
 from repro.claims.calculators.registry import check_params, registered
 from repro.claims.choices import Choice
-from repro.claims.claim_checks import check_cap, check_magnitudes
 from repro.claims.figure_specs import FigureSpec, SweepFrontSpec
 from repro.claims.findings import Finding, check_findings
 from repro.claims.published import PublishedTable
@@ -208,6 +209,38 @@ class ClaimsFile:
             if match:
                 return str(name).format(match.group(0), *match.groups())
         return label
+
+
+def check_cap(cap: Any, where: str) -> None:
+    if cap is None:
+        raise UserError(
+            f"{where} is missing; add {where.rsplit(' ', 1)[-1]}: N (e.g. 10), the most seeds a "
+            "claim's runs get before an undecided verdict is called inconclusive, written "
+            "before any result"
+        )
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise UserError(
+            f"{where}={cap!r} must be an integer >= 1: the most seeds a claim's runs get "
+            "before an undecided verdict is called inconclusive (e.g. 10)"
+        )
+
+
+def check_magnitudes(claims: list[Claim]) -> None:
+    """A claim's `magnitude` names other outcome claims of the file, with a band."""
+    by_id = {c.id: c for c in claims}
+    for claim in claims:
+        for other in claim.magnitude:
+            target = by_id.get(other)
+            if target is None or other == claim.id:
+                raise UserError(
+                    f"claim '{claim.id}': magnitude names '{other}', which is not another "
+                    f"claim of this file; name claims among {', '.join(sorted(by_id))}"
+                )
+            if target.band is None or target.kind != "outcome":
+                raise UserError(
+                    f"claim '{claim.id}': magnitude names '{other}', which is not an outcome "
+                    "claim with a band; name the banded claims on the same runs"
+                )
 
 
 def claim_where(i: int, data: Any) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from repro.claims.claim_checks import check_caps_for_scale
 from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
 from repro.claims.result import ClaimResult
+from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.verdicts import evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown

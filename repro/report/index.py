@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from repro.claims.claim_checks import check_caps_for_scale
 from repro.claims.claims_file import SCALES, ClaimsFile, known_papers, load_claims
 from repro.claims.result import ClaimResult
+from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page

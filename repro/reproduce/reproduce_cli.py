@@ -67,8 +67,8 @@ def main(argv: list[str]) -> int:
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also = None, Path(args.claims or "."), ""
     if not args.no_report:
-        from repro.claims.claim_checks import check_seed_caps
         from repro.claims.claims_file import load_claims
+        from repro.claims.seed_caps import check_seed_caps
         from repro.report.build import default_claims_dir
         from repro.reproduce.more_seeds import most_added
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repro.claims.claim_checks import check_caps_for_scale
 from repro.claims.claims_file import ClaimsFile
+from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time
 from repro.errors import UserError
