@@ -1,6 +1,6 @@
 """The checks a tuning search makes before any trial runs, on its spec and its run set.
 
-`repro.sweep.tune_run` calls them before the journal exists, so a refused spec leaves
+`repro.sweep.launch` calls them before the journal exists, so a refused spec leaves
 nothing behind: every label of the run set must be in an arm or untuned (and no arm may
 name a label the run set lacks), and every arm with trials left must compose at both ends
 of its space, which also tells whether the trials can run side by side.

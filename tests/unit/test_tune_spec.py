@@ -140,7 +140,7 @@ def test_metric_objective_scores_final_value_or_the_diverged_score():
 
 
 def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
-    from repro.sweep.tune_run import expected_line
+    from repro.sweep.launch import expected_line
 
     spec = spec_from_dict(tiny_raw(), "t.yaml")
     # 10 trials x 1 seed, 2 at a time: 0.5 min per run from the set's average -> 2.5 min
