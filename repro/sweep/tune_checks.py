@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from repro.errors import UserError
 from repro.sweep.tune_spec import STEPS_TO_TARGET, TuneSpec
-from repro.sweep.tune_study import trial_overrides
+from repro.sweep.tune_study import arm_trial_overrides
 
 
 def check_coverage(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
@@ -62,7 +62,7 @@ def probe_arms(spec: TuneSpec, runs: dict[str, list[str]], arms: list[str]) -> b
         for end in ("low", "high"):
             params = {p.key: getattr(p, end) for p in spec.space_of(arm)}
             try:
-                cfg = compose(trial_overrides(spec, runs, arm, params, spec.seeds[0]))
+                cfg = compose(arm_trial_overrides(spec, runs, arm, params, spec.seeds[0]))
             except UserError as err:
                 raise UserError(f"{where}: arms.{arm.name} at the {end} end: {err}") from None
             if spec.objective.metric == STEPS_TO_TARGET and cfg.trainer.target_acc <= 0:

@@ -31,7 +31,7 @@ from repro.errors import UserError
 from repro.locks import take
 from repro.sweep.space import format_override
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
-from repro.sweep.study import suggest
+from repro.sweep.study import suggest, trial_overrides
 from repro.sweep.tune_spec import STEPS_TO_TARGET, ArmSpec, TuneObjective, TuneSpec
 
 
@@ -56,24 +56,13 @@ def open_journal(spec: TuneSpec) -> Any:
     return open_storage(Place(spec.study_dir))
 
 
-def trial_overrides(
+def arm_trial_overrides(
     spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict, seed: int
 ) -> list[str]:
-    """The run of `arm`'s label with `params` at `seed`, as a run set would compose it."""
-    return [
-        f"experiment={spec.experiment}",
-        f"experiment.label={arm.trained}",
-        *runs[arm.trained],
-        *spec.overrides,
-        *arm.overrides,
-        *(format_override(k, v) for k, v in params.items()),
-        f"seed={seed}",
-        f"runs_root={spec.study_dir / 'runs'}",
-        # the search's own wandb group: its trials are not the reproduction's runs
-        f"tracking.group=tune_{spec.experiment}",
-        f"tracking.tags=['tune','study:tune_{spec.experiment}','arm:{arm.name}']",
-        "trainer.progress=false",
-    ]
+    """The run of `arm`'s label with `params` at `seed`, its directory named by its config
+    under the search's `runs_root`."""
+    place = [f"seed={seed}", f"runs_root={spec.study_dir / 'runs'}", "trainer.progress=false"]
+    return trial_overrides(spec, params, place, f"arm:{arm.name}", arm, runs)
 
 
 def seed_score(objective: TuneObjective, cfg: Any, summary: dict | None) -> float:
@@ -99,7 +88,7 @@ def run_trial(
 
     scores, diverged, run_dirs = [], [], []
     for seed in spec.seeds:
-        cfg = compose(trial_overrides(spec, runs, arm, params, seed))
+        cfg = compose(arm_trial_overrides(spec, runs, arm, params, seed))
         run_dirs.append(str(run_dir_of(cfg)))
         try:
             summary = run_training(cfg)
