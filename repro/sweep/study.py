@@ -224,27 +224,36 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
     return study
 
 
-def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
-    """One worker: count, ask, run, until the budget is spent, the deadline passes or a stop
-    signal comes (its trial marked and queued again, `repro.sweep.stops`)."""
+def serve(work: Any, stopped: str = "") -> None:
+    """Run a worker's loop `work(stops)` (a sweep's or a tuning search's) on one thread, one
+    core per worker, with the stop signals caught: a stop ends the worker with the signal's
+    own exit, its trial already marked stopped (`repro.sweep.stops`). `stopped` names the
+    worker in the warning a SIGTERM leaves (on Ctrl-C the command says it in its one line)."""
     import torch
 
     torch.set_num_threads(1)
+    stops = StopSignals().install()
+    try:
+        work(stops)
+    except Stopped as stop:
+        if stopped and stop.name != "SIGINT":
+            log.warning("%s stopped by %s", stopped, stop.name)
+        raise stop.exit() from None
+    finally:
+        stops.restore()
+
+
+def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
+    """One worker: count, ask, run, until the budget is spent, the deadline passes or a stop
+    signal comes (its trial marked and queued again, `repro.sweep.stops`)."""
     storage = open_storage(spec)
     study = open_study(spec, storage)
     # Distinct seeds per worker and per resume: equal seeds would propose equal points.
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
-    stops = StopSignals().install()
-    try:
-        _work(spec, study, storage, locks, me, stops, deadline)
-    except Stopped as stop:
-        if stop.name != "SIGINT":  # Ctrl-C: the command says it in its one line
-            log.warning("sweep %s: worker %s stopped by %s", spec.name, me, stop.name)
-        raise stop.exit() from None
-    finally:
-        stops.restore()
+    work = functools.partial(_work, spec, study, storage, locks, me, deadline=deadline)
+    serve(work, f"sweep {spec.name}: worker {me}")
 
 
 def _work(

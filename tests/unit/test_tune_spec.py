@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.sweep.tune_checks import check_coverage
+from repro.sweep.launch import check_coverage
 from repro.sweep.tune_spec import load_tune_spec, spec_from_dict
 from repro.sweep.tune_study import search_of, seed_score
 
