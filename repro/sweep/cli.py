@@ -41,7 +41,8 @@ SPEC_DIR = REPO / "sweeps" / "tune"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=__doc__.split("\n")[0])
+    about = "`repro sweep`: run, continue, show and browse an Optuna sweep."
+    p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=about)
     p.add_argument(
         "action",
         nargs="?",
