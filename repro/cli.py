@@ -24,7 +24,7 @@ import sys
 
 from repro.errors import UserError
 
-# command -> module whose `main(argv) -> int` implements it
+# command -> module whose `main(argv) -> int` implements it, or module:function
 COMMANDS = {
     "train": "repro.cluster.train_cli",
     "reproduce": "repro.reproduce.reproduce_cli",
@@ -32,14 +32,16 @@ COMMANDS = {
     "runs": "repro.track.runs_cli",
     "cost": "repro.netmodel.cost_cli",
     "calibrate": "repro.netmodel.calibrate",
-    "sweep": "repro.sweep.sweep_cli",
-    "tune": "repro.sweep.tune_cli",
+    "sweep": "repro.sweep.cli",
+    "tune": "repro.sweep.cli:tune",
     "jobs": "repro.cluster.jobs_cli",
 }
 
 
 def available() -> dict[str, str]:
-    return {c: m for c, m in COMMANDS.items() if importlib.util.find_spec(m) is not None}
+    return {
+        c: m for c, m in COMMANDS.items() if importlib.util.find_spec(m.split(":")[0]) is not None
+    }
 
 
 def usage() -> str:
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         try:
-            return importlib.import_module(commands[cmd]).main(rest) or 0
+            module, _, function = commands[cmd].partition(":")
+            return getattr(importlib.import_module(module), function or "main")(rest) or 0
         finally:  # argparse's --help exits: flush here, where a closed pipe is caught
             sys.stdout.flush()
     except BrokenPipeError:

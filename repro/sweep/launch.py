@@ -1,8 +1,10 @@
-"""Starting a sweep: every check first, then K workers on the launcher the cluster group picks.
+"""Starting a sweep or a tuning search: every check first, then K workers (`Workers`).
 
 `repro sweep SPEC --workers K [--cluster NAME]`. The workers
 go where `repro.cluster.launcher.Workers` puts them for the `cluster` group of the spec's base
 config (or `NAME`): processes here, or one job array sharing the study's storage.
+`repro tune PAPER` (`run_tune`) is the same launch of a search of one study per arm, whose
+workers always run here, followed by its export to `configs/tuned/` (`repro.sweep.tuned`).
 
 Before any worker starts or any job is queued, in this order, so that a refused sweep leaves
 nothing behind (no study, no directory, no job):
@@ -17,14 +19,26 @@ nothing behind (no study, no directory, no job):
 
 and only then is the study created (or loaded, to continue it). A study that already has its
 `n_trials` runs nothing and queues no job.
+
+A tuning search is checked against its run set (every label in an arm or untuned) and every
+arm with trials left is composed at both ends of its space; on a new search this happens
+before the journal exists, so a refused spec leaves nothing behind. Its workers run on this
+machine, as many as there are cores and trials left when every trial runs simulated (one
+process and one thread each, as the simulated runs of a run set), else one. Once every arm
+has its trials, the chosen values are written atomically to `configs/tuned/<paper>_<scale>.yaml`;
+a search left unfinished writes nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from repro.cluster.jobs import JobRecord
@@ -34,6 +48,15 @@ from repro.schemas.cluster import ClusterConfig
 from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
 from repro.sweep.study import open_study, run_worker, tally
+from repro.sweep.tune_spec import STEPS_TO_TARGET, TuneSpec
+from repro.sweep.tune_study import (
+    arm_trial_overrides,
+    completed,
+    open_arm_study,
+    open_journal,
+    tune_worker,
+)
+from repro.sweep.tuned import TUNED_DIR, export_data, write_tuned
 
 log = logging.getLogger("repro.sweep")
 
@@ -74,13 +97,17 @@ def prepare_study(spec: SweepSpec, storage: Any) -> Any:
     return study
 
 
+def check_workers(workers: int | None) -> None:
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers={workers} must be at least 1")
+
+
 def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> list[JobRecord]:
     """Run (or continue) the study with `workers` workers where the cluster group says.
     Returns the queued jobs: none when the workers ran here to the end."""
     from repro.config import compose
 
-    if workers < 1:
-        raise UserError(f"--workers={workers} must be at least 1")
+    check_workers(workers)
     cfg = compose([*base_overrides(spec), *([f"cluster={cluster}"] if cluster else [])])
     check_storage_for(spec, cfg.cluster)
     check_config_keys(spec)
@@ -104,3 +131,112 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
         [functools.partial(run_worker, spec, i, deadline) for i in range(workers)],
         then=f"`repro sweep show {spec.source}`",
     )
+
+
+def check_coverage(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
+    """Refuse a spec that names a label the run set lacks or leaves one of its labels out."""
+    where = spec.source or "the tuning spec"
+    for label, arm in [*spec.labels().items(), *((u, "untuned") for u in spec.untuned)]:
+        if label not in runs:
+            raise UserError(
+                f"{where}: {arm} lists run {label}, which experiment={spec.experiment} does not "
+                f"have; its runs: {', '.join(runs)}"
+            )
+    for label in runs:
+        if label not in spec.labels() and label not in spec.untuned:
+            raise UserError(
+                f"{where}: run {label} of experiment={spec.experiment} is in no arm; add it to "
+                "an arm, or under untuned with the reason it keeps its configured values"
+            )
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """What a search needs of its run set: label -> overrides and the measured minutes per
+    run (0: not measured)."""
+
+    runs: dict[str, list[str]]
+    minutes_per_run: float
+
+
+def check_run_set(spec: TuneSpec) -> RunSet:
+    """The run set of `spec`, after `check_coverage`."""
+    from repro.config import compose
+
+    base = compose([f"experiment={spec.experiment}"])
+    runs = {label: list(ovs) for label, ovs in base.experiment.runs.items()}
+    check_coverage(spec, runs)
+    return RunSet(runs, base.experiment.expected_minutes / len(runs))
+
+
+def probe_arms(spec: TuneSpec, runs: dict[str, list[str]], arms: list[str]) -> bool:
+    """Compose each arm's trial at both ends of its space, so that a bad key or value fails
+    before any trial; returns whether every trial runs simulated (then side by side)."""
+    from repro.config import compose
+
+    where = spec.source or "the tuning spec"
+    simulated = True
+    for arm in (spec.arms[name] for name in arms):
+        for end in ("low", "high"):
+            params = {p.key: getattr(p, end) for p in spec.space_of(arm)}
+            try:
+                cfg = compose(arm_trial_overrides(spec, runs, arm, params, spec.seeds[0]))
+            except UserError as err:
+                raise UserError(f"{where}: arms.{arm.name} at the {end} end: {err}") from None
+            if spec.objective.metric == STEPS_TO_TARGET and cfg.trainer.target_acc <= 0:
+                raise UserError(
+                    f"{where}: arms.{arm.name} runs with trainer.target_acc=0, so "
+                    f"{STEPS_TO_TARGET} has no target; set one in the arm's overrides"
+                )
+            simulated = simulated and cfg.trainer.engine == "simulated"
+    return simulated
+
+
+def expected_line(spec: TuneSpec, left: int, workers: int, minutes_per_run: float) -> str:
+    """How long the `left` trials take here: from the spec's measured minutes per trial, else
+    the run set's measured minutes per run."""
+    runs = left * len(spec.seeds)
+    how = f"{left} trials x {len(spec.seeds)} seed(s) = {runs} runs, {workers} at a time"
+    minutes, source = spec.minutes_per_trial, "the spec's minutes_per_trial"
+    if minutes <= 0:
+        minutes, source = minutes_per_run, "experiment.expected_minutes"
+    if minutes <= 0:
+        return f"expected time: not measured for this set (experiment.expected_minutes); {how}"
+    return (
+        f"expected time: about {minutes * runs / workers:.1f} min ({how}; from {source}, "
+        "measured on a 2-core machine)"
+    )
+
+
+def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path:
+    """Run (or finish) the search of `spec` here and write its tuned file; returns its path."""
+    check_workers(workers)
+    run_set = check_run_set(spec)
+    fresh = not (spec.study_dir / "journal.log").exists()
+    if fresh:  # probe before the journal exists: a refused spec leaves nothing behind
+        simulated = probe_arms(spec, run_set.runs, list(spec.arms))
+    storage = open_journal(spec)
+    studies = {arm.name: open_arm_study(spec, arm, storage) for arm in spec.arms.values()}
+    left = {name: spec.trials - len(completed(study)) for name, study in studies.items()}
+    busy = [name for name, n in left.items() if n > 0]
+    title = f"tune {spec.experiment}"
+    if busy:
+        if not fresh:
+            simulated = probe_arms(spec, run_set.runs, busy)
+        k = workers or (min(os.cpu_count() or 1, sum(left.values())) if simulated else 1)
+        expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
+        print(
+            f"{title}: {len(spec.arms)} arms x {spec.trials} trials, {sum(left.values())} "
+            f"trials to do; {expected}",
+            flush=True,
+        )
+        started = datetime.now()
+        # the trials run here, whatever cluster the experiment names
+        pool = Workers(ClusterConfig(), str(spec.study_dir), "tune", spec.experiment, cpus=1)
+        pool.start([functools.partial(tune_worker, spec, run_set.runs) for _ in range(k)])
+        print(f"{title}: trials ran in {(datetime.now() - started).total_seconds():.0f} s")
+    else:
+        print(f"{title}: every arm has its {spec.trials} trials; nothing to run", flush=True)
+    path = write_tuned(export_data(spec, studies), out)
+    print(f"{title}: tuned values written to {path}", flush=True)
+    return path

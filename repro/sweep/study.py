@@ -69,17 +69,34 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
 
 
 def trial_overrides(
+    spec: Any, params: dict[str, Any], place: list[str], tag: str, arm: Any = None, runs: Any = None
+) -> list[str]:
+    """One trial's full override list, of a sweep or of a tuning search's `arm`: its study's
+    base (a sweep's experiment and overrides; an arm's run of the run set `runs`, as the set
+    composes it, under the search's and the arm's overrides), the sampled values, where its
+    run lives (`place`), and the study's own wandb group and tags ending in `tag`: its trials
+    are not a reproduction's runs. A sweep stores it on the trial so it can be rerun by hand."""
+    if arm is None:
+        base, group, kind = base_overrides(spec), spec.name, "sweep"
+    else:
+        label, group, kind = arm.trained, f"tune_{spec.experiment}", "tune"
+        base = [f"experiment={spec.experiment}", f"experiment.label={label}", *runs[label]]
+        base += [*spec.overrides, *arm.overrides]
+    return [
+        *base,
+        *(format_override(k, v) for k, v in params.items()),
+        *place,
+        f"tracking.group={group}",
+        f"tracking.tags=['{kind}','study:{group}','{tag}']",
+    ]
+
+
+def sweep_trial_overrides(
     spec: SweepSpec, number: int, params: dict[str, Any], run_dir: Path | None = None
 ) -> list[str]:
-    """The full override list of one trial (stored on the trial so it can be rerun by hand)."""
+    """A sweep trial's overrides: its run in `<out>/<name>/trial_<number>` unless `run_dir`."""
     run_dir = run_dir or spec.study_dir / f"trial_{number}"
-    return [
-        *base_overrides(spec),
-        *(format_override(k, v) for k, v in params.items()),
-        f"run_dir={run_dir}",
-        f"tracking.group={spec.name}",
-        f"tracking.tags=['sweep','study:{spec.name}','trial:{number}']",
-    ]
+    return trial_overrides(spec, params, [f"run_dir={run_dir}"], f"trial:{number}")
 
 
 def trial_run_dir(storage: Any, spec: SweepSpec, number: int) -> Path:
@@ -144,7 +161,7 @@ def _objective(
     finally:
         unlock()  # stamped and sampled: the next worker may count and ask now
     run_dir = trial_run_dir(storage, spec, trial.number)
-    overrides = trial_overrides(spec, trial.number, params, run_dir)
+    overrides = sweep_trial_overrides(spec, trial.number, params, run_dir)
     trial.set_user_attr("overrides", overrides)
     trial.set_user_attr("resumed_from", checkpoint.latest_step(run_dir))
     try:
@@ -207,27 +224,36 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
     return study
 
 
-def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
-    """One worker: count, ask, run, until the budget is spent, the deadline passes or a stop
-    signal comes (its trial marked and queued again, `repro.sweep.stops`)."""
+def serve(work: Any, stopped: str = "") -> None:
+    """Run a worker's loop `work(stops)` (a sweep's or a tuning search's) on one thread, one
+    core per worker, with the stop signals caught: a stop ends the worker with the signal's
+    own exit, its trial already marked stopped (`repro.sweep.stops`). `stopped` names the
+    worker in the warning a SIGTERM leaves (on Ctrl-C the command says it in its one line)."""
     import torch
 
     torch.set_num_threads(1)
+    stops = StopSignals().install()
+    try:
+        work(stops)
+    except Stopped as stop:
+        if stopped and stop.name != "SIGINT":
+            log.warning("%s stopped by %s", stopped, stop.name)
+        raise stop.exit() from None
+    finally:
+        stops.restore()
+
+
+def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
+    """One worker: count, ask, run, until the budget is spent, the deadline passes or a stop
+    signal comes (its trial marked and queued again, `repro.sweep.stops`)."""
     storage = open_storage(spec)
     study = open_study(spec, storage)
     # Distinct seeds per worker and per resume: equal seeds would propose equal points.
     study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
     locks = WorkerLocks(spec.study_dir)
     me = locks.register()
-    stops = StopSignals().install()
-    try:
-        _work(spec, study, storage, locks, me, stops, deadline)
-    except Stopped as stop:
-        if stop.name != "SIGINT":  # Ctrl-C: the command says it in its one line
-            log.warning("sweep %s: worker %s stopped by %s", spec.name, me, stop.name)
-        raise stop.exit() from None
-    finally:
-        stops.restore()
+    work = functools.partial(_work, spec, study, storage, locks, me, deadline=deadline)
+    serve(work, f"sweep {spec.name}: worker {me}")
 
 
 def _work(

@@ -92,7 +92,7 @@ class TuneObjective:
 @dataclass(frozen=True)
 class TuneSampler:
     """Where the trials go: a scrambled Sobol design of `trials` points over the arm's space,
-    fixed by `seed` and centred in its cells (`repro.sweep.tune_design`). The points are data,
+    fixed by `seed` and centred in its cells (`repro.sweep.space`). The points are data,
     not a response to results, so the search repeats exactly (after a kill too, and with
     trials side by side), and arms that share a space are tried at the very same values: the
     comparison of arms is paired, point by point. AlgoPerf's external-tuning rules draw their

@@ -1,7 +1,7 @@
 """The trials of a tuning search: one Optuna study per arm, one trial per design point.
 
 Each trial is ordinary simulated runs (one per seed of the spec) of the arm's run-set label
-at one point of the arm's Sobol design (`repro.sweep.tune_design`), the same `run_training`
+at one point of the arm's Sobol design (`repro.sweep.space`), the same `run_training`
 that `repro reproduce` and `repro sweep` use. The point is enqueued into the arm's study and
 asked back under the search's ask lock, and the trial carries its `design_index`: an arm is
 finished when every index has a completed trial, so every arm gets exactly `trials` trials.
@@ -19,6 +19,7 @@ stopped (`repro.sweep.stops`) rather than leaving it for the next worker to find
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -31,7 +32,7 @@ from repro.errors import UserError
 from repro.locks import take
 from repro.sweep.space import format_override
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
-from repro.sweep.study import suggest
+from repro.sweep.study import serve, suggest, trial_overrides
 from repro.sweep.tune_spec import STEPS_TO_TARGET, ArmSpec, TuneObjective, TuneSpec
 
 
@@ -56,24 +57,13 @@ def open_journal(spec: TuneSpec) -> Any:
     return open_storage(Place(spec.study_dir))
 
 
-def trial_overrides(
+def arm_trial_overrides(
     spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict, seed: int
 ) -> list[str]:
-    """The run of `arm`'s label with `params` at `seed`, as a run set would compose it."""
-    return [
-        f"experiment={spec.experiment}",
-        f"experiment.label={arm.trained}",
-        *runs[arm.trained],
-        *spec.overrides,
-        *arm.overrides,
-        *(format_override(k, v) for k, v in params.items()),
-        f"seed={seed}",
-        f"runs_root={spec.study_dir / 'runs'}",
-        # the search's own wandb group: its trials are not the reproduction's runs
-        f"tracking.group=tune_{spec.experiment}",
-        f"tracking.tags=['tune','study:tune_{spec.experiment}','arm:{arm.name}']",
-        "trainer.progress=false",
-    ]
+    """The run of `arm`'s label with `params` at `seed`, its directory named by its config
+    under the search's `runs_root`."""
+    place = [f"seed={seed}", f"runs_root={spec.study_dir / 'runs'}", "trainer.progress=false"]
+    return trial_overrides(spec, params, place, f"arm:{arm.name}", arm, runs)
 
 
 def seed_score(objective: TuneObjective, cfg: Any, summary: dict | None) -> float:
@@ -99,7 +89,7 @@ def run_trial(
 
     scores, diverged, run_dirs = [], [], []
     for seed in spec.seeds:
-        cfg = compose(trial_overrides(spec, runs, arm, params, seed))
+        cfg = compose(arm_trial_overrides(spec, runs, arm, params, seed))
         run_dirs.append(str(run_dir_of(cfg)))
         try:
             summary = run_training(cfg)
@@ -191,7 +181,7 @@ def run_point(
     """Run design point `index` of `arm` as one trial and record its score."""
     from optuna.trial import TrialState
 
-    from repro.sweep.tune_design import design
+    from repro.sweep.space import design
 
     point = design(spec.space_of(arm), spec.trials, spec.sampler.seed)[index]
     trial = ask_point(spec, study, storage, index, point, me)
@@ -227,18 +217,8 @@ def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
     worker, in the spec's order."""
     import socket
 
-    import torch
-
-    torch.set_num_threads(1)  # one core per worker, as side-by-side runs of a run set
-    storage = open_journal(spec)
     me = f"{socket.gethostname()}:{os.getpid()}"
-    stops = StopSignals().install()
-    try:
-        _work(spec, runs, storage, me, stops)
-    except Stopped as stop:
-        raise stop.exit() from None
-    finally:
-        stops.restore()
+    serve(functools.partial(_work, spec, runs, open_journal(spec), me))
 
 
 def _work(

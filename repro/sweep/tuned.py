@@ -7,6 +7,9 @@ also holds the search that chose the values (space, trials per arm, seeds, objec
 design, how long it took) and per arm its chosen values and best objective, which a report
 states (`tuning_table`), as AlgoPerf's rule of equal tuning budgets asks.
 
+The file is the export step of a tuning search (`export_data`): once every arm's study has its
+trials, each arm's best trial gives the values its labels take.
+
 A tuned run set whose file is missing, or lacks one of its labels, is refused with one line
 naming `repro tune PAPER`: its runs would otherwise run at hand-set values while the report
 claims tuned ones.
@@ -14,7 +17,7 @@ claims tuned ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import yaml
 
 from repro.errors import UserError
 from repro.storage import atomic_write
+from repro.sweep.space import format_override
 
 REPO = Path(__file__).resolve().parents[2]
 TUNED_DIR = REPO / "configs" / "tuned"
@@ -46,6 +50,91 @@ def write_tuned(data: dict[str, Any], root: Path = TUNED_DIR) -> Path:
     text = head + yaml.safe_dump(data, sort_keys=False, width=100)
     atomic_write(path, lambda f: f.write(text.encode()), setting="--out")
     return path
+
+
+def shown_path(source: str) -> str:
+    """A spec's path as the tuned file records it: relative to the repository when inside."""
+    path = Path(source).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else source
+
+
+def _entry(p: Any) -> dict[str, Any]:
+    """A space entry as data, without the fields it leaves at their defaults."""
+    return {k: v for k, v in asdict(p).items() if v is not None and v != () and v is not False}
+
+
+def _arm_data(spec: Any, arm: Any, done: list[Any], best: Any) -> dict[str, Any]:
+    """One arm's part of the file: its search, chosen values and every point it tried."""
+    entries = {p.key: _entry(p) for p in spec.space_of(arm)}
+    return {
+        "run": arm.trained,
+        "labels": list(arm.labels),
+        "space": arm.space,
+        "extra": [_entry(p) for p in arm.extra],
+        "overrides": list(arm.overrides),
+        "chosen": dict(best.params),
+        "objective": best.value,
+        "best_trial": best.number,
+        "trials": len(done),
+        "diverged_trials": sum(1 for t in done if t.user_attrs.get("diverged")),
+        "tried": [
+            {**t.params, "objective": t.value}
+            for t in sorted(done, key=lambda t: t.user_attrs["design_index"])
+        ],
+        # a best value at the end of what was tried may have been cut off by the range
+        "at_edge": [
+            k
+            for k, v in best.params.items()
+            if entries[k]["type"] != "categorical"
+            and v in (min(t.params[k] for t in done), max(t.params[k] for t in done))
+        ],
+    }
+
+
+def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
+    """The tuned file's data from the finished study of each arm of the search `spec`."""
+    from optuna.trial import TrialState
+
+    arms, runs, trials = {}, {}, []
+    for arm in spec.arms.values():
+        study = studies[arm.name]
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(done) < spec.trials:
+            raise UserError(
+                f"arm {arm.name} has {len(done)} of {spec.trials} trials; run "
+                f"`{tune_command(spec.paper, spec.scale)}` again to finish the search"
+            )
+        trials += done
+        best = study.best_trial
+        arms[arm.name] = _arm_data(spec, arm, done, best)
+        for label in arm.labels:
+            runs[label] = [format_override(k, v) for k, v in best.params.items()]
+    for label in spec.untuned:
+        runs[label] = []
+    start = min(t.datetime_start for t in trials)
+    end = max(t.datetime_complete for t in trials)
+    search = {
+        "spaces": {name: [_entry(p) for p in entries] for name, entries in spec.spaces.items()},
+        "trials_per_arm": spec.trials,
+        "seeds": list(spec.seeds),
+        "objective": spec.objective.describe(),
+        "design": spec.sampler.describe(),
+        "overrides": list(spec.overrides),
+        "started": start.isoformat(timespec="seconds"),
+        "finished": end.isoformat(timespec="seconds"),
+        "elapsed_s": round((end - start).total_seconds(), 1),
+        "trial_s": round(sum((t.duration.total_seconds() for t in trials), 0.0), 1),
+    }
+    return {
+        "paper": spec.paper,
+        "scale": spec.scale,
+        "experiment": spec.experiment,
+        "spec": shown_path(spec.source),
+        "search": search,
+        "arms": arms,
+        "untuned": dict(spec.untuned),
+        "runs": runs,
+    }
 
 
 def load_tuned(paper: str, scale: str, root: Path = TUNED_DIR) -> dict[str, Any]:

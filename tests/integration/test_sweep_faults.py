@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.sweep import sweep_cli
+from repro.sweep import cli as sweep_cli
 from repro.sweep.results import load_study, show_sweep
 from repro.sweep.spec import load_spec
 from repro.sweep.study import tally

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from repro.sweep.launch import run_tune
 from repro.sweep.study import suggest
-from repro.sweep.tune_run import run_tune
 from repro.sweep.tune_spec import spec_from_dict
 from repro.sweep.tune_study import ask_point, open_arm_study, open_journal
 from tests.helpers import repro_cli, reproduce_tiny_args

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from repro.config import compose
 from repro.sweep.spec import load_spec
-from repro.sweep.study import trial_overrides
+from repro.sweep.study import sweep_trial_overrides
 from repro.sweep.tune_spec import load_tune_spec
-from repro.sweep.tune_study import trial_overrides as tune_overrides
+from repro.sweep.tune_study import arm_trial_overrides
 from repro.track.naming import run_identity
 from repro.track.wandb_metrics import SUMMARIES
 from repro.train.run_log import RunLog
@@ -86,7 +86,7 @@ def test_reproduction_run_name_tags_group_axes_and_summaries(tmp_path):
 def test_sweep_trial_sits_in_its_study_group_not_the_reproductions(tmp_path):
     spec = load_spec(ROOT / "sweeps" / "topk_cr_pareto.yaml")
     params = {p.key: p.probe_values()[0] for p in spec.space}
-    overrides = trial_overrides(spec, 3, params, tmp_path / "trial_3")
+    overrides = sweep_trial_overrides(spec, 3, params, tmp_path / "trial_3")
     run, _ = records(logged_run(overrides, tmp_path / "trial_3"))
     cfg = compose(overrides)
     assert run["run_group"] == spec.name != "topk_small"  # never the reproduction's group
@@ -108,7 +108,7 @@ def test_tuning_trials_have_their_own_group_and_tags():
     runs = compose([f"experiment={spec.experiment}"]).experiment.runs
     arm = spec.arms["star_topk"]
     params = {p.key: p.low for p in spec.space_of(arm)}
-    cfg = compose(tune_overrides(spec, runs, arm, params, spec.seeds[0]))
+    cfg = compose(arm_trial_overrides(spec, runs, arm, params, spec.seeds[0]))
     who = run_identity(cfg)
     assert who.group == "tune_topk_small" != cfg.experiment.group
     assert who.name == f"{arm.trained}-s{spec.seeds[0]}"

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from repro.errors import UserError
+from repro.sweep.cli import main as sweep_main
 from repro.sweep.launch import run_sweep
 from repro.sweep.space import ParamSpec, format_override, grid_size
 from repro.sweep.spec import check_config_keys, load_spec, spec_from_dict
 from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
-from repro.sweep.sweep_cli import main as sweep_main
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"

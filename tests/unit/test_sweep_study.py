@@ -16,8 +16,8 @@ from repro.sweep.study import (
     objective_values,
     run_one_trial,
     suggest,
+    sweep_trial_overrides,
     tally,
-    trial_overrides,
 )
 
 SPACE = [
@@ -90,7 +90,7 @@ def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
         }
     )
     params = {"method.cr": 0.01, "method.tau0": 6, "method.collective": "ar_ring"}
-    assert trial_overrides(spec, 7, params) == [
+    assert sweep_trial_overrides(spec, 7, params) == [
         "experiment=topk_small",
         "trainer.steps=50",
         "method.cr=0.01",

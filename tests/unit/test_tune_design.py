@@ -1,4 +1,4 @@
-"""The design a tuning search tries (repro.sweep.tune_design): in one dimension the even grid
+"""The design a tuning search tries (repro.sweep.space): in one dimension the even grid
 of cell midpoints, in two a Latin hypercube, the same for every arm of one space."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from repro.sweep.space import ParamSpec
-from repro.sweep.tune_design import design, value_at
+from repro.sweep.space import ParamSpec, design, value_at
 
 LR = ParamSpec("optim.lr", "float", low=0.005, high=0.5, log=True)
 TAU0 = ParamSpec("method.tau0", "int", low=1, high=100, log=True)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from repro.errors import UserError
-from repro.sweep.tune_checks import check_coverage
+from repro.sweep.launch import check_coverage
 from repro.sweep.tune_spec import load_tune_spec, spec_from_dict
 from repro.sweep.tune_study import search_of, seed_score
 
@@ -140,7 +140,7 @@ def test_metric_objective_scores_final_value_or_the_diverged_score():
 
 
 def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
-    from repro.sweep.tune_run import expected_line
+    from repro.sweep.launch import expected_line
 
     spec = spec_from_dict(tiny_raw(), "t.yaml")
     # 10 trials x 1 seed, 2 at a time: 0.5 min per run from the set's average -> 2.5 min
@@ -151,3 +151,30 @@ def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
     assert "about 6.0 min" in expected_line(measured, 10, 2, 0.5)
     assert "from the spec's minutes_per_trial" in expected_line(measured, 10, 2, 0.5)
     assert "not measured" in expected_line(spec, 10, 2, 0.0)
+
+
+def test_arm_trial_overrides_compose_the_run_the_set_composes_at_the_point(tmp_path):
+    from repro.config import compose
+    from repro.sweep.tune_study import arm_trial_overrides
+
+    spec = spec_from_dict({**tiny_raw(), "out": str(tmp_path)}, "t.yaml")
+    runs, arm = experiment_runs("adacomm_tiny"), spec.arms["adacomm"]
+    params = {"optim.lr": 0.05, "method.tau0": 4}
+    overrides = arm_trial_overrides(spec, runs, arm, params, 1000)
+    assert overrides == [
+        "experiment=adacomm_tiny",
+        "experiment.label=adacomm",
+        *runs["adacomm"],
+        "tracking=disabled",
+        "trainer.time_budget_s=0.5",
+        "optim.lr=0.05",
+        "method.tau0=4",
+        "seed=1000",
+        f"runs_root={tmp_path / 'adacomm_tiny' / 'runs'}",
+        "trainer.progress=false",
+        "tracking.group=tune_adacomm_tiny",
+        "tracking.tags=['tune','study:tune_adacomm_tiny','arm:adacomm']",
+    ]
+    # the order the search composed before its overrides were a sweep's: the same config
+    before = [*overrides[:-3], *overrides[-2:], overrides[-3]]
+    assert compose(overrides) == compose(before)

@@ -1,4 +1,4 @@
-"""`repro sweep`: run, continue, show and browse an Optuna sweep.
+"""`repro sweep` and `repro tune`: the command lines of the one search pipeline.
 
     repro sweep SPEC [--workers K]      run the study, or continue it where it stopped
     repro sweep SPEC --workers K --cluster NAME
@@ -8,9 +8,19 @@
                                         an interactive pareto.html and hypervolume plots
     repro sweep dashboard SPEC [--port P]
                                         optuna-dashboard on 127.0.0.1 on the study's storage
+    repro tune PAPER [scale=small|tiny] [--workers K] [--spec PATH] [--out DIR]
 
 The dashboard gets the storage object, never the URL on a command line, so a database password
 does not show up in the process list either.
+
+What `repro tune PAPER` does:
+
+Runs the search `sweeps/tune/<paper>_<scale>.yaml` defines (one Optuna study per arm, the
+same space, trials, seeds and design for every arm; `repro.sweep.tune_spec`) and writes the
+chosen values to `configs/tuned/<paper>_<scale>.yaml`, which a run set with
+`experiment.tuned: true` applies and the repository commits, so `repro reproduce` never
+tunes. Trials are ordinary simulated runs under `runs/tune/<paper>_<scale>/`; stopped (Ctrl-C,
+a kill), the same command continues the search, and on a finished search it runs nothing.
 """
 
 from __future__ import annotations
@@ -18,16 +28,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from repro.errors import UserError
+from repro.sweep.tuned import REPO
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
        repro sweep show SPEC
        repro sweep dashboard SPEC [--port P]"""
+TUNE_USAGE = "repro tune PAPER [scale=small|tiny] [--workers K] [--spec PATH] [--out DIR]"
+SPEC_DIR = REPO / "sweeps" / "tune"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=__doc__.split("\n")[0])
+    about = "`repro sweep`: run, continue, show and browse an Optuna sweep."
+    p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=about)
     p.add_argument(
         "action",
         nargs="?",
@@ -87,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`repro sweep ...`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("show", "dashboard", "run") and not argv[0].startswith("-"):
         argv.insert(0, "run")  # `repro sweep SPEC` is the run action
@@ -109,5 +125,68 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def papers() -> list[str]:
+    """The papers with a run set (configs/experiment/<paper>_<scale>.yaml)."""
+    return sorted(
+        {p.stem.rsplit("_", 1)[0] for p in (REPO / "configs" / "experiment").glob("*_*.yaml")}
+    )
+
+
+def tune_spec_path(paper: str, scale: str) -> Path:
+    """The paper's tuning spec at `scale`; an unknown scale is one line."""
+    path = SPEC_DIR / f"{paper}_{scale}.yaml"
+    if not path.is_file():
+        scales = sorted(p.stem.rsplit("_", 1)[1] for p in SPEC_DIR.glob(f"{paper}_*.yaml"))
+        raise UserError(
+            f"scale={scale}: {paper} has no tuning spec {path.relative_to(REPO)}; "
+            f"tuned scales: {scales}"
+        )
+    return path
+
+
+def _tune_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="repro tune",
+        usage=TUNE_USAGE,
+        description=(__doc__ or "").split("\n\n")[-1],
+    )
+    p.add_argument("paper", help="the paper whose run set to tune, e.g. adacomm")
+    p.add_argument("scale", nargs="?", default="scale=small", help="scale=small (default) or tiny")
+    p.add_argument("--workers", type=int, help="trials run side by side (default: one per core)")
+    p.add_argument(
+        "--spec", type=Path, help="the search spec (default sweeps/tune/PAPER_SCALE.yaml)"
+    )
+    p.add_argument("--out", type=Path, help="where the tuned file goes (default configs/tuned)")
+    return p
+
+
+def tune(argv: list[str]) -> int:
+    """`repro tune PAPER ...`; a `UserError` is the dispatcher's one line."""
+    args = _tune_parser().parse_args(argv)
+    if not args.scale.startswith("scale="):
+        raise UserError(f"{args.scale!r}: repro tune takes scale=small or scale=tiny after PAPER")
+    scale = args.scale.split("=", 1)[1]
+    if args.paper not in papers():
+        raise UserError(f"unknown paper {args.paper!r}; choose one of {papers()}")
+    path = args.spec or tune_spec_path(args.paper, scale)
+    from repro.sweep.launch import run_tune
+    from repro.sweep.tune_spec import load_tune_spec
+    from repro.sweep.tuned import TUNED_DIR
+
+    spec = load_tune_spec(path)
+    if spec.experiment != f"{args.paper}_{scale}":
+        raise UserError(
+            f"{spec.source} tunes experiment={spec.experiment}, not {args.paper}_{scale}; "
+            "pass the spec of this paper and scale"
+        )
+    try:
+        run_tune(spec, args.workers, args.out or TUNED_DIR)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: tune {args.paper} {scale} stopped, its running trials marked "
+            "interrupted; run the same command again to continue the search",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
+    return 0
