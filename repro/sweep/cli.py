@@ -16,7 +16,7 @@ does not show up in the process list either.
 What `repro tune PAPER` does:
 
 Runs the search `sweeps/tune/<paper>_<scale>.yaml` defines (one Optuna study per arm, the
-same space, trials, seeds and design for every arm; `repro.sweep.tune_spec`) and writes the
+same space, trials, seeds and design for every arm; `repro.sweep.spec`) and writes the
 chosen values to `configs/tuned/<paper>_<scale>.yaml`, which a run set with
 `experiment.tuned: true` applies and the repository commits, so `repro reproduce` never
 tunes. Trials are ordinary simulated runs under `runs/tune/<paper>_<scale>/`; stopped (Ctrl-C,
@@ -81,6 +81,13 @@ def run(args: argparse.Namespace) -> int:
         _dashboard(args.spec, args.port)
         return 0
     spec = load_spec(args.spec)
+    if spec.arms:
+        if args.action != "run" or args.cluster:
+            raise UserError(f"{args.spec} is a search with arms: `repro sweep SPEC` runs it here")
+        from repro.sweep.launch import run_tune
+
+        run_tune(spec, args.workers)
+        return 0
     if args.action == "show":
         from repro.sweep.results import show_sweep
 
@@ -170,10 +177,12 @@ def tune(argv: list[str]) -> int:
         raise UserError(f"unknown paper {args.paper!r}; choose one of {papers()}")
     path = args.spec or tune_spec_path(args.paper, scale)
     from repro.sweep.launch import run_tune
-    from repro.sweep.tune_spec import load_tune_spec
+    from repro.sweep.spec import load_spec
     from repro.sweep.tuned import TUNED_DIR
 
-    spec = load_tune_spec(path)
+    spec = load_spec(path)
+    if spec.export is None:
+        raise UserError(f"{spec.source}: repro tune writes the tuned file `export` says; add one")
     if spec.experiment != f"{args.paper}_{scale}":
         raise UserError(
             f"{spec.source} tunes experiment={spec.experiment}, not {args.paper}_{scale}; "

@@ -45,10 +45,10 @@ from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers
 from repro.errors import UserError
 from repro.schemas.cluster import ClusterConfig
-from repro.sweep.spec import SweepSpec, base_overrides, check_config_keys
+from repro.sweep.space import format_override
+from repro.sweep.spec import STEPS_TO_TARGET, SweepSpec, base_overrides
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
 from repro.sweep.study import open_study, run_worker, tally
-from repro.sweep.tune_spec import STEPS_TO_TARGET, TuneSpec
 from repro.sweep.tune_study import (
     arm_trial_overrides,
     completed,
@@ -76,6 +76,28 @@ def check_storage_for(spec: SweepSpec, cluster: ClusterConfig) -> None:
         f"is {problem}; set `storage: postgresql://USER:PASSWORD@HOST/DB` in "
         f"{spec.source or 'the spec'} (`make pg-up` starts one on this machine)"
     )
+
+
+def check_config_keys(spec: SweepSpec) -> None:
+    """Compose the base config, then base + each probe value of each search key, so an unknown
+    key or a value the config schema rejects is refused before a trial is created."""
+    from repro.config import compose
+
+    base = base_overrides(spec)
+    try:
+        compose(base)
+    except UserError as err:
+        raise UserError(f"sweep {spec.name}: base config does not compose: {err}") from None
+    for p in spec.space:
+        for value in p.probe_values():
+            override = format_override(p.key, value)
+            try:
+                compose([*base, override])
+            except UserError as err:
+                raise UserError(
+                    f"sweep {spec.name}: space key {p.key} ({override}) is not a valid config "
+                    f"setting: {err}"
+                ) from None
 
 
 def prepare_study(spec: SweepSpec, storage: Any) -> Any:
@@ -133,7 +155,7 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     )
 
 
-def check_coverage(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
+def check_coverage(spec: SweepSpec, runs: dict[str, list[str]]) -> None:
     """Refuse a spec that names a label the run set lacks or leaves one of its labels out."""
     where = spec.source or "the tuning spec"
     for label, arm in [*spec.labels().items(), *((u, "untuned") for u in spec.untuned)]:
@@ -159,17 +181,18 @@ class RunSet:
     minutes_per_run: float
 
 
-def check_run_set(spec: TuneSpec) -> RunSet:
-    """The run set of `spec`, after `check_coverage`."""
+def check_run_set(spec: SweepSpec) -> RunSet:
+    """The run set of `spec`, after `check_coverage` when the search exports its values."""
     from repro.config import compose
 
     base = compose([f"experiment={spec.experiment}"])
     runs = {label: list(ovs) for label, ovs in base.experiment.runs.items()}
-    check_coverage(spec, runs)
+    if spec.export is not None:
+        check_coverage(spec, runs)
     return RunSet(runs, base.experiment.expected_minutes / len(runs))
 
 
-def probe_arms(spec: TuneSpec, runs: dict[str, list[str]], arms: list[str]) -> bool:
+def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> bool:
     """Compose each arm's trial at both ends of its space, so that a bad key or value fails
     before any trial; returns whether every trial runs simulated (then side by side)."""
     from repro.config import compose
@@ -192,7 +215,7 @@ def probe_arms(spec: TuneSpec, runs: dict[str, list[str]], arms: list[str]) -> b
     return simulated
 
 
-def expected_line(spec: TuneSpec, left: int, workers: int, minutes_per_run: float) -> str:
+def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: float) -> str:
     """How long the `left` trials take here: from the spec's measured minutes per trial, else
     the run set's measured minutes per run."""
     runs = left * len(spec.seeds)
@@ -208,8 +231,9 @@ def expected_line(spec: TuneSpec, left: int, workers: int, minutes_per_run: floa
     )
 
 
-def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path:
-    """Run (or finish) the search of `spec` here and write its tuned file; returns its path."""
+def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path | None:
+    """Run (or finish) the search with arms `spec` here and write its tuned file when it has an
+    export; returns the file's path."""
     check_workers(workers)
     run_set = check_run_set(spec)
     fresh = not (spec.study_dir / "journal.log").exists()
@@ -217,7 +241,7 @@ def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) 
         simulated = probe_arms(spec, run_set.runs, list(spec.arms))
     storage = open_journal(spec)
     studies = {arm.name: open_arm_study(spec, arm, storage) for arm in spec.arms.values()}
-    left = {name: spec.trials - len(completed(study)) for name, study in studies.items()}
+    left = {name: spec.n_trials - len(completed(study)) for name, study in studies.items()}
     busy = [name for name, n in left.items() if n > 0]
     title = f"tune {spec.experiment}"
     if busy:
@@ -226,7 +250,7 @@ def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) 
         k = workers or (min(os.cpu_count() or 1, sum(left.values())) if simulated else 1)
         expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
         print(
-            f"{title}: {len(spec.arms)} arms x {spec.trials} trials, {sum(left.values())} "
+            f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {sum(left.values())} "
             f"trials to do; {expected}",
             flush=True,
         )
@@ -236,7 +260,9 @@ def run_tune(spec: TuneSpec, workers: int | None = None, out: Path = TUNED_DIR) 
         pool.start([functools.partial(tune_worker, spec, run_set.runs) for _ in range(k)])
         print(f"{title}: trials ran in {(datetime.now() - started).total_seconds():.0f} s")
     else:
-        print(f"{title}: every arm has its {spec.trials} trials; nothing to run", flush=True)
+        print(f"{title}: every arm has its {spec.n_trials} trials; nothing to run", flush=True)
+    if spec.export is None:
+        return None
     path = write_tuned(export_data(spec, studies), out)
     print(f"{title}: tuned values written to {path}", flush=True)
     return path

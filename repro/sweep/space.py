@@ -15,7 +15,7 @@ Sobol's balance. Each coordinate maps onto its entry uniformly in log space for 
 (the learning rate), linearly otherwise; an integer range is split into cells of equal width,
 one per integer (in log space for a log range); a categorical entry into one per choice. The
 same space, n and seed give the same points, so two arms that share a space are tried at the
-same values (`repro.sweep.tune_spec.TuneSampler`).
+same values (`repro.sweep.spec.SamplerSpec`).
 """
 
 from __future__ import annotations

@@ -1,30 +1,48 @@
-"""Sweep specs: the schema of `sweeps/*.yaml`, validated before any trial exists.
+"""Search specs: the schema of `sweeps/*.yaml` and `sweeps/tune/*.yaml`, checked before any
+trial exists, so a bad spec is refused with one line naming the setting: keys and types as
+the file is read (`repro.spec_loader`), structure in `__post_init__`, config keys against the
+composed Hydra config before a launch (`repro.sweep.launch.check_config_keys`).
 
-A spec names one Optuna study: the base experiment and fixed overrides every trial shares, the
-search space (one config key per entry), the objectives (a metric of the run summary and a
-direction), the sampler, the trial budget and the storage. Everything that can be checked
-without running a trial is checked here, so a bad spec is refused with one line naming the
-setting: keys and types as the file is read (`repro.spec_loader`), structure and distributions
-in `__post_init__`, config keys against the composed Hydra config in `check_config_keys`.
+A sweep (`repro sweep SPEC`) is one Optuna study whose sampler picks the points::
 
-YAML shape::
-
-    name: topk_cr_pareto
+    name: topk_cr_pareto      # default: the file's name
     experiment: topk_small    # configs/experiment/<name>.yaml, or null for the root config
     overrides: [trainer.steps=300]
-    space:
-      - {key: method.cr, type: float, low: 0.001, high: 1.0, log: true}
-      - {key: method.collective, type: categorical, choices: [allgather, ar_topk]}
-    objectives:
-      - {metric: test/acc, direction: maximize}
-    sampler: nsga2            # or {name: nsga2, seed: 0, population_size: 8}
+    space: [{key: method.cr, type: float, low: 0.001, high: 1.0, log: true}]
+    objectives: [{metric: test/acc, direction: maximize}]
+    sampler: nsga2            # nsga2, tpe, gp, random, grid; or {name: nsga2, seed: 0, ...}
     n_trials: 40
     timeout_s: 3600           # stop starting trials after this long (per invocation)
     storage: null             # journal file <out>/<name>/journal.log, or a database URL
     out: runs/sweeps
     group_by: null            # a categorical key: `show` prints one front per value
-    heartbeat_s: 30           # database storage only: heartbeat period and the silence
-    grace_s: 120              # after which a running trial counts as stale
+    heartbeat_s: 30           # database storage: heartbeat period, and the silence after
+    grace_s: 120              # which a running trial counts as stale
+
+A tuning search (`repro tune PAPER`) has `arms` instead of a `space`: AlgoPerf's rule, every
+compared arm of a claim is tuned by one search with the same space, trials, seeds and
+sampler, so a verdict measures the method and not who was tuned harder. Each arm is its own
+study training one label of the run set `experiment.runs` (`run`, by default the first) on a
+fixed Sobol design of `n_trials` points (a power of 2) over its named space (`spaces`) plus
+the knobs only it has (`extra`, e.g. AdaComm's tau0). A trial runs each of `seeds` and scores
+their mean; a diverged seed scores `diverged`. `export` writes each arm's best values for its
+labels to `configs/tuned/<experiment>.yaml`; every other label of the run set is `untuned`,
+with the reason it keeps its configured values::
+
+    experiment: adacomm_small            # also the name: its trials live in runs/tune/<name>/
+    seeds: [1000]
+    n_trials: 8
+    sampler: {name: sobol, seed: 0}
+    objectives: [{metric: train/loss, direction: minimize, diverged: 2.302585}]
+    spaces: {lr: [{key: optim.lr, type: float, low: 0.005, high: 0.5, log: true}]}
+    arms:
+      sync: {space: lr, labels: [sync]}
+      adacomm: {space: lr, labels: [adacomm], extra: [{key: method.tau0, type: int, ...}]}
+    export: {untuned: {toy_mean: why it keeps its configured values}}
+
+An arm's objective may be `steps_to_target`: the step at which test accuracy first reached
+`trainer.target_acc`, and for a run that never does the step budget times 1 + (target - final
+accuracy) / target (a diverged seed: twice the budget).
 """
 
 from __future__ import annotations
@@ -35,43 +53,66 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
-from repro.spec_loader import FILE, load, read_yaml
+from repro.spec_loader import FILE, KEY, load, read_yaml
 from repro.sweep.metrics import OBJECTIVE_METRICS
-from repro.sweep.space import ParamSpec, format_override, grid_size, number
+from repro.sweep.space import ParamSpec, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
+SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid", "sobol")
 DIRECTIONS = ("maximize", "minimize")
+STEPS_TO_TARGET = "steps_to_target"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _overrides(overrides: tuple[str, ...], where: str) -> None:
+    for o in overrides:
+        if not isinstance(o, str) or "=" not in o:
+            raise UserError(f"{where}: {o!r} must be a Hydra override such as key=value")
 
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
-    """A run-summary metric and whether the sweep maximises or minimises it."""
+    """A run-summary metric (or an arm's `steps_to_target`), its direction, and the score of
+    a diverged seed in a search with arms."""
 
     metric: str
     direction: str
+    diverged: float | None = None
 
     def __post_init__(self) -> None:
-        if self.metric not in OBJECTIVE_METRICS:
+        if self.metric != STEPS_TO_TARGET and self.metric not in OBJECTIVE_METRICS:
             raise UserError(
-                f"objective metric {self.metric!r} is not logged by the trainer; "
-                f"use one of {', '.join(OBJECTIVE_METRICS)}"
+                f"objective metric {self.metric!r} is not logged by the trainer; use one of "
+                f"{', '.join(OBJECTIVE_METRICS)} (or {STEPS_TO_TARGET} for a search with arms)"
             )
         if self.direction not in DIRECTIONS:
             raise UserError(
                 f"objective {self.metric}: direction={self.direction!r} "
                 "must be maximize or minimize"
             )
+        if self.metric == STEPS_TO_TARGET:
+            if self.direction != "minimize":
+                raise UserError(f"objective {STEPS_TO_TARGET}: direction must be minimize")
+            if self.diverged is not None:
+                raise UserError(
+                    f"objective {STEPS_TO_TARGET} scores a diverged seed as twice the step "
+                    "budget; drop diverged"
+                )
+        elif self.diverged is not None:
+            number(self.diverged, "diverged")
 
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """Sampler choice. NSGA-II is the default for two or more objectives because Optuna 5's
-    own default (TPE) is the single-objective workhorse; `population_size` is NSGA-II's
-    generation size, worth lowering for small budgets."""
+    """Where the trials go. NSGA-II is a sweep's default for two or more objectives (Optuna's
+    own, TPE, is the single-objective workhorse); `population_size` is NSGA-II's generation
+    size. `sobol`, a search with arms': a Sobol design fixed by `seed` (`repro.sweep.space`),
+    data rather than a response to results, so the search repeats exactly (after a kill too)
+    and arms sharing a space are tried at the same values, compared point by point, as in
+    AlgoPerf's quasi-random search. (TPE, tried first, spent 4 of its 6 guided trials on one
+    learning rate at the ends of the range.)"""
 
     name: str
     seed: int = 0
@@ -82,6 +123,8 @@ class SamplerSpec:
             raise UserError(f"sampler={self.name!r} is unknown; use one of {', '.join(SAMPLERS)}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise UserError(f"sampler.seed={self.seed!r} must be an integer")
+        if self.name == "sobol" and self.seed < 0:
+            raise UserError(f"sampler.seed={self.seed!r} must be an integer >= 0")
         if self.population_size is not None:
             if self.name != "nsga2":
                 raise UserError(f"sampler.population_size applies to nsga2 only, not {self.name}")
@@ -90,8 +133,39 @@ class SamplerSpec:
 
 
 @dataclass(frozen=True)
+class ArmSpec:
+    """One compared arm: the run it trains (`run`), the labels its values go to, its space."""
+
+    name: str = field(metadata=KEY)
+    space: str
+    labels: tuple[str, ...]
+    run: str = ""
+    overrides: tuple[str, ...] = ()
+    extra: tuple[ParamSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.labels or not all(isinstance(label, str) for label in self.labels):
+            raise UserError(f"arms.{self.name}.labels must list the run labels it tunes")
+        if self.run and self.run not in self.labels:
+            raise UserError(f"arms.{self.name}.run={self.run!r} must be one of its labels")
+        _overrides(self.overrides, f"arms.{self.name}.overrides")
+
+    @property
+    def trained(self) -> str:
+        """The label whose run every trial of this arm trains."""
+        return self.run or self.labels[0]
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """The tuned file's labels that keep their configured values, each with the reason."""
+
+    untuned: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SweepSpec:
-    """A whole sweep. `storage=None` means the journal file `<out>/<name>/journal.log`."""
+    """A whole search. `storage=None` means the journal file `<out>/<name>/journal.log`."""
 
     name: str
     experiment: str | None
@@ -106,6 +180,13 @@ class SweepSpec:
     heartbeat_s: int = 30
     grace_s: int = 120
     group_by: str | None = None
+    seeds: tuple[int, ...] = ()
+    spaces: dict[str, tuple[ParamSpec, ...]] = field(default_factory=dict)
+    arms: dict[str, ArmSpec] = field(default_factory=dict)
+    export: ExportSpec | None = None
+    # measured minutes of one trial's run here, where the arms train runs dearer than the
+    # set's average (experiment.expected_minutes per run is the fallback); 0: not measured
+    minutes_per_trial: float = 0.0
     source: str = field(default="", compare=False, metadata=FILE)
 
     def __post_init__(self) -> None:
@@ -118,11 +199,6 @@ class SweepSpec:
                 f"experiment={self.experiment!r} must name a configs/experiment/ file "
                 "(e.g. topk_small) or be null"
             )
-        if not self.space:
-            raise UserError(f"sweep {self.name}: the search space is empty; add a space entry")
-        keys = [p.key for p in self.space]
-        if len(set(keys)) != len(keys):
-            raise UserError(f"sweep {self.name}: a space key appears twice in {keys}")
         if not self.objectives:
             raise UserError(f"sweep {self.name}: list at least one objective")
         metrics = [o.metric for o in self.objectives]
@@ -140,19 +216,95 @@ class SweepSpec:
                 raise UserError(f"{name}={v!r} must be a positive integer (seconds)")
         if self.grace_s <= self.heartbeat_s:
             raise UserError(f"grace_s={self.grace_s} must exceed heartbeat_s={self.heartbeat_s}")
+        m = self.minutes_per_trial
+        if isinstance(m, bool) or not isinstance(m, int | float) or m < 0:
+            raise UserError(f"minutes_per_trial={m!r} must be a number >= 0 (0: unknown)")
+        _overrides(self.overrides, "overrides")
+        if self.storage is not None:
+            expand_storage_url(self.storage)
+        if self.arms:
+            self._check_arms()
+        else:
+            self._check_sweep()
+
+    def _check_sweep(self) -> None:
+        """A single study: its sampler picks points of `space`."""
+        alone = [k for k in ("seeds", "spaces", "export") if getattr(self, k)]
+        if alone or self.sampler.name == "sobol":
+            what = ", ".join(alone) or "sampler sobol"
+            raise UserError(f"{what} belong(s) to a search with arms; add arms or drop it")
+        if not self.space:
+            raise UserError(f"sweep {self.name}: the search space is empty; add a space entry")
+        keys = [p.key for p in self.space]
+        if len(set(keys)) != len(keys):
+            raise UserError(f"sweep {self.name}: a space key appears twice in {keys}")
+        for i, o in enumerate(self.objectives):
+            if o.metric == STEPS_TO_TARGET or o.diverged is not None:
+                raise UserError(
+                    f"objectives[{i}]: {STEPS_TO_TARGET} and diverged belong to a search with "
+                    "arms (a sweep fails a diverged trial); drop it"
+                )
         if self.group_by is not None and self.group_by not in {
             p.key for p in self.space if p.type == "categorical"
         }:
             raise UserError(f"group_by={self.group_by!r} must be a categorical space key")
-        for o in self.overrides:
-            if not isinstance(o, str) or "=" not in o:
-                raise UserError(f"overrides: {o!r} must be a Hydra override such as key=value")
-        if self.storage is not None:
-            expand_storage_url(self.storage)
         if self.sampler.name == "grid":
             size = grid_size(self.space)
             if self.n_trials > size:
                 raise UserError(f"n_trials={self.n_trials} exceeds the grid's {size} points")
+
+    def _check_arms(self) -> None:
+        """One study per arm on the same fixed design, seeds and objective."""
+        if self.sampler.name != "sobol":
+            raise UserError(
+                f"sampler={self.sampler.name!r}: a search with arms tries a fixed design; "
+                "use sampler sobol"
+            )
+        for key in ("space", "storage", "timeout_s", "group_by"):
+            if getattr(self, key):
+                raise UserError(f"{key} is a sweep's; a search with arms has spaces and a journal")
+        if self.experiment is None or (self.export is not None and "_" not in self.experiment):
+            raise UserError(f"experiment={self.experiment!r} must be <paper>_<scale>")
+        if self.n_trials & (self.n_trials - 1):
+            raise UserError(
+                f"n_trials={self.n_trials} must be a power of 2 (a Sobol design is balanced "
+                "at 2, 4, 8, 16, ... points)"
+            )
+        if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in self.seeds):
+            raise UserError(f"seeds={list(self.seeds)} must list integer seeds")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise UserError(f"seeds={list(self.seeds)} has duplicates")
+        if len(self.objectives) != 1:
+            raise UserError("objectives: a search with arms has one objective; list one")
+        if self.objective.metric != STEPS_TO_TARGET and self.objective.diverged is None:
+            raise UserError(
+                f"objectives[0] {self.objective.metric}: set objectives[0].diverged, the score of "
+                "a diverged seed (worse than any run that learned, e.g. the loss of a uniform "
+                "guess)"
+            )
+        for name, entries in self.spaces.items():
+            if not entries:
+                raise UserError(f"spaces.{name} is empty; list its {{key, type, ...}} entries")
+        seen: dict[str, str] = {}
+        for arm in self.arms.values():
+            if arm.space not in self.spaces:
+                raise UserError(
+                    f"arms.{arm.name}.space={arm.space!r} is not one of the spaces "
+                    f"{sorted(self.spaces)}"
+                )
+            keys = [p.key for p in self.space_of(arm)]
+            if len(set(keys)) != len(keys):
+                raise UserError(f"arms.{arm.name}: a key appears twice in {keys}")
+            for label in arm.labels:
+                if label in seen or label in self.untuned:
+                    other = seen.get(label, "untuned")
+                    raise UserError(f"run {label} is in arms {other} and {arm.name}")
+                seen[label] = arm.name
+
+    @property
+    def objective(self) -> ObjectiveSpec:
+        """A search with arms' one objective."""
+        return self.objectives[0]
 
     @property
     def directions(self) -> list[str]:
@@ -161,6 +313,18 @@ class SweepSpec:
     @property
     def metric_names(self) -> list[str]:
         return [o.metric for o in self.objectives]
+
+    @property
+    def untuned(self) -> dict[str, str]:
+        return {} if self.export is None else self.export.untuned
+
+    @property
+    def paper(self) -> str:
+        return str(self.experiment).rsplit("_", 1)[0]
+
+    @property
+    def scale(self) -> str:
+        return str(self.experiment).rsplit("_", 1)[1]
 
     @property
     def study_dir(self) -> Path:
@@ -174,24 +338,36 @@ class SweepSpec:
             return str(self.study_dir / "journal.log")
         return mask_url(self.storage)
 
+    def space_of(self, arm: ArmSpec) -> tuple[ParamSpec, ...]:
+        return (*self.spaces[arm.space], *arm.extra)
+
+    def labels(self) -> dict[str, str]:
+        """Every tuned label and its arm."""
+        return {label: arm.name for arm in self.arms.values() for label in arm.labels}
+
 
 def spec_from_dict(raw: Any, source: str = "") -> SweepSpec:
     """Build and validate a spec from parsed YAML; `source` names the file in messages. The
-    name defaults to the file's stem, and `sampler` may be a name, or null for NSGA-II with
-    two or more objectives and TPE with one."""
+    name defaults to the experiment for a search with arms (its journal and tuned file are the
+    run set's), else to the file's stem; `sampler` may be a name, or null for Sobol with arms,
+    NSGA-II with two or more objectives and TPE with one; a search with arms lives under
+    runs/tune unless `out` says otherwise."""
     if isinstance(raw, dict):
-        raw = {"name": Path(source).stem if source else "", **raw}
+        arms = bool(raw.get("arms"))
+        name = raw.get("experiment") if arms else (Path(source).stem if source else "")
+        raw = {"name": name, **({"out": "runs/tune"} if arms else {}), **raw}
         sampler = raw.get("sampler")
         if sampler is None or isinstance(sampler, str):
             objectives = raw.get("objectives")
             many = isinstance(objectives, list) and len(objectives) >= 2
-            raw["sampler"] = {"name": sampler or ("nsga2" if many else "tpe")}
+            default = "sobol" if arms else ("nsga2" if many else "tpe")
+            raw["sampler"] = {"name": sampler or default}
     return load(SweepSpec, raw, source)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    return spec_from_dict(read_yaml(path, "sweep spec"), source=str(path))
+    return spec_from_dict(read_yaml(path, "search spec"), source=str(path))
 
 
 def spec_path(name: str) -> Path:
@@ -205,25 +381,3 @@ def spec_path(name: str) -> Path:
 def base_overrides(spec: SweepSpec) -> list[str]:
     experiment = [] if spec.experiment is None else [f"experiment={spec.experiment}"]
     return [*experiment, *spec.overrides]
-
-
-def check_config_keys(spec: SweepSpec) -> None:
-    """Compose the base config, then base + each probe value of each search key, so an unknown
-    key or a value the config schema rejects is refused before a trial is created."""
-    from repro.config import compose
-
-    base = base_overrides(spec)
-    try:
-        compose(base)
-    except UserError as err:
-        raise UserError(f"sweep {spec.name}: base config does not compose: {err}") from None
-    for p in spec.space:
-        for value in p.probe_values():
-            override = format_override(p.key, value)
-            try:
-                compose([*base, override])
-            except UserError as err:
-                raise UserError(
-                    f"sweep {spec.name}: space key {p.key} ({override}) is not a valid config "
-                    f"setting: {err}"
-                ) from None

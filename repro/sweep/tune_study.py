@@ -31,9 +31,9 @@ from typing import Any
 from repro.errors import UserError
 from repro.locks import take
 from repro.sweep.space import format_override
+from repro.sweep.spec import STEPS_TO_TARGET, ArmSpec, ObjectiveSpec, SweepSpec
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
 from repro.sweep.study import serve, suggest, trial_overrides
-from repro.sweep.tune_spec import STEPS_TO_TARGET, ArmSpec, TuneObjective, TuneSpec
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Place:
     grace_s: int = 120
 
 
-def open_journal(spec: TuneSpec) -> Any:
+def open_journal(spec: SweepSpec) -> Any:
     """The search's journal; Optuna's own lines about studies and trials are silenced (each
     trial prints its own line)."""
     import optuna
@@ -58,7 +58,7 @@ def open_journal(spec: TuneSpec) -> Any:
 
 
 def arm_trial_overrides(
-    spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict, seed: int
+    spec: SweepSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict, seed: int
 ) -> list[str]:
     """The run of `arm`'s label with `params` at `seed`, its directory named by its config
     under the search's `runs_root`."""
@@ -66,7 +66,7 @@ def arm_trial_overrides(
     return trial_overrides(spec, params, place, f"arm:{arm.name}", arm, runs)
 
 
-def seed_score(objective: TuneObjective, cfg: Any, summary: dict | None) -> float:
+def seed_score(objective: ObjectiveSpec, cfg: Any, summary: dict | None) -> float:
     """One seed's score from its run summary (None: the run diverged)."""
     if objective.metric == STEPS_TO_TARGET:
         budget, target = cfg.trainer.steps, cfg.trainer.target_acc
@@ -81,7 +81,7 @@ def seed_score(objective: TuneObjective, cfg: Any, summary: dict | None) -> floa
 
 
 def run_trial(
-    spec: TuneSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict
+    spec: SweepSpec, runs: dict[str, list[str]], arm: ArmSpec, params: dict
 ) -> tuple[float, dict]:
     """The trial's objective (mean over the spec's seeds) and what to record on it."""
     from repro.config import compose, run_dir_of
@@ -101,14 +101,18 @@ def run_trial(
     return sum(scores) / len(scores), {**attrs, "run_dirs": run_dirs}
 
 
-def search_of(spec: TuneSpec, arm: ArmSpec) -> str:
+def search_of(spec: SweepSpec, arm: ArmSpec) -> str:
     """What makes an arm's trials comparable: stamped on its study, checked on every load."""
     return json.dumps(
         {
             "space": [asdict(p) for p in spec.space_of(arm)],
             "seeds": list(spec.seeds),
             "objective": asdict(spec.objective),
-            "design": {"trials": spec.trials, **asdict(spec.sampler)},
+            "design": {
+                "trials": spec.n_trials,
+                "name": spec.sampler.name,
+                "seed": spec.sampler.seed,
+            },
             "trained": arm.trained,
             "overrides": [*spec.overrides, *arm.overrides],
         },
@@ -117,7 +121,7 @@ def search_of(spec: TuneSpec, arm: ArmSpec) -> str:
     )
 
 
-def open_arm_study(spec: TuneSpec, arm: ArmSpec, storage: Any) -> Any:
+def open_arm_study(spec: SweepSpec, arm: ArmSpec, storage: Any) -> Any:
     """The arm's study (created on first use), refused when a different search made it."""
     import optuna
 
@@ -149,7 +153,7 @@ def done_indices(study: Any) -> set[int]:
     return {t.user_attrs["design_index"] for t in completed(study)}
 
 
-def ask_point(spec: TuneSpec, study: Any, storage: Any, index: int, point: dict, me: str) -> Any:
+def ask_point(spec: SweepSpec, study: Any, storage: Any, index: int, point: dict, me: str) -> Any:
     """The trial of design point `index`, enqueued and asked back under the search's ask lock
     (so the trial popped is this point). Left-overs of dead workers are failed as stale first:
     a RUNNING trial of this index (the caller holds the index's lock, so its worker is gone)
@@ -169,7 +173,7 @@ def ask_point(spec: TuneSpec, study: Any, storage: Any, index: int, point: dict,
 
 
 def run_point(
-    spec: TuneSpec,
+    spec: SweepSpec,
     arm: ArmSpec,
     runs: dict,
     study: Any,
@@ -183,7 +187,7 @@ def run_point(
 
     from repro.sweep.space import design
 
-    point = design(spec.space_of(arm), spec.trials, spec.sampler.seed)[index]
+    point = design(spec.space_of(arm), spec.n_trials, spec.sampler.seed)[index]
     trial = ask_point(spec, study, storage, index, point, me)
     params = {p.key: suggest(trial, p) for p in spec.space_of(arm)}
     started = time.perf_counter()
@@ -205,14 +209,14 @@ def run_point(
     best = (min if spec.objective.direction == "minimize" else max)(values)
     shown = " ".join(format_override(k, v) for k, v in params.items())
     print(
-        f"tune {spec.experiment} [{arm.name} {len(values)}/{spec.trials}] #{index} {shown} -> "
+        f"tune {spec.experiment} [{arm.name} {len(values)}/{spec.n_trials}] #{index} {shown} -> "
         f"{value:.4g} (best {best:.4g}){' diverged' if attrs['diverged'] else ''} in "
         f"{time.perf_counter() - started:.0f} s",
         flush=True,
     )
 
 
-def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
+def tune_worker(spec: SweepSpec, runs: dict[str, list[str]]) -> None:
     """Run every design point of every arm that is neither finished nor held by another
     worker, in the spec's order."""
     import socket
@@ -222,11 +226,11 @@ def tune_worker(spec: TuneSpec, runs: dict[str, list[str]]) -> None:
 
 
 def _work(
-    spec: TuneSpec, runs: dict[str, list[str]], storage: Any, me: str, stops: StopSignals
+    spec: SweepSpec, runs: dict[str, list[str]], storage: Any, me: str, stops: StopSignals
 ) -> None:
     for arm in spec.arms.values():
         study = open_arm_study(spec, arm, storage)
-        for index in range(spec.trials):
+        for index in range(spec.n_trials):
             if index in done_indices(study):
                 continue
             lock = take(spec.study_dir / "locks" / f"{arm.name}.{index}.lock", wait_s=0)

@@ -26,6 +26,7 @@ import yaml
 from repro.errors import UserError
 from repro.storage import atomic_write
 from repro.sweep.space import format_override
+from repro.sweep.spec import STEPS_TO_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 TUNED_DIR = REPO / "configs" / "tuned"
@@ -56,6 +57,25 @@ def shown_path(source: str) -> str:
     """A spec's path as the tuned file records it: relative to the repository when inside."""
     path = Path(source).resolve()
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else source
+
+
+def _objective_text(objective: Any) -> str:
+    if objective.metric == STEPS_TO_TARGET:
+        return (
+            "steps to the target test accuracy (minimize; a run that never reaches it: "
+            "budget x (1 + shortfall / target))"
+        )
+    return (
+        f"final {objective.metric} ({objective.direction}; a diverged seed scores "
+        f"{objective.diverged:g})"
+    )
+
+
+def _design_text(sampler: Any) -> str:
+    return (
+        f"scrambled Sobol design (seed {sampler.seed}) centred in its cells: one point per equal "
+        "slice of each range, the same points for arms sharing a space"
+    )
 
 
 def _entry(p: Any) -> dict[str, Any]:
@@ -99,9 +119,9 @@ def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
     for arm in spec.arms.values():
         study = studies[arm.name]
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if len(done) < spec.trials:
+        if len(done) < spec.n_trials:
             raise UserError(
-                f"arm {arm.name} has {len(done)} of {spec.trials} trials; run "
+                f"arm {arm.name} has {len(done)} of {spec.n_trials} trials; run "
                 f"`{tune_command(spec.paper, spec.scale)}` again to finish the search"
             )
         trials += done
@@ -115,10 +135,10 @@ def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
     end = max(t.datetime_complete for t in trials)
     search = {
         "spaces": {name: [_entry(p) for p in entries] for name, entries in spec.spaces.items()},
-        "trials_per_arm": spec.trials,
+        "trials_per_arm": spec.n_trials,
         "seeds": list(spec.seeds),
-        "objective": spec.objective.describe(),
-        "design": spec.sampler.describe(),
+        "objective": _objective_text(spec.objective),
+        "design": _design_text(spec.sampler),
         "overrides": list(spec.overrides),
         "started": start.isoformat(timespec="seconds"),
         "finished": end.isoformat(timespec="seconds"),

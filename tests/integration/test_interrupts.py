@@ -23,8 +23,7 @@ import yaml
 from optuna.trial import TrialState
 
 from repro.sweep.results import load_study
-from repro.sweep.spec import load_spec
-from repro.sweep.tune_spec import spec_from_dict
+from repro.sweep.spec import load_spec, spec_from_dict
 from repro.sweep.tune_study import open_journal
 from repro.train import checkpoint
 from tests.helpers import REPO, repro_cli, reproduce_tiny_args
@@ -144,7 +143,7 @@ def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tm
 def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_path):
     raw = yaml.safe_load((REPO / "sweeps" / "tune" / "adacomm_tiny.yaml").read_text())
     arms = raw["arms"]
-    raw["untuned"] = {name: "left out to keep the test short" for name in arms if name != "sync"}
+    raw["export"]["untuned"] = {n: "left out to keep the test short" for n in arms if n != "sync"}
     raw["arms"] = {"sync": arms["sync"]}
     # a 25-modeled-second budget: a trial of several seconds, long enough to interrupt
     raw["overrides"] = ["tracking=disabled", "trainer.time_budget_s=25"]
@@ -177,8 +176,8 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
     again = repro_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    assert sorted(t.user_attrs["design_index"] for t in done) == list(range(spec.trials))
-    assert yaml.safe_load(tuned.read_text())["arms"]["sync"]["trials"] == spec.trials
+    assert sorted(t.user_attrs["design_index"] for t in done) == list(range(spec.n_trials))
+    assert yaml.safe_load(tuned.read_text())["arms"]["sync"]["trials"] == spec.n_trials
 
 
 @pytest.mark.parametrize("group", [True, False], ids=["ctrl_c", "kill_int"])

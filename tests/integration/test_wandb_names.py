@@ -16,7 +16,6 @@ from pathlib import Path
 from repro.config import compose
 from repro.sweep.spec import load_spec
 from repro.sweep.study import sweep_trial_overrides
-from repro.sweep.tune_spec import load_tune_spec
 from repro.sweep.tune_study import arm_trial_overrides
 from repro.track.naming import run_identity
 from repro.track.wandb_metrics import SUMMARIES
@@ -104,7 +103,7 @@ def test_sweep_trial_sits_in_its_study_group_not_the_reproductions(tmp_path):
 
 
 def test_tuning_trials_have_their_own_group_and_tags():
-    spec = load_tune_spec(ROOT / "sweeps" / "tune" / "topk_small.yaml")
+    spec = load_spec(ROOT / "sweeps" / "tune" / "topk_small.yaml")
     runs = compose([f"experiment={spec.experiment}"]).experiment.runs
     arm = spec.arms["star_topk"]
     params = {p.key: p.low for p in spec.space_of(arm)}

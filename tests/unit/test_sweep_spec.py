@@ -10,9 +10,9 @@ import yaml
 
 from repro.errors import UserError
 from repro.sweep.cli import main as sweep_main
-from repro.sweep.launch import run_sweep
+from repro.sweep.launch import check_config_keys, run_sweep
 from repro.sweep.space import ParamSpec, format_override, grid_size
-from repro.sweep.spec import check_config_keys, load_spec, spec_from_dict
+from repro.sweep.spec import load_spec, spec_from_dict
 from repro.sweep.storage import expand_storage_url, mask_url, open_storage, scrub
 
 ROOT = Path(__file__).resolve().parents[2]

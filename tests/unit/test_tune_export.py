@@ -13,7 +13,7 @@ import yaml
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from repro.sweep.tune_spec import spec_from_dict
+from repro.sweep.spec import spec_from_dict
 from repro.sweep.tuned import export_data, write_tuned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ TRIALS = [
 
 def tiny_spec():
     raw = yaml.safe_load((ROOT / "sweeps" / "tune" / "adacomm_tiny.yaml").read_text())
-    raw["untuned"] = {a: "left out" for a in raw["arms"] if a not in ("sync", "adacomm")}
+    raw["export"]["untuned"] = {a: "left out" for a in raw["arms"] if a not in ("sync", "adacomm")}
     raw["arms"] = {a: raw["arms"][a] for a in ("sync", "adacomm")}
     return spec_from_dict(raw, str(ROOT / "sweeps" / "tune" / "adacomm_tiny.yaml"))
 

@@ -13,7 +13,7 @@ import yaml
 
 from repro.errors import UserError
 from repro.sweep.launch import check_coverage
-from repro.sweep.tune_spec import load_tune_spec, spec_from_dict
+from repro.sweep.spec import load_spec, spec_from_dict
 from repro.sweep.tune_study import search_of, seed_score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_every_paper_has_a_small_and_a_tiny_spec():
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
 def test_committed_spec_covers_its_run_set_with_one_budget(path):
-    spec = load_tune_spec(path)
+    spec = load_spec(path)
     assert spec.experiment == path.stem
     check_coverage(spec, experiment_runs(spec.experiment))
     # one trial count, seed list, objective and design for all arms, by construction; arms of
@@ -84,16 +84,19 @@ def test_a_run_the_set_lacks_is_refused():
             "run sync is in arms a and b",
         ),
         ({"arms": {"a": {"space": "momentum", "labels": ["sync"]}}}, "is not one of the spaces"),
-        ({"trials": 0}, "trials=0 must be an integer >= 1"),
+        ({"n_trials": 0}, "n_trials=0 must be at least 1"),
         ({"seeds": [1, 1]}, "has duplicates"),
-        ({"trials": 6}, "trials=6 must be a power of 2"),
-        ({"sampler": {"name": "tpe", "seed": 0}}, "the tuning sampler is sobol"),
+        ({"n_trials": 6}, "n_trials=6 must be a power of 2"),
         (
-            {"objective": {"metric": "train/loss", "direction": "minimize"}},
-            "set objective.diverged",
+            {"sampler": {"name": "tpe", "seed": 0}},
+            "a search with arms tries a fixed design; use sampler sobol",
         ),
         (
-            {"objective": {"metric": "test/accuracy", "direction": "maximize", "diverged": 0}},
+            {"objectives": [{"metric": "train/loss", "direction": "minimize"}]},
+            r"set objectives\[0\]\.diverged",
+        ),
+        (
+            {"objectives": [{"metric": "test/accuracy", "direction": "maximize", "diverged": 0}]},
             "is not logged",
         ),
         (
@@ -118,7 +121,7 @@ def cfg(steps: int, target: float) -> SimpleNamespace:
 
 def test_steps_to_target_scores_and_penalty():
     objective = spec_from_dict(
-        {**tiny_raw(), "objective": {"metric": "steps_to_target", "direction": "minimize"}}
+        {**tiny_raw(), "objectives": [{"metric": "steps_to_target", "direction": "minimize"}]}
     ).objective
     reached = {"step": 130, "test/acc": 0.86, "target/reached": 1.0}
     assert seed_score(objective, cfg(500, 0.85), reached) == 130.0
