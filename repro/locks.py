@@ -6,7 +6,7 @@ The suite uses them for one live run per run directory (`repro.train.run_lock`),
 process at a time generating a dataset or preparing a job's data (`repro.workload.data`,
 `repro.cluster.submit`), a sweep's ask lock and its workers' liveness
 (`repro.sweep.storage`), and a tuning worker's claim on a design point
-(`repro.sweep.tune_study`).
+(`repro.sweep.worker`).
 """
 
 from __future__ import annotations

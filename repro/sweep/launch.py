@@ -48,15 +48,10 @@ from repro.schemas.cluster import ClusterConfig
 from repro.sweep.space import format_override
 from repro.sweep.spec import STEPS_TO_TARGET, SweepSpec, base_overrides
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
-from repro.sweep.study import open_study, run_worker, tally
-from repro.sweep.tune_study import (
-    arm_trial_overrides,
-    completed,
-    open_arm_study,
-    open_journal,
-    tune_worker,
-)
+from repro.sweep.study import completed, open_arm_study, open_journal, open_study, tally
+from repro.sweep.trial import arm_trial_overrides
 from repro.sweep.tuned import TUNED_DIR, export_data, write_tuned
+from repro.sweep.worker import run_worker, tune_worker
 
 log = logging.getLogger("repro.sweep")
 

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from repro.sweep.results import load_study
 from repro.sweep.spec import load_spec, spec_from_dict
-from repro.sweep.tune_study import open_journal
+from repro.sweep.study import open_journal
 from repro.train import checkpoint
 from tests.helpers import REPO, repro_cli, reproduce_tiny_args
 

@@ -14,9 +14,9 @@ import yaml
 from optuna.trial import TrialState
 
 from repro.sweep.launch import run_tune
+from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
-from repro.sweep.study import suggest
-from repro.sweep.tune_study import ask_point, open_arm_study, open_journal
+from repro.sweep.study import ask_point, open_arm_study, open_journal
 from tests.helpers import repro_cli, reproduce_tiny_args
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from repro.config import compose
 from repro.sweep.spec import load_spec
-from repro.sweep.study import sweep_trial_overrides
-from repro.sweep.tune_study import arm_trial_overrides
+from repro.sweep.trial import arm_trial_overrides, sweep_trial_overrides
 from repro.track.naming import run_identity
 from repro.track.wandb_metrics import SUMMARIES
 from repro.train.run_log import RunLog

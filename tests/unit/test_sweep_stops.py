@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from repro.sweep.journal import open_journal_file
 from repro.sweep.spec import spec_from_dict
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped, stop_reason
-from repro.sweep.study import trial_run_dir
+from repro.sweep.trial import trial_run_dir
 
 
 def _spec(tmp_path):

@@ -8,17 +8,11 @@ import math
 import optuna
 import pytest
 
+from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
-from repro.sweep.study import (
-    TrialFailed,
-    TrialRun,
-    make_sampler,
-    objective_values,
-    run_one_trial,
-    suggest,
-    sweep_trial_overrides,
-    tally,
-)
+from repro.sweep.study import make_sampler, tally
+from repro.sweep.trial import TrialFailed, TrialRun, objective_values, sweep_trial_overrides
+from repro.sweep.worker import run_one_trial
 
 SPACE = [
     {"key": "method.cr", "type": "float", "low": 0.001, "high": 1.0, "log": True},

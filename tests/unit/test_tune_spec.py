@@ -14,7 +14,8 @@ import yaml
 from repro.errors import UserError
 from repro.sweep.launch import check_coverage
 from repro.sweep.spec import load_spec, spec_from_dict
-from repro.sweep.tune_study import search_of, seed_score
+from repro.sweep.study import search_of
+from repro.sweep.trial import seed_score
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "sweeps" / "tune").glob("*.yaml"))
@@ -158,7 +159,7 @@ def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
 
 def test_arm_trial_overrides_compose_the_run_the_set_composes_at_the_point(tmp_path):
     from repro.config import compose
-    from repro.sweep.tune_study import arm_trial_overrides
+    from repro.sweep.trial import arm_trial_overrides
 
     spec = spec_from_dict({**tiny_raw(), "out": str(tmp_path)}, "t.yaml")
     runs, arm = experiment_runs("adacomm_tiny"), spec.arms["adacomm"]
@@ -181,3 +182,47 @@ def test_arm_trial_overrides_compose_the_run_the_set_composes_at_the_point(tmp_p
     # the order the search composed before its overrides were a sweep's: the same config
     before = [*overrides[:-3], *overrides[-2:], overrides[-3]]
     assert compose(overrides) == compose(before)
+
+
+def test_an_arms_study_stamp_is_the_one_earlier_searches_wrote():
+    """A journal made before tuning specs were sweep specs must still load: its stamp's design
+    is the trial count, sampler name and seed, its objective the metric, direction and score of
+    a diverged seed."""
+    spec = spec_from_dict(tiny_raw(), "t.yaml")
+    stamp = yaml.safe_load(search_of(spec, spec.arms["sync"]))
+    assert stamp["design"] == {"trials": 2, "name": "sobol", "seed": 0}
+    assert stamp["objective"] == {
+        "metric": "train/loss",
+        "direction": "minimize",
+        "diverged": 1.386294,
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sampler": "sobol"}, "sampler sobol belong(s) to a search with arms"),
+        ({"seeds": [1]}, "seeds belong(s) to a search with arms"),
+        ({"export": {"untuned": {}}}, "export belong(s) to a search with arms"),
+        (
+            {"objectives": [{"metric": "steps_to_target", "direction": "minimize"}]},
+            "objectives[0]: steps_to_target and diverged belong to a search with arms",
+        ),
+    ],
+)
+def test_what_belongs_to_arms_is_refused_in_a_sweep(change, message):
+    raw = {**yaml.safe_load((ROOT / "sweeps" / "tiny.yaml").read_text()), **change}
+    with pytest.raises(UserError) as err:
+        spec_from_dict(raw, "t.yaml")
+    assert message in str(err.value) and str(err.value).startswith("t.yaml: ")
+
+
+def test_sweep_show_of_a_search_with_arms_is_one_line(tmp_path, capsys):
+    from repro.sweep.cli import main as sweep_main
+
+    path = tmp_path / "adacomm_tiny.yaml"
+    path.write_text(yaml.safe_dump({**tiny_raw(), "out": str(tmp_path / "tune")}))
+    assert sweep_main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path} is a search with arms: `repro sweep SPEC` runs it here\n"
+    assert not (tmp_path / "tune").exists()

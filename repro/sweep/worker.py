@@ -1,0 +1,235 @@
+"""A search worker: one scheduling loop over the points its study (or studies) still need.
+
+Where the next point comes from is the one difference between a sweep and a search with arms:
+
+* adaptive (`_adaptive_points`, a sweep): under the study's ask lock, a worker fails the
+  stale trials of dead workers, counts finished plus running trials and starts one only below
+  `n_trials`; the lock is handed on inside the objective once the trial is stamped with its
+  worker, so K workers on one machine never overshoot (workers on other machines sharing a
+  database have their own lock and may overshoot by one trial each). The sampler picks the
+  point; a retried point runs in its first trial's run directory, so it resumes from the
+  checkpoint the lost run left (`resumed_from`).
+* fixed design (`_design_points`, a search with arms): each (arm, design index) in the spec's
+  order that is neither finished nor held: a worker takes the index's `flock` without
+  waiting (`repro.locks.take(..., wait_s=0)`), so a held index is another worker's, and a
+  RUNNING trial of an index whose lock was free belongs to a dead worker and is failed as
+  stale (`repro.sweep.study.ask_point`). The design is data, so an interrupted search ends
+  where an uninterrupted one does.
+
+Either way a worker runs on one thread with the stop signals caught (`serve`): SIGTERM (job
+cancelled or preempted) or SIGINT (Ctrl-C) marks its trial stopped (`repro.sweep.stops`), a
+sweep's point queued again at once, an arm's design index asked again by the next search.
+Where the workers run is `repro.sweep.launch`'s business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from repro.locks import take
+from repro.sweep.space import design, format_override, suggest
+from repro.sweep.spec import ArmSpec, SweepSpec
+from repro.sweep.stops import Stopped, StopSignals, mark_stopped
+from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
+from repro.sweep.study import (
+    ask_point,
+    completed,
+    done_indices,
+    make_sampler,
+    open_arm_study,
+    open_journal,
+    open_study,
+    tally,
+)
+from repro.sweep.trial import TrialFailed, TrialRun, run_seeds, sweep_objective
+
+log = logging.getLogger("repro.sweep")
+POLL_S = 2.0
+"""How often an idle worker looks again while others finish the last trials."""
+
+Point = Callable[[StopSignals], None] | None
+"""A trial to run, or None: nothing to start now, look again after `POLL_S`."""
+
+
+def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -> None:
+    """Run each trial `points(stops)` yields on one thread, one core per worker, with the
+    stop signals caught: a stop ends the worker with the signal's own exit, its trial already
+    marked stopped. A lock the generator holds over a yield is held while that trial runs.
+    `stopped` names the worker in the warning a SIGTERM leaves (on Ctrl-C the command says it
+    in its one line)."""
+    import torch
+
+    torch.set_num_threads(1)
+    stops = StopSignals().install()
+    try:
+        with contextlib.closing(points(stops)) as each:
+            for point in each:
+                stops.check()
+                if point is None:
+                    time.sleep(POLL_S)
+                else:
+                    point(stops)
+    except Stopped as stop:
+        if stopped and stop.name != "SIGINT":
+            log.warning("%s stopped by %s", stopped, stop.name)
+        raise stop.exit() from None
+    finally:
+        stops.restore()
+
+
+def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
+    """A sweep worker: count, ask, run, until the budget is spent, the deadline passes or a
+    stop signal comes."""
+    storage = open_storage(spec)
+    study = open_study(spec, storage)
+    # Distinct seeds per worker and per resume: equal seeds would propose equal points.
+    study.sampler = make_sampler(spec, 1_000_003 * index + len(study.get_trials(deepcopy=False)))
+    locks = WorkerLocks(spec.study_dir)
+    me = locks.register()
+    points = functools.partial(_adaptive_points, spec, study, storage, locks, me, deadline)
+    serve(points, f"sweep {spec.name}: worker {me}")
+
+
+def tune_worker(spec: SweepSpec, runs: dict[str, list[str]]) -> None:
+    """A search-with-arms worker: every design point of every arm that is neither finished
+    nor held by another worker, in the spec's order."""
+    import socket
+
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    serve(functools.partial(_design_points, spec, runs, open_journal(spec), me))
+
+
+def _adaptive_points(
+    spec: SweepSpec,
+    study: Any,
+    storage: Any,
+    locks: WorkerLocks,
+    me: str,
+    deadline: float | None,
+    stops: StopSignals,
+) -> Iterator[Point]:
+    import optuna
+
+    heartbeat_grace_s = None if spec.storage is None else spec.grace_s
+    while True:
+        stops.check()
+        with take(spec.study_dir / "ask.lock") as lock:
+            with warnings.catch_warnings():  # a no-op on a journal, which has no heartbeat
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+            if fail_orphaned_trials(study, storage, locks, heartbeat_grace_s):
+                log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
+            done, running = tally(study)
+            if done >= spec.n_trials or (deadline is not None and time.time() >= deadline):
+                return
+            if done + running < spec.n_trials:
+                yield functools.partial(_sampled, spec, study, storage, me, lock.release)
+                continue
+        yield None
+
+
+def _sampled(
+    spec: SweepSpec, study: Any, storage: Any, me: str, unlock: Any, stops: StopSignals
+) -> None:
+    """Run the sampler's next point as one trial of the sweep."""
+    run = TrialRun()
+    objective = functools.partial(
+        sweep_objective, spec=spec, storage=storage, worker=me, unlock=unlock, run=run, stops=stops
+    )
+    lost = run_one_trial(study, storage, objective, run)
+    if lost is not None:
+        log.warning(
+            "sweep %s: trial %d was failed as stale while it ran (no heartbeat for grace_s=%d "
+            "s: raise it on a loaded machine); its point is queued again",
+            spec.name,
+            lost,
+            spec.grace_s,
+        )
+
+
+def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> int | None:
+    """Run one trial of `objective` (which fills in `run`). Returns None, or the trial's
+    number when another worker failed it as stale while it ran (its heartbeat came too late):
+    Optuna then refuses this worker's writes of the result, with one error or another, and
+    that must not end the worker. A stop signal marks the trial stopped and queues its point
+    again before `Stopped` propagates. Any other error propagates."""
+    from optuna.trial import TrialState
+
+    try:
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+    except Stopped as stop:
+        if run.number is not None:
+            mark_stopped(study, storage, run.number, stop, requeue=True)
+        raise
+    except Exception:
+        mine = [t for t in study.get_trials(deepcopy=False) if t.number == run.number]
+        if not run.ended or not mine or mine[0].state != TrialState.FAIL:
+            raise
+        return run.number
+    return None
+
+
+def _design_points(
+    spec: SweepSpec, runs: dict[str, list[str]], storage: Any, me: str, stops: StopSignals
+) -> Iterator[Point]:
+    for arm in spec.arms.values():
+        study = open_arm_study(spec, arm, storage)
+        for index in range(spec.n_trials):
+            if index in done_indices(study):
+                continue
+            lock = take(spec.study_dir / "locks" / f"{arm.name}.{index}.lock", wait_s=0)
+            if lock is None:
+                continue  # another worker runs it
+            with lock:
+                stops.check()
+                if index not in done_indices(study):  # not finished while we took the lock
+                    yield functools.partial(run_point, spec, arm, runs, study, storage, index, me)
+
+
+def run_point(
+    spec: SweepSpec,
+    arm: ArmSpec,
+    runs: dict,
+    study: Any,
+    storage: Any,
+    index: int,
+    me: str,
+    stops: StopSignals,
+) -> None:
+    """Run design point `index` of `arm` as one trial and record its score."""
+    from optuna.trial import TrialState
+
+    point = design(spec.space_of(arm), spec.n_trials, spec.sampler.seed)[index]
+    trial = ask_point(spec, study, storage, index, point, me)
+    params = {p.key: suggest(trial, p) for p in spec.space_of(arm)}
+    started = time.perf_counter()
+    try:
+        with stops.armed():
+            value, attrs = run_seeds(spec, runs, arm, params)
+    except Stopped as stop:  # its design index is asked again by the next search
+        mark_stopped(study, storage, trial.number, stop, requeue=False)
+        raise
+    except Exception as err:  # a crash is a bug to fix, not a score: stop the search
+        stops.after_failure()  # unless a stop signal caused it
+        trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}"[:500])
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    for key, v in attrs.items():
+        trial.set_user_attr(key, v)
+    study.tell(trial, value)
+    values = [t.value for t in completed(study)]
+    best = (min if spec.objective.direction == "minimize" else max)(values)
+    shown = " ".join(format_override(k, v) for k, v in params.items())
+    print(
+        f"tune {spec.experiment} [{arm.name} {len(values)}/{spec.n_trials}] #{index} {shown} -> "
+        f"{value:.4g} (best {best:.4g}){' diverged' if attrs['diverged'] else ''} in "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
