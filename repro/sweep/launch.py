@@ -20,13 +20,14 @@ nothing behind (no study, no directory, no job):
 and only then is the study created (or loaded, to continue it). A study that already has its
 `n_trials` runs nothing and queues no job.
 
-A tuning search is checked against its run set (every label in an arm or untuned) and every
-arm with trials left is composed at both ends of its space; on a new search this happens
+A search with arms (`run_tune`, from `repro tune PAPER` or `repro sweep SPEC`) that exports
+is checked against its run set (every label in an arm or untuned), and every arm with trials
+left is composed at both ends of its space; on a new search this happens
 before the journal exists, so a refused spec leaves nothing behind. Its workers run on this
 machine, as many as there are cores and trials left when every trial runs simulated (one
 process and one thread each, as the simulated runs of a run set), else one. Once every arm
-has its trials, the chosen values are written atomically to `configs/tuned/<paper>_<scale>.yaml`;
-a search left unfinished writes nothing.
+has its trials, the chosen values are written atomically to `configs/tuned/<paper>_<scale>.yaml`
+(`repro.sweep.tuned`); a search left unfinished writes nothing.
 """
 
 from __future__ import annotations
