@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import select
 import signal
 import socket
 import threading
@@ -45,6 +46,12 @@ DEFAULT_TIMEOUT_S = 60.0
 # When a worker reports a failure, how long the parent keeps looking for its cause: a killed
 # worker's peers see the closed connection before the parent can reap the dead process.
 SETTLE_S = 1.0
+# Workers are forked from one server process that imported these once (multiprocessing's
+# forkserver): a freshly spawned worker imports torch and the trainer again, about 1.7 s of
+# CPU each, a forked one starts in milliseconds. The server holds no process group, CUDA
+# context or other thread, so a fork of it starts as clean as a new process; each worker
+# takes the caller's environment as it is at `spawn` (the server keeps the one it began with).
+_PRELOAD = ["torch", "torch.distributed", "repro.train.entry"]
 
 
 def free_port() -> int:
@@ -104,6 +111,23 @@ def die_with_parent() -> None:
         pass
 
 
+def die_with_launcher(launcher: int) -> None:
+    """End this worker when the process that called `spawn` ends, however it ends. A forked
+    worker's parent is the fork server, which outlives the launcher for as long as its
+    workers live, so the worker watches the launcher itself, through a pidfd (no pid reuse
+    can fool it)."""
+    try:
+        fd = os.pidfd_open(launcher)
+    except ProcessLookupError:
+        os._exit(1)  # the launcher is gone already: nobody would read this worker's result
+    threading.Thread(target=_end_with, args=(fd,), daemon=True, name="launcher").start()
+
+
+def _end_with(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once that process has ended
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _heartbeat(beats, rank: int, interval_s: float) -> None:
     # A daemon thread: it runs while the worker waits in a collective (torch releases the
     # GIL there) and stops exactly when the whole process stops (SIGSTOP) or dies.
@@ -112,8 +136,10 @@ def _heartbeat(beats, rank: int, interval_s: float) -> None:
         time.sleep(interval_s)
 
 
-def _worker(rank, world, port, fn, args, results, beats, beat_s):
-    die_with_parent()
+def _worker(rank, world, port, fn, args, results, beats, beat_s, environ, launcher):
+    die_with_launcher(launcher)
+    os.environ.clear()
+    os.environ.update(environ)
     threading.Thread(
         target=_heartbeat, args=(beats, rank, beat_s), daemon=True, name="heartbeat"
     ).start()
@@ -126,7 +152,7 @@ def _worker(rank, world, port, fn, args, results, beats, beat_s):
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    # tqdm guards its bars with a multiprocessing lock, a named semaphore under spawn. A
+    # tqdm guards its bars with a multiprocessing lock, a named semaphore across processes. A
     # worker ended by SIGKILL after a fault cannot release it, and the resource tracker
     # then warns about it on stderr under the one-line message. Each worker draws its
     # own bar, so a thread lock is all it needs.
@@ -166,7 +192,7 @@ def spawn(
     collective_timeout_s: float = DEFAULT_TIMEOUT_S,
     resume_hint: Callable[[], str] | None = None,
 ) -> list[Any]:
-    """Run `fn(rank, world_size, *args)` in `world_size` fresh processes; return results.
+    """Run `fn(rank, world_size, *args)` in `world_size` worker processes; return results.
 
     `fn` must be importable (a module-level function). The rendezvous variables are set
     before `fn` runs, so `fn` calls `init_process_group()` itself, and should pass it
@@ -178,16 +204,18 @@ def spawn(
     """
     if not collective_timeout_s > 0:
         raise ValueError(f"collective_timeout_s={collective_timeout_s} must be > 0")
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
     results = ctx.Queue()
     beats = ctx.RawArray("d", world_size)  # monotonic time of each worker's last beat; 0: none
     # Ten beats per timeout: a live worker's heartbeat is never more than a tenth old.
     beat_s = min(1.0, collective_timeout_s / 10)
     port = free_port()
+    caller = (dict(os.environ), os.getpid())
     procs = [
         ctx.Process(
             target=_worker,
-            args=(r, world_size, port, fn, args, results, beats, beat_s),
+            args=(r, world_size, port, fn, args, results, beats, beat_s, *caller),
             daemon=False,
         )
         for r in range(world_size)

@@ -73,3 +73,8 @@ def count_to(rank: int, world: int, n: int, out: str) -> int:
         t.fill_(1.0)
         time.sleep(0.01)
     return n
+
+
+def loop_forever(rank: int, world: int, out: str) -> None:
+    """Loop on all_reduce until ended from outside (its launcher's death must end it)."""
+    _loop(rank, world, out, RENDEZVOUS_S, lambda rank, pids: None)

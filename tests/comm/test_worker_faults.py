@@ -107,13 +107,52 @@ def test_exception_in_one_worker_names_that_worker(tmp_path):
     _assert_all_gone(out, 4)
 
 
+def _children(pid: int) -> list[int]:
+    return [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+
+
 def _worker_pids(parent: int) -> list[int]:
-    """`parent`'s spawned workers, in rank order (`spawn` starts them in rank order, so
-    their pids increase), leaving out multiprocessing's resource tracker."""
-    pids = []
-    for task in Path(f"/proc/{parent}/task").iterdir():
-        pids += [int(p) for p in (task / "children").read_text().split()]
-    return sorted(pid for pid in pids if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    """`parent`'s workers, in rank order (`spawn` starts them in rank order, so their pids
+    increase): the children of its fork server, not multiprocessing's resource tracker."""
+    servers = [
+        p for p in _children(parent) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    return sorted(pid for server in servers for pid in _children(server))
+
+
+LAUNCHER = """
+import sys
+from repro.comm.launch import spawn
+from tests.comm.fault_workers import loop_forever
+if __name__ == "__main__":
+    spawn(loop_forever, 2, sys.argv[1])
+"""
+
+
+def test_a_killed_launcher_takes_its_workers_with_it(tmp_path):
+    """SIGKILL to the process that called `spawn` alone (not its group): both workers,
+    in a collective loop, end within seconds, so none is left blocked forever."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pid*"))) < 2 and time.monotonic() < deadline:
+            assert launcher.poll() is None
+            time.sleep(0.1)
+        workers = [int(p.read_text()) for p in sorted(tmp_path.glob("pid*"))]
+        assert len(workers) == 2
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "workers outlived their launcher"
+            time.sleep(0.1)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
 
 
 # What `repro train trainer.world_size=2` does once the trainer passes its timeout and
