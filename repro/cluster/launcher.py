@@ -220,6 +220,11 @@ def _side_run(cfg: Config):
         return None, err
 
 
+def _side_run_at(job: tuple[int, Config]):
+    """(the run's index, then as `_side_run`), for outcomes taken as they finish."""
+    return (job[0], *_side_run(job[1]))
+
+
 def _side_worker_start() -> None:
     """A side-by-side worker leaves interrupts to the set's process, which stops every worker
     at once (a Ctrl-C reaches the whole process group), and dies with it."""
@@ -229,23 +234,36 @@ def _side_worker_start() -> None:
     die_with_parent()
 
 
+def longest_first(runs: Sequence[tuple[str, Config]]) -> list[tuple[str, Config]]:
+    """`runs` by the samples each processes at most (steps times every worker's batch),
+    largest first, ties in the set's order: runs side by side end together when the long
+    ones start first, instead of a long one started last running on alone."""
+
+    def samples(run: tuple[str, Config]) -> int:
+        t = run[1].trainer
+        return t.steps * t.world_size * t.batch_size
+
+    return sorted(runs, key=samples, reverse=True)  # stable: ties keep their order
+
+
 def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
-    """Simulated runs in `slots` spawned processes; outcomes in the set's order. Their
-    own progress bars would overwrite each other, so the set's bar counts runs instead."""
+    """Simulated runs in `slots` spawned processes, `longest_first`; outcomes as they
+    finish. Their own progress bars would overwrite each other, so the set's bar counts
+    runs instead."""
     from tqdm import tqdm
 
     quiet = []
-    for label, cfg in runs:
+    for label, cfg in longest_first(runs):
         cfg = copy.deepcopy(cfg)
         cfg.trainer.progress = False  # not part of a run's identity
         quiet.append((label, cfg))
-    tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time")
+    tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time, the longest first")
     ctx = multiprocessing.get_context("spawn")
     pool = ctx.Pool(slots, initializer=_side_worker_start)
     try:
-        outcomes = pool.imap(_side_run, [cfg for _, cfg in quiet])
-        for (label, _), (summary, diverged) in zip(quiet, outcomes, strict=True):
-            yield label, summary, diverged
+        outcomes = pool.imap_unordered(_side_run_at, list(enumerate(cfg for _, cfg in quiet)))
+        for i, summary, diverged in outcomes:
+            yield quiet[i][0], summary, diverged
     except BaseException:
         # an error, or an interrupt sent to this process alone (a scheduler's signal, a
         # `kill`), ends the set now: queued runs never start and running ones stop, each to

@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from repro.cluster.launcher import longest_first
 from repro.config import CONFIG_DIR
 from repro.report.page import CHECKS_TITLE
 from repro.reproduce.run_sets import run_set
@@ -77,6 +78,15 @@ def test_rows_read_at_c0001_send_each_parameter_as_often_as_the_paper(scale):
             assert fractions == ([0.361, 0.721] if scale == "small" else [0.3, 0.6, 0.9])
         elif cfg.method.cr_controller == "fixed" and not label.startswith("flex"):
             assert sends >= 0.001 * 9766 or cfg.method.cr == 1, label
+
+
+def test_side_by_side_the_long_rows_start_first():
+    """The three 10,400-step rows before the 1,300-step ones (started last, one would run
+    alone for minutes on a core while the other idles); equal runs keep the set's order."""
+    runs = run_set("topk", "small", [], seeds=1)
+    order = [label for label, _ in longest_first(runs)]
+    long_rows = ["ag_topk_c0.001", "star_topk_c0.001", "var_topk_c0.001"]
+    assert order == long_rows + [label for label, _ in runs if label not in long_rows]
 
 
 @pytest.mark.slow
