@@ -114,18 +114,30 @@ def die_with_parent() -> None:
 def die_with_launcher(launcher: int) -> None:
     """End this worker when the process that called `spawn` ends, however it ends. A forked
     worker's parent is the fork server, which outlives the launcher for as long as its
-    workers live, so the worker watches the launcher itself, through a pidfd (no pid reuse
-    can fool it)."""
+    workers live, so the worker watches the launcher itself: through a pidfd where the
+    system has them (no pid reuse can fool it), else by asking once a second."""
+    threading.Thread(target=_end_with, args=(launcher,), daemon=True, name="launcher").start()
+
+
+def _end_with(launcher: int) -> None:
     try:
-        fd = os.pidfd_open(launcher)
+        select.select([os.pidfd_open(launcher)], [], [])  # readable once it has ended
     except ProcessLookupError:
-        os._exit(1)  # the launcher is gone already: nobody would read this worker's result
-    threading.Thread(target=_end_with, args=(fd,), daemon=True, name="launcher").start()
-
-
-def _end_with(pidfd: int) -> None:
-    select.select([pidfd], [], [])  # readable once that process has ended
+        pass  # it has ended already
+    except (AttributeError, OSError):
+        while _exists(launcher):
+            time.sleep(1.0)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _heartbeat(beats, rank: int, interval_s: float) -> None:
