@@ -32,13 +32,6 @@ class PublishedRow:
     step_ms: float | None = None
     acc: float | None = None
 
-    def __post_init__(self) -> None:
-        for name in ("step_ms", "acc"):
-            value = getattr(self, name)
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            if value is not None and not numeric:
-                raise UserError(f"{name}={value!r} must be a number or absent")
-
 
 @dataclass(frozen=True)
 class PublishedTable:
