@@ -18,7 +18,7 @@ def require_texts(item: object, *names: str) -> None:
     """Refuse a claims-file entry whose named fields are not non-empty texts."""
     for name in names:
         value = getattr(item, name)
-        if not isinstance(value, str) or not value.strip():
+        if not value.strip():
             raise UserError(f"{name} must be a non-empty text, got {value!r}")
 
 

@@ -100,7 +100,7 @@ class FigureSpec:
             raise UserError(f"id '{self.id}' must be lower-case letters, digits and _")
         if self.kind not in KINDS:
             raise UserError(f"kind '{self.kind}' must be one of {', '.join(KINDS)}")
-        if not isinstance(self.smooth, int) or self.smooth < 1:
+        if self.smooth < 1:
             raise UserError(f"smooth={self.smooth} must be an integer >= 1")
         if self.runs != "all" and not (
             isinstance(self.runs, list) and all(isinstance(r, str) for r in self.runs)

@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 
 from repro.claims.choices import require_texts
 from repro.claims.result import ClaimResult
-from repro.claims.slots import (
-    Computed,
-    check_slots,
-    check_values,
-    compute_values,
-    fill,
-)
+from repro.claims.slots import Computed, check_slots, check_values, compute_values, fill
 from repro.errors import UserError
 from repro.pages.writer import Table
 from repro.track.series import Seeded
@@ -45,8 +39,7 @@ class Finding:
     def __post_init__(self) -> None:
         require_texts(self, "claim", "scale", "why")
         check_values(self.values)
-        listed = isinstance(self.verdicts, list) and self.verdicts
-        if not listed or any(v not in EXPLAINED for v in self.verdicts):
+        if not self.verdicts or any(v not in EXPLAINED for v in self.verdicts):
             raise UserError(
                 f"verdicts={self.verdicts!r} must list the outcomes it explains, among "
                 f"{', '.join(EXPLAINED)}"

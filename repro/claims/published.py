@@ -46,9 +46,9 @@ class PublishedTable:
     parsed: list = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rows, list) or not self.rows:
+        if not self.rows:
             raise UserError(f"table '{self.id}': rows must be a non-empty list")
-        if not isinstance(self.smooth, int) or self.smooth < 1:
+        if self.smooth < 1:
             raise UserError(f"table '{self.id}': smooth={self.smooth!r} must be an integer >= 1")
         parsed = [
             build(PublishedRow, r, f"table '{self.id}' rows[{i}]") for i, r in enumerate(self.rows)

@@ -109,7 +109,7 @@ def band_rule(band: Any, published: Any, where: str) -> Rule | None:
             f"{where}: a band needs a numeric published value, not {published!r}; "
             "judge a qualitative claim with verdict.reproduced"
         )
-    if not isinstance(band, dict) or set(band) - set(BAND_KEYS):
+    if set(band) - set(BAND_KEYS):
         raise UserError(f"{where}: band must be a mapping of {', '.join(BAND_KEYS)}")
     reason = band.get("reason")
     if not isinstance(reason, str) or not reason.strip():

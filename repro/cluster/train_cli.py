@@ -16,14 +16,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
-from repro.config import (
-    CONFIG_DIR,
-    GROUPS,
-    compose,
-    compose_dict,
-    parse_overrides,
-    to_config,
-)
+from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
 from repro.errors import UserError
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"

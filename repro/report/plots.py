@@ -21,15 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
-from repro.track.series import (
-    Run,
-    Seeded,
-    every_run,
-    points,
-    seeds_of,
-    trailing_mean,
-    x_metric,
-)
+from repro.track.series import Run, Seeded, every_run, points, seeds_of, trailing_mean, x_metric
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

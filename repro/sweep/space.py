@@ -51,7 +51,7 @@ class ParamSpec:
 
     def __post_init__(self) -> None:
         where = f"space[{self.key}]"
-        if not isinstance(self.key, str) or not self.key:
+        if not self.key:
             raise UserError(f"space entry key={self.key!r} must be a config key such as method.cr")
         if self.type not in PARAM_TYPES:
             raise UserError(f"{where}.type={self.type!r} must be one of {', '.join(PARAM_TYPES)}")

@@ -24,14 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro.errors import UserError
-from repro.track.series import (
-    CLOCKS,
-    MissingRun,
-    Run,
-    final,
-    final_step,
-    x_metric,
-)
+from repro.track.series import CLOCKS, MissingRun, Run, final, final_step, x_metric
 
 
 @dataclass(frozen=True)
