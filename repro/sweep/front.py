@@ -1,25 +1,33 @@
-"""A study's Pareto front as data: every completed trial, the front, its knee, the colour of
-each point, and the front as a CSV table.
+"""A study's Pareto front as data: every completed trial, the front, its knee, the colour of each
+point, and the front as a CSV table.
 
-Every figure of a front (`repro sweep show`'s `pareto.png` and interactive `pareto.html`, the
-Top-k report's CR front) is drawn from one `Front`, so they agree on which trials are on the
-front, which is the knee and which colour a point has. The front is Optuna's own
-`study.best_trials` (its non-dominated completed trials); the knee is `pareto.knee_index`.
-Points are coloured by one categorical search parameter (the spec's `group_by`, else its first
-categorical key: the collective of the Top-k CR sweep), one colour per choice in the order the
-spec lists them, so a collective has the same colour in every figure of every study that
-searches the same choices.
+Every figure of a front (`repro sweep show`'s `pareto.png` and interactive `pareto.html`, the Top-k
+report's CR front) is drawn from one `Front`, so they agree on which trials are on the front, which
+is the knee and which colour a point has. The front is Optuna's own `study.best_trials` (its
+non-dominated completed trials); the knee is `knee_index`. Points are coloured by one categorical
+search parameter (the spec's `group_by`, else its first categorical key: the collective of the Top-k
+CR sweep), one colour per choice in the order the spec lists them, so a collective has the same
+colour in every figure of every study that searches the same choices.
+
+The dominance rule, knee and hypervolume reference point are what Optuna lacks for reading a
+multi-objective study: it gives the whole study's front (`study.best_trials`) and computes
+hypervolumes, and `pareto_indices` reproduces its dominance rule (tested against `best_trials`) for
+the per-group fronts of `repro sweep show`. They are plain functions on lists of floats, checked
+against hand-computed values, working in "minimise everything" form (a maximised objective is
+negated), the convention of multi-objective optimisation texts.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.sweep.pareto import knee_index
 from repro.sweep.spec import SweepSpec
+from repro.sweep.study import completed
 
 # Okabe and Ito's colour-blind-safe palette, the choices of the colour parameter in order
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -27,6 +35,57 @@ OTHER = "#9a9a9a"
 """A point whose colour parameter has no colour (more choices than the palette, or none)."""
 TRIAL = "trial"
 """The x axis of a single-objective study's figure: the trial number."""
+
+Point = Sequence[float]
+
+
+def to_min(point: Point, directions: Sequence[str]) -> tuple[float, ...]:
+    """The point in minimise-everything form."""
+    return tuple(-v if d == "maximize" else v for v, d in zip(point, directions, strict=True))
+
+
+def dominates(a: Point, b: Point) -> bool:
+    """Minimisation dominance: a is no worse everywhere and better somewhere."""
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+        x < y for x, y in zip(a, b, strict=True)
+    )
+
+
+def pareto_indices(points: Sequence[Point], directions: Sequence[str]) -> list[int]:
+    """Indices of the non-dominated points (equal points are all kept), in input order."""
+    mins = [to_min(p, directions) for p in points]
+    return [i for i, p in enumerate(mins) if not any(dominates(q, p) for q in mins)]
+
+
+def knee_index(points: Sequence[Point], directions: Sequence[str]) -> int:
+    """The knee of a front: the point closest (Euclidean) to the ideal point after scaling each
+    objective to [0, 1] over the given points, 1 being the best value seen. An objective with no
+    spread scales to 1 everywhere, so it does not move the choice."""
+    if not points:
+        raise ValueError("knee of an empty front")
+    mins = [to_min(p, directions) for p in points]
+    lows = [min(c) for c in zip(*mins, strict=True)]
+    highs = [max(c) for c in zip(*mins, strict=True)]
+
+    def distance(p: Sequence[float]) -> float:
+        scaled = [
+            (h - v) / (h - lo) if h > lo else 1.0 for v, lo, h in zip(p, lows, highs, strict=True)
+        ]
+        return math.dist(scaled, [1.0] * len(scaled))
+
+    return min(range(len(mins)), key=lambda i: distance(mins[i]))
+
+
+def reference_point(points: Sequence[Point], directions: Sequence[str]) -> tuple[float, ...]:
+    """A hypervolume reference point (minimise form) just worse than every point: the worst
+    value of each objective pushed out by 10% of its spread (or of its size, or by 1, if it has
+    none), so every point, extreme ones included, adds volume. Optuna asks the caller for one."""
+    mins = [to_min(p, directions) for p in points]
+    ref = []
+    for column in zip(*mins, strict=True):
+        worst, spread = max(column), max(column) - min(column)
+        ref.append(worst + 0.1 * (spread or abs(worst) or 1.0))
+    return tuple(ref)
 
 
 def row_of(spec: SweepSpec, trial: Any) -> dict[str, Any]:
@@ -112,11 +171,8 @@ def coordinate(row: dict[str, Any], key: str) -> float:
 
 def front_of(spec: SweepSpec, study: Any) -> Front:
     """The `Front` of a loaded study (its `front` empty when no trial has completed)."""
-    from optuna.trial import TrialState
-
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     rows, knee = front_rows(spec, study.best_trials)
-    return Front(spec, [row_of(spec, t) for t in done], rows, knee)
+    return Front(spec, [row_of(spec, t) for t in completed(study)], rows, knee)
 
 
 def write_csv(front: Front, path: Path) -> Path:

@@ -1,10 +1,9 @@
 """`repro sweep show`: the Pareto front table, the knee point, the front's files and figures.
 
-The whole study's front is Optuna's own
-`study.best_trials` (the non-dominated completed trials). Added here is what Optuna lacks: the
-knee (the front point closest to the ideal after scaling every objective to [0, 1],
-`pareto.knee_index`) and, with `group_by`, one front per value of a categorical parameter
-(`pareto.pareto_indices` on that group's trials). Written beside the study:
+The whole study's front is Optuna's own `study.best_trials` (the non-dominated completed trials).
+Added here is what Optuna lacks: the knee (the front point closest to the ideal after scaling every
+objective to [0, 1], `repro.sweep.front.knee_index`) and, with `group_by`, one front per value of a
+categorical parameter (`pareto_indices` on that group's trials). Written beside the study:
 
 * `front.csv`: every front trial, its parameters and objectives (`repro.sweep.front`);
 * `pareto.png` and `pareto.html`: the front drawn here, coloured by a categorical parameter
@@ -13,7 +12,7 @@ knee (the front point closest to the ideal after scaling every objective to [0, 
   network (`repro.sweep.front_page`). One objective: the value per trial, the best ringed;
 * `hypervolume.png/.html` (two or more objectives, the page written by the reports' page
   writer, `repro.pages.writer`): Optuna's hypervolume history against the
-  reference point of `pareto.reference_point` (its matplotlib flavour, so no plotly is
+  reference point of `reference_point` (its matplotlib flavour, so no plotly is
   needed); a curve that flattens says more trials would add little.
 
 `pareto_front` is the piece a report reuses (e.g. the Top-k CR front beside the paper's CRs).
@@ -31,13 +30,20 @@ from typing import Any, TextIO
 
 from repro.errors import UserError
 from repro.pages.writer import Page, Pre, Raw, to_html
-from repro.sweep.front import Front, front_of, front_rows, write_csv
+from repro.sweep.front import (
+    Front,
+    front_of,
+    front_rows,
+    pareto_indices,
+    reference_point,
+    write_csv,
+)
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png
-from repro.sweep.pareto import pareto_indices, reference_point
 from repro.sweep.spec import SweepSpec
 from repro.sweep.stops import stop_reason
 from repro.sweep.storage import open_storage
+from repro.sweep.study import completed
 
 LOST = "lost with its worker (no heartbeat within grace_s); its point was queued again"
 
@@ -52,12 +58,6 @@ def load_study(spec: SweepSpec) -> Any:
     except KeyError:
         msg = f"no study {spec.name} in {spec.storage_label}; run the sweep first"
         raise UserError(msg) from None
-
-
-def _completed(study: Any) -> list[Any]:
-    from optuna.trial import TrialState
-
-    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def group_front(spec: SweepSpec, trials: list[Any]) -> list[Any]:
@@ -165,7 +165,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     study = load_study(spec)
-    trials = _completed(study)
+    trials = completed(study)
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     print(
         f"study {spec.name} ({spec.storage_label}): {len(trials)} complete, {len(failed)} failed",

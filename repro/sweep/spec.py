@@ -54,7 +54,6 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.spec_loader import FILE, KEY, load, read_yaml
-from repro.sweep.metrics import OBJECTIVE_METRICS
 from repro.sweep.space import ParamSpec, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
 
@@ -65,10 +64,20 @@ DIRECTIONS = ("maximize", "minimize")
 STEPS_TO_TARGET = "steps_to_target"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
+# The run metrics an objective may name: numeric metrics on every logged point of a training
+# run (`repro.train.metrics`), hence in the run summary a trial's objective reads. Strategy
+# metrics (`method/...`) exist only for some methods and `method/collective` is a string, so
+# a spec naming one would fail every trial instead of being refused up front.
+OBJECTIVE_METRICS = (
+    *("step", "epoch", "samples", "train/loss", "test/loss", "test/acc", "comm/bytes"),
+    *("comm/collectives", "comm/measured_s", "time/wall_s", "time/modeled_s"),
+    *("throughput/samples_per_s", "throughput/modeled_samples_per_s", "lr"),
+)
+
 
 def _overrides(overrides: tuple[str, ...], where: str) -> None:
     for o in overrides:
-        if not isinstance(o, str) or "=" not in o:
+        if "=" not in o:
             raise UserError(f"{where}: {o!r} must be a Hydra override such as key=value")
 
 
@@ -142,7 +151,7 @@ class ArmSpec:
     extra: tuple[ParamSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.labels or not all(isinstance(label, str) for label in self.labels):
+        if not self.labels:
             raise UserError(f"arms.{self.name}.labels must list the run labels it tunes")
         if self.run and self.run not in self.labels:
             raise UserError(f"arms.{self.name}.run={self.run!r} must be one of its labels")
@@ -188,11 +197,9 @@ class SweepSpec:
     source: str = field(default="", compare=False, metadata=FILE)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+        if not _NAME.fullmatch(self.name):
             raise UserError(f"name={self.name!r} must be letters, digits, '_', '-' or '.'")
-        if self.experiment is not None and (
-            not isinstance(self.experiment, str) or not _NAME.fullmatch(self.experiment)
-        ):
+        if self.experiment is not None and not _NAME.fullmatch(self.experiment):
             raise UserError(
                 f"experiment={self.experiment!r} must name a configs/experiment/ file "
                 "(e.g. topk_small) or be null"

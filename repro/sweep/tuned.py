@@ -27,6 +27,7 @@ from repro.errors import UserError
 from repro.storage import atomic_write
 from repro.sweep.space import format_override
 from repro.sweep.spec import STEPS_TO_TARGET
+from repro.sweep.study import completed
 
 REPO = Path(__file__).resolve().parents[2]
 TUNED_DIR = REPO / "configs" / "tuned"
@@ -113,12 +114,10 @@ def _arm_data(spec: Any, arm: Any, done: list[Any], best: Any) -> dict[str, Any]
 
 def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
     """The tuned file's data from the finished study of each arm of the search `spec`."""
-    from optuna.trial import TrialState
-
     arms, runs, trials = {}, {}, []
     for arm in spec.arms.values():
         study = studies[arm.name]
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        done = completed(study)
         if len(done) < spec.n_trials:
             raise UserError(
                 f"arm {arm.name} has {len(done)} of {spec.n_trials} trials; run "

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.visualization.matplotlib import plot_hypervolume_history
 
-from repro.sweep.pareto import knee_index, pareto_indices, reference_point
+from repro.sweep.front import knee_index, pareto_indices, reference_point
 
 
 def optuna_history(points, ref, directions=None) -> list[float]:
