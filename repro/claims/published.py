@@ -73,25 +73,17 @@ HEADERS = [
 ]
 
 
-def _mean(values: list[float | None]) -> float | None:
-    """The mean over seeds, None when any seed lacks the value."""
-    if not values or any(v is None for v in values):
+def _mean(runs: Mapping[int, Run], value: Callable[[Run], float]) -> float | None:
+    """The mean over seeds of `value`, None when a seed lacks it."""
+    try:
+        values = [value(r) for r in runs.values()]
+    except NotMeasurable:
         return None
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else None
 
 
 def _step_ms(runs: Mapping[int, Run]) -> float | None:
-    try:
-        return _mean([1e3 * final(r, "time/modeled_s") / final_step(r) for r in runs.values()])
-    except NotMeasurable:
-        return None
-
-
-def _acc_pct(runs: Mapping[int, Run], smooth: int) -> float | None:
-    try:
-        return _mean([100 * final(r, "test/acc", smooth) for r in runs.values()])
-    except NotMeasurable:
-        return None
+    return _mean(runs, lambda r: 1e3 * final(r, "time/modeled_s") / final_step(r))
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
@@ -130,7 +122,7 @@ def render_table(spec: PublishedTable, runs: Seeded, name: Callable[[str], str])
                 _collectives(seeded),
                 fmt(step),
                 fmt(_ratio(step, ref_ours)),
-                fmt(_acc_pct(seeded, spec.smooth)),
+                fmt(_mean(seeded, lambda r: 100 * final(r, "test/acc", spec.smooth))),
             ]
         published = [fmt(row.step_ms), fmt(_ratio(row.step_ms, ref_pub)), fmt(row.acc), row.source]
         rows.append([name(row.run), row.run, *ours, *published])

@@ -22,7 +22,7 @@ from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
 from repro.track.runs import find_runs
-from repro.track.series import Run, Seeded, every_run, seeds_of
+from repro.track.series import Run, every_run, seeds_of
 
 
 @dataclass(frozen=True)
@@ -60,21 +60,12 @@ class Index:
     command: str
 
 
-def _scales_present(runs: Sequence[Run], paper: str) -> list[str]:
-    groups = {run.group for run in runs}
-    return [scale for scale in SCALES if f"{paper}_{scale}" in groups]
-
-
 def _report_command(paper: str, scale: str, runs_root: str, out: Path, sub: Path) -> str:
     """The `repro report` command that writes exactly this report directory."""
     args = ["repro", "report", paper, "--runs", runs_root, "--scale", scale]
     if sub == Path(paper):
         return shlex.join([*args, "--out", str(out)])
     return shlex.join([*args, "--dir", str(out / sub)])
-
-
-def _seeds(runs: Seeded) -> str:
-    return ", ".join(map(str, seeds_of(runs)))
 
 
 def _section(
@@ -92,8 +83,9 @@ def _section(
     parts = draw_parts(claims, runs, scale, out / sub)
     write_page(claims, runs, scale, out / sub, parts, command=command, notes=notes)
     results, figures = parts
+    seeds = ", ".join(map(str, seeds_of(runs)))
     count = len(every_run(runs))
-    return replace(base, results=results, figures=figures, seeds=_seeds(runs), runs=count)
+    return replace(base, results=results, figures=figures, seeds=seeds, runs=count)
 
 
 def collect_runs(
@@ -104,9 +96,10 @@ def collect_runs(
     scales) and return what the index shows."""
     sections: list[Section] = []
     not_run: list[NotRun] = []
+    groups = {run.group for run in found}
     for paper in known_papers(claims_dir):
         claims = load_claims(paper, claims_dir)
-        scales = _scales_present(found, paper)
+        scales = [scale for scale in SCALES if f"{paper}_{scale}" in groups]
         if not scales:
             not_run.append(NotRun(paper, claims.title, f"repro reproduce {paper} scale=small"))
             continue

@@ -38,7 +38,7 @@ from repro.report.run_setup import (
     workload,
 )
 from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
-from repro.sweep.tuned import tuning_table
+from repro.sweep.tuned import TuningTable, tuning_table
 from repro.track.series import Run, Seeded, cfg, every_run, points, seeds_of
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
@@ -48,6 +48,15 @@ CLOCKS_TEXT = (
     "collective's alpha-beta cost on the modeled network, a collective waiting for the slowest "
     "worker (time/modeled_s); wall: measured on this machine (time/wall_s)"
 )
+
+
+HAND_SET = "Learning rates: set by hand per run (experiment.tuned is false)."
+
+
+def run_set_tuning(paper: str, scale: str, runs: Seeded) -> TuningTable | None:
+    """The report's statement of the search that tuned the runs; None when they are not tuned."""
+    tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
+    return tuning_table(paper, scale) if tuned else None
 
 
 def setup_table(runs: Seeded, scale: str) -> Table:
@@ -164,8 +173,7 @@ def assemble(
     page_dir: Path,
 ) -> Page:
     """The page of one reproduction (see module doc); run links are relative to `page_dir`."""
-    tuned = any(cfg(run, "experiment.tuned", False) for _, _, run in every_run(runs))
-    tuning = tuning_table(claims.paper, scale) if tuned else None
+    tuning = run_set_tuning(claims.paper, scale, runs)
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
     missing = missing_notes(claims.paper, scale, needed_missing(claims, runs, results))
@@ -180,11 +188,7 @@ def assemble(
         Para(f"How verdicts are given: {VERDICTS_TEXT}.", "rule"),
         *missing,
         *headline,
-        Para(
-            tuning.summary
-            if tuning
-            else "Learning rates: set by hand per run (experiment.tuned is false)."
-        ),
+        Para(tuning.summary if tuning else HAND_SET),
         setup_table(runs, scale),
         *([choices_table(claims.choices)] if claims.choices else []),
         *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),

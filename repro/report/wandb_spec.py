@@ -41,10 +41,9 @@ from repro.claims.verdicts import VERDICTS_TEXT, evaluate, model_checks, summary
 from repro.pages.writer import Table, fmt, markdown_table
 from repro.report.build import ordered, select_runs
 from repro.report.colours import colour_for
-from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, setup_table
+from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, HAND_SET, run_set_tuning, setup_table
 from repro.report.plots import axis_label, resolve_reference
 from repro.report.summary import summary_table
-from repro.sweep.tuned import tuning_table
 from repro.track.runs import find_runs
 from repro.track.series import Seeded, cfg, every_run, seeds_of, x_metric
 from repro.track.wandb_publish import publish_spec
@@ -140,17 +139,10 @@ def figure_grids(figures: Sequence[FigureSpec], runs: Seeded, group: str) -> lis
     return out
 
 
-def title_of(claims: ClaimsFile) -> str:
-    title = f"Reproduction: {claims.title}"
-    return title if len(title) <= TITLE_MAX else title[: TITLE_MAX - 1] + "…"
-
-
 def _tuning(paper: str, scale: str, runs: Seeded) -> list[dict]:
-    tuned = any(cfg(run, "experiment.tuned", False) for by in runs.values() for run in by.values())
-    table = tuning_table(paper, scale) if tuned else None
+    table = run_set_tuning(paper, scale, runs)
     if table is None:
-        text = "Learning rates: set by hand per run (experiment.tuned is false)."
-        return [{"kind": "p", "text": text}]
+        return [{"kind": "p", "text": HAND_SET}]
     return [
         _markdown(Table(table.title, table.headers, table.rows)),
         {"kind": "p", "text": table.summary},
@@ -169,6 +161,7 @@ def build_spec(
     """The Report of one reproduction as plain data (see module doc); `entity` None: the
     publishing key's default entity."""
     group = f"{claims.paper}_{scale}"
+    title = f"Reproduction: {claims.title}"
     seeds = seeds_of(runs)
     lead = (
         f"{claims.citation} Scale: {scale}; wandb run group {group}; {len(seeds)} seeds "
@@ -203,7 +196,7 @@ def build_spec(
         "scale": scale,
         "project": project,
         "entity": entity,
-        "title": title_of(claims),
+        "title": title if len(title) <= TITLE_MAX else title[: TITLE_MAX - 1] + "…",
         "description": f"{claims.paper} at scale {scale}: published claims against our runs",
         "blocks": blocks,
     }

@@ -105,13 +105,6 @@ def front_rows(spec: SweepSpec, front: list[Any]) -> tuple[list[dict[str, Any]],
     return [row_of(spec, t) for t in front], knee_index([t.values for t in front], spec.directions)
 
 
-def colour_key(spec: SweepSpec) -> str | None:
-    """The categorical parameter points are coloured by: `group_by`, else the first one."""
-    if spec.group_by is not None:
-        return spec.group_by
-    return next((p.key for p in spec.space if p.type == "categorical"), None)
-
-
 @dataclass(frozen=True)
 class Front:
     """Completed trials (`trials`), the non-dominated ones (`front`, ordered by the first
@@ -128,7 +121,10 @@ class Front:
 
     @property
     def colour_by(self) -> str | None:
-        return colour_key(self.spec)
+        """The categorical parameter points are coloured by: `group_by`, else the first one."""
+        if self.spec.group_by is not None:
+            return self.spec.group_by
+        return next((p.key for p in self.spec.space if p.type == "categorical"), None)
 
     def colours(self) -> dict[Any, str]:
         """Each choice of the colour parameter and its colour, in the spec's order."""

@@ -107,10 +107,6 @@ class StopSignals:
         self.check()
 
 
-def stop_mark(number: int, stop: Stopped) -> dict[str, Any]:
-    return {"trial": number, "signal": stop.name}
-
-
 def stop_reason(trial: Any) -> str | None:
     """The one-line reason `repro sweep show` gives for a stopped trial, None for others (a
     retry carries its original's attributes, so the mark names the trial it is for)."""
@@ -133,7 +129,7 @@ def mark_stopped(study: Any, storage: Any, number: int, stop: Stopped, requeue: 
     study_id = storage.get_study_id_from_name(study.study_name)
     trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     try:
-        storage.set_trial_user_attr(trial_id, "stopped", stop_mark(number, stop))
+        storage.set_trial_user_attr(trial_id, "stopped", {"trial": number, "signal": stop.name})
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         return  # failed meanwhile by a heartbeat check, which queued it itself

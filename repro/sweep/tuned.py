@@ -72,13 +72,6 @@ def _objective_text(objective: Any) -> str:
     )
 
 
-def _design_text(sampler: Any) -> str:
-    return (
-        f"scrambled Sobol design (seed {sampler.seed}) centred in its cells: one point per equal "
-        "slice of each range, the same points for arms sharing a space"
-    )
-
-
 def _entry(p: Any) -> dict[str, Any]:
     """A space entry as data, without the fields it leaves at their defaults."""
     return {k: v for k, v in asdict(p).items() if v is not None and v != () and v is not False}
@@ -137,7 +130,10 @@ def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
         "trials_per_arm": spec.n_trials,
         "seeds": list(spec.seeds),
         "objective": _objective_text(spec.objective),
-        "design": _design_text(spec.sampler),
+        "design": (
+            f"scrambled Sobol design (seed {spec.sampler.seed}) centred in its cells: one point "
+            "per equal slice of each range, the same points for arms sharing a space"
+        ),
         "overrides": list(spec.overrides),
         "started": start.isoformat(timespec="seconds"),
         "finished": end.isoformat(timespec="seconds"),
