@@ -44,8 +44,6 @@ def references(text: str) -> list[tuple[str, str, str]]:
 
 def check_values(values: object) -> None:
     """A finding's `values`: name -> {calculator, params}, each a registered calculator."""
-    if not isinstance(values, dict):
-        raise UserError("values must map a name to {calculator, params}")
     for name, spec in values.items():
         if not re.fullmatch(r"[a-z0-9_]+", str(name)) or name in FIELDS:
             raise UserError(

@@ -48,19 +48,9 @@ def _claim_rows(sections: Sequence[Section], checks: bool = False) -> list[list]
                 )
             continue
         for r in model_checks(s.results) if checks else outcomes(s.results):
-            rows.append(
-                [
-                    s.paper,
-                    r.claim.id,
-                    r.claim.statement,
-                    with_unit(r.claim.published, r.claim.unit),
-                    r.ours_text(r.claim.unit),
-                    r.per_seed_text(),
-                    r.verdict_text(),
-                    s.scale,
-                    link,
-                ]
-            )
+            claim = [s.paper, r.claim.id, r.claim.statement]
+            ours = [r.ours_text(r.claim.unit), r.per_seed_text(), r.verdict_text()]
+            rows.append([*claim, with_unit(r.claim.published, r.claim.unit), *ours, s.scale, link])
     return rows
 
 

@@ -43,6 +43,14 @@ from repro.track.series import Run, Seeded, cfg, every_run, points, seeds_of
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
 
+# the metrics table's columns of a run's last logged value: header -> metric
+LAST_COLUMNS = {
+    "steps": "step",
+    "final train loss": "train/loss",
+    "test acc": "test/acc",
+    "modeled time (s)": "time/modeled_s",
+    "wall time (s)": "time/wall_s",
+}
 CLOCKS_TEXT = (
     "modeled: each worker's compute time (measured or sampled, compute.mode) plus every "
     "collective's alpha-beta cost on the modeled network, a collective waiting for the slowest "
@@ -123,35 +131,12 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
     """One row per run and seed; with `page_dir`, each run id links to its directory."""
     rows = []
     for label, seed, run in every_run(runs):
+        last = [fmt(_last(run, metric)) for metric in LAST_COLUMNS.values()]
         sent = _last(run, "comm/bytes")
-        rows.append(
-            [
-                name(label),
-                label,
-                str(seed),
-                fmt(_last(run, "step")),
-                fmt(_last(run, "train/loss")),
-                fmt(_last(run, "test/acc")),
-                fmt(_last(run, "time/modeled_s")),
-                fmt(_last(run, "time/wall_s")),
-                fmt(None if sent is None else sent / 1e6),
-                _status(run.exit_code),
-                run_cell(run, page_dir) if page_dir is not None else str(run.run_id),
-            ]
-        )
-    headers = [
-        "method",
-        "label",
-        "seed",
-        "steps",
-        "final train loss",
-        "test acc",
-        "modeled time (s)",
-        "wall time (s)",
-        "payload sent (MB)",
-        "status",
-        "run id",
-    ]
+        mb = fmt(None if sent is None else sent / 1e6)
+        link = run_cell(run, page_dir) if page_dir is not None else str(run.run_id)
+        rows.append([name(label), label, str(seed), *last, mb, _status(run.exit_code), link])
+    headers = ["method", "label", "seed", *LAST_COLUMNS, "payload sent (MB)", "status", "run id"]
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
 

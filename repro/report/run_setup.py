@@ -91,12 +91,18 @@ def _reached(runs: list[Run]) -> str:
     return f"{low:,} steps reached" if low == high else f"{low:,}-{high:,} steps reached"
 
 
-def by_arm(runs: Seeded, get: Callable[[Run], Any]) -> str:
-    """One value when every run shares it; else each value with the arms that have it."""
+def _arms_by(runs: Seeded, get: Callable[[Run], str]) -> dict[str, list[str]]:
+    """Each value of `get` over the runs, with the arms (labels) that have it."""
     groups: dict[str, list[str]] = {}
     for label, by_seed in runs.items():
-        for value in dict.fromkeys(fmt(get(run)) for run in by_seed.values()):
+        for value in dict.fromkeys(get(run) for run in by_seed.values()):
             groups.setdefault(value, []).append(label)
+    return groups
+
+
+def by_arm(runs: Seeded, get: Callable[[Run], Any]) -> str:
+    """One value when every run shares it; else each value with the arms that have it."""
+    groups = _arms_by(runs, lambda run: fmt(get(run)))
     if len(groups) <= 1:
         return next(iter(groups), "—")
     return "; ".join(f"{value}: {', '.join(labels)}" for value, labels in groups.items())
@@ -104,10 +110,7 @@ def by_arm(runs: Seeded, get: Callable[[Run], Any]) -> str:
 
 def stopping_text(runs: Seeded) -> str:
     """Each stopping rule, with its arms when they differ, and the steps reached under it."""
-    groups: dict[str, list[str]] = {}
-    for label, by_seed in runs.items():
-        for rule in dict.fromkeys(stopping_rule(run) for run in by_seed.values()):
-            groups.setdefault(rule, []).append(label)
+    groups = _arms_by(runs, stopping_rule)
     parts = []
     for rule, labels in groups.items():
         members = [r for lab in labels for r in runs[lab].values() if stopping_rule(r) == rule]

@@ -71,14 +71,8 @@ def summary_table(results: list[ClaimResult], scale: str | None = None) -> Table
     for r in [*outcomes(results), *model_checks(results)]:
         statement = (r.claim.statement, " ", Link(r.claim.id, f"#{anchor(r.claim.id)}"))
         claim = ("Model check: ", *statement) if r.claim.kind == "model_check" else statement
-        rows.append(
-            [
-                claim,
-                with_unit(r.claim.published, r.claim.unit),
-                r.ours_text(r.claim.unit),
-                plain_verdict(r, scale),
-            ]
-        )
+        published = with_unit(r.claim.published, r.claim.unit)
+        rows.append([claim, published, r.ours_text(r.claim.unit), plain_verdict(r, scale)])
         ids.append(f"summary-{r.claim.id}")
     return Table(SUMMARY_TITLE, SUMMARY_HEADERS, rows, 3, ids, css="summary")
 

@@ -104,7 +104,7 @@ def scheme(url: str) -> str:
 def expand_storage_url(raw: str) -> str:
     """Expand `$VAR`/`${VAR}` (so a spec can keep the password in the environment) and check
     the scheme; a `$` in a literal password must be written `%24`."""
-    if not isinstance(raw, str) or not raw:
+    if not raw:
         raise UserError("storage must be null (journal file) or a database URL")
     missing = [a or b for a, b in _ENV.findall(raw) if (a or b) not in os.environ]
     if missing:
