@@ -75,9 +75,8 @@ def _all(argv: list[str]) -> int:
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
     args = p.parse_args(argv)
-    from repro.report.environment import environment_rows
     from repro.report.index import collect
-    from repro.report.index_page import to_html, to_markdown
+    from repro.report.index_page import environment_rows, to_html, to_markdown
 
     out = Path(args.out)
     claims_dir = Path(args.claims) if args.claims else default_claims_dir()

@@ -9,9 +9,8 @@ import pytest
 from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import FigureSpec
 from repro.report.colours import colour_for, line_style
-from repro.report.environment import environment_rows
 from repro.report.index import collect_runs
-from repro.report.index_page import to_html, to_markdown
+from repro.report.index_page import environment_rows, to_html, to_markdown
 from repro.report.plots import AXIS_LABELS, resolve_reference
 from repro.report.report_cli import main as report_main
 from tests.unit.report_data import adacomm_set, make_run, seeded

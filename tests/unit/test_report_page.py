@@ -12,8 +12,7 @@ from repro.claims.verdicts import evaluate
 from repro.pages.writer import FigureOut, Table, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
 from repro.report.missing_runs import missing_notes
-from repro.report.page import assemble
-from repro.report.run_links import WANDB_URL
+from repro.report.page import WANDB_URL, assemble
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
