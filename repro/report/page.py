@@ -169,12 +169,6 @@ def _last(run: Run, metric: str) -> Any:
     return ys[-1] if ys else None
 
 
-def _status(exit_code: int | None) -> str:
-    if exit_code is None:
-        return "incomplete (no exit record)"
-    return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
-
-
 def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | None = None) -> Table:
     """One row per run and seed; with `page_dir`, each run id links to its directory."""
     rows = []
@@ -182,8 +176,11 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
         last = [fmt(_last(run, metric)) for metric in LAST_COLUMNS.values()]
         sent = _last(run, "comm/bytes")
         mb = fmt(None if sent is None else sent / 1e6)
+        code = run.exit_code
+        status = "finished" if code == 0 else f"failed (exit {code})"
+        status = "incomplete (no exit record)" if code is None else status
         link = run_cell(run, page_dir) if page_dir is not None else str(run.run_id)
-        rows.append([name(label), label, str(seed), *last, mb, _status(run.exit_code), link])
+        rows.append([name(label), label, str(seed), *last, mb, status, link])
     headers = ["method", "label", "seed", *LAST_COLUMNS, "payload sent (MB)", "status", "run id"]
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 

@@ -101,7 +101,7 @@ def _draw_series(
 
 def _draw_published(ax: Axes, entry: dict) -> None:
     """The paper's values of one series: hollow diamonds on a dotted black line."""
-    style = REFERENCE_STYLES["published"]
+    style = REFERENCE_STYLES["published"]  # color, linestyle and linewidth
     ax.plot(
         entry["x"],
         entry["y"],
@@ -109,9 +109,7 @@ def _draw_published(ax: Axes, entry: dict) -> None:
         markersize=6,
         markerfacecolor="white",
         markeredgecolor=style["color"],
-        color=style["color"],
-        linestyle=style["linestyle"],
-        linewidth=style["linewidth"],
+        **style,
         zorder=4,
         label=entry["label"],
         gid=f"published-{entry['series']}",

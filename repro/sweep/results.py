@@ -196,13 +196,9 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         table = format_table(spec, rows, knee)
         print(table, file=stream)
         k = rows[knee]
-        print(
-            f"knee{label}: trial {k['trial']} "
-            + ", ".join(f"{p}={_fmt(v)}" for p, v in k["params"].items())
-            + " -> "
-            + ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items()),
-            file=stream,
-        )
+        params = ", ".join(f"{p}={_fmt(v)}" for p, v in k["params"].items())
+        values = ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items())
+        print(f"knee{label}: trial {k['trial']} {params} -> {values}", file=stream)
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = whole

@@ -236,16 +236,11 @@ def tuning_table(paper: str, scale: str, root: Path = TUNED_DIR) -> TuningTable 
     for name, arm in data["arms"].items():
         chosen = ", ".join(f"{k}={_value(v)}" for k, v in arm["chosen"].items())
         edge = arm.get("at_edge", [])
-        rows.append(
-            [
-                name,
-                ", ".join(arm["labels"]),
-                arm["space"]
-                + (" + " + ", ".join(e["key"] for e in arm["extra"]) if arm["extra"] else ""),
-                chosen + (f" (the end of the range tried: {', '.join(edge)})" if edge else ""),
-                f"{arm['objective']:.4g}",
-                f"{arm['trials']} ({arm['diverged_trials']} with a diverged seed)",
-            ]
-        )
+        chosen += f" (the end of the range tried: {', '.join(edge)})" if edge else ""
+        extra = ", ".join(e["key"] for e in arm["extra"])
+        space = arm["space"] + (f" + {extra}" if extra else "")
+        trials = f"{arm['trials']} ({arm['diverged_trials']} with a diverged seed)"
+        best = f"{arm['objective']:.4g}"
+        rows.append([name, ", ".join(arm["labels"]), space, chosen, best, trials])
     headers = ["arm", "runs", "space", "chosen", "best objective", "trials"]
     return TuningTable(summary, "Tuning: chosen values per arm", headers, rows)
