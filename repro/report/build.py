@@ -83,14 +83,27 @@ def select_runs(
     )
 
 
-def draw_parts(
-    claims: ClaimsFile, runs: Seeded, scale: str, out_dir: Path
+def ordered(claims: ClaimsFile, runs: Seeded) -> dict[str, Mapping[int, Run]]:
+    """Runs in the order the claims file's `methods` names them (baseline first)."""
+    return dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
+
+
+def render_parts(
+    claims: ClaimsFile,
+    runs: Seeded,
+    scale: str,
+    out_dir: Path,
+    *,
+    command: str,
+    notes: Sequence[str] = (),
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
-    """Evaluate the claims and draw the figures into `out_dir` (the index page reuses both).
+    """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`;
+    returns the results and figures, which the index page shows again.
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
     """
+    runs, out_dir = ordered(claims, runs), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = evaluate(claims.claims, runs, scale)
     figures = []
@@ -104,32 +117,11 @@ def draw_parts(
             continue
         figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
     figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
-    return results, figures
-
-
-def write_page(
-    claims: ClaimsFile,
-    runs: Seeded,
-    scale: str,
-    out_dir: Path,
-    parts: tuple[list[ClaimResult], list[FigureOut]],
-    *,
-    command: str,
-    notes: Sequence[str] = (),
-) -> Path:
-    """Write report.md + report.html in `out_dir` from `draw_parts`' output; returns the HTML."""
-    results, figures = parts
     regenerate = [*notes, f"Regenerate: {command}"]
     page = assemble(claims, runs, scale, results, figures, regenerate, out_dir)
     (out_dir / "report.md").write_text(to_markdown(page))
-    html_path = out_dir / "report.html"
-    html_path.write_text(to_html(page))
-    return html_path
-
-
-def ordered(claims: ClaimsFile, runs: Seeded) -> dict[str, Mapping[int, Run]]:
-    """Runs in the order the claims file's `methods` names them (baseline first)."""
-    return dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
+    (out_dir / "report.html").write_text(to_html(page))
+    return results, figures
 
 
 def render_report(
@@ -141,13 +133,9 @@ def render_report(
     command: str,
     notes: Sequence[str] = (),
 ) -> Path:
-    """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`.
-
-    Returns the path of report.html.
-    """
-    runs = ordered(claims, runs)
-    parts = draw_parts(claims, runs, scale, Path(out_dir))
-    return write_page(claims, runs, scale, Path(out_dir), parts, command=command, notes=notes)
+    """`render_parts`, returning the path of report.html."""
+    render_parts(claims, runs, scale, out_dir, command=command, notes=notes)
+    return Path(out_dir) / "report.html"
 
 
 def build_report(

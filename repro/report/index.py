@@ -20,7 +20,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
-from repro.report.build import default_claims_dir, draw_parts, ordered, select_runs, write_page
+from repro.report.build import default_claims_dir, render_parts, select_runs
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
@@ -79,10 +79,7 @@ def _section(
         _, runs, notes = select_runs(found, paper, scale, runs_root)
     except UserError as err:
         return replace(base, refused=str(err))
-    runs = ordered(claims, runs)
-    parts = draw_parts(claims, runs, scale, out / sub)
-    write_page(claims, runs, scale, out / sub, parts, command=command, notes=notes)
-    results, figures = parts
+    results, figures = render_parts(claims, runs, scale, out / sub, command=command, notes=notes)
     seeds = ", ".join(map(str, seeds_of(runs)))
     count = len(every_run(runs))
     return replace(base, results=results, figures=figures, seeds=seeds, runs=count)
