@@ -72,13 +72,8 @@ def _markdown(table: Table) -> dict:
 
 def reference_text(ref: Mapping[str, Any], x: str, y: str) -> str:
     """A resolved reference line or marker (`plots.resolve_reference`) in words."""
-    label = ref.get("label", "published")
-    at = []
-    if "x" in ref:
-        at.append(f"{axis_label(x)} = {fmt(ref['x'])}")
-    if "y" in ref:
-        at.append(f"{axis_label(y)} = {fmt(ref['y'])}")
-    return f"{label}: at {' and '.join(at)}"
+    at = [f"{axis_label(name)} = {fmt(ref[k])}" for k, name in (("x", x), ("y", y)) if k in ref]
+    return f"{ref.get('label', 'published')}: at {' and '.join(at)}"
 
 
 def _line(

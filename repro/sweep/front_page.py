@@ -46,7 +46,7 @@ def _fmt(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def settings(front: Front, row: dict[str, Any], role: str) -> str:
+def settings(row: dict[str, Any], role: str) -> str:
     """A trial's hover text: its number and role, its parameters, its objectives."""
     lines = [f"trial {row['trial']} ({role})"]
     lines += [f"{k} = {_fmt(v)}" for k, v in row["params"].items()]
@@ -102,7 +102,7 @@ def _point(front: Front, row: dict[str, Any], px: float, py: float, on_front: bo
         role = "best" if knee else "other trial"
     else:
         role = "knee of the front" if knee else "on the front" if on_front else "dominated"
-    title = html.escape(settings(front, row, role))
+    title = html.escape(settings(row, role))
     if on_front:
         look = f'r="6" fill="{front.colour(row)}" stroke="#fff" stroke-width="1"'
     else:

@@ -29,18 +29,14 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     import optuna
 
     seed = spec.sampler.seed + seed_offset
-    name = spec.sampler.name
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(
-            population_size=spec.sampler.population_size or 50, seed=seed
-        )
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
+    samplers = optuna.samplers
+    plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler, "random": samplers.RandomSampler}
+    if spec.sampler.name in plain:
+        return plain[spec.sampler.name](seed=seed)
+    if spec.sampler.name == "nsga2":
+        size = spec.sampler.population_size or 50
+        return samplers.NSGAIISampler(population_size=size, seed=seed)
+    return samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
 
 
 def tally(study: Any) -> tuple[int, int]:
