@@ -90,6 +90,7 @@ def reads_cell(labels: list[str], seeds: list[int], runs: Seeded, page_dir: Path
 
 
 CHECKS_TITLE = "Checks of the implementation against the paper's formulas (not counted as claims)"
+HAND_SET = "Learning rates: set by hand per run (experiment.tuned is false)."
 
 # the metrics table's columns of a run's last logged value: header -> metric
 LAST_COLUMNS = {
@@ -99,14 +100,12 @@ LAST_COLUMNS = {
     "modeled time (s)": "time/modeled_s",
     "wall time (s)": "time/wall_s",
 }
+
 CLOCKS_TEXT = (
     "modeled: each worker's compute time (measured or sampled, compute.mode) plus every "
     "collective's alpha-beta cost on the modeled network, a collective waiting for the slowest "
     "worker (time/modeled_s); wall: measured on this machine (time/wall_s)"
 )
-
-
-HAND_SET = "Learning rates: set by hand per run (experiment.tuned is false)."
 
 
 def run_set_tuning(paper: str, scale: str, runs: Seeded) -> TuningTable | None:
@@ -169,6 +168,12 @@ def _last(run: Run, metric: str) -> Any:
     return ys[-1] if ys else None
 
 
+def _status(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "incomplete (no exit record)"
+    return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
+
+
 def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | None = None) -> Table:
     """One row per run and seed; with `page_dir`, each run id links to its directory."""
     rows = []
@@ -176,11 +181,8 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
         last = [fmt(_last(run, metric)) for metric in LAST_COLUMNS.values()]
         sent = _last(run, "comm/bytes")
         mb = fmt(None if sent is None else sent / 1e6)
-        code = run.exit_code
-        status = "finished" if code == 0 else f"failed (exit {code})"
-        status = "incomplete (no exit record)" if code is None else status
         link = run_cell(run, page_dir) if page_dir is not None else str(run.run_id)
-        rows.append([name(label), label, str(seed), *last, mb, status, link])
+        rows.append([name(label), label, str(seed), *last, mb, _status(run.exit_code), link])
     headers = ["method", "label", "seed", *LAST_COLUMNS, "payload sent (MB)", "status", "run id"]
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
