@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.sweep.tuned import REPO
+from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
        repro sweep show SPEC
@@ -178,7 +178,6 @@ def tune(argv: list[str]) -> int:
     path = args.spec or tune_spec_path(args.paper, scale)
     from repro.sweep.launch import run_tune
     from repro.sweep.spec import load_spec
-    from repro.sweep.tuned import TUNED_DIR
 
     spec = load_spec(path)
     if spec.export is None:

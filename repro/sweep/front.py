@@ -57,6 +57,11 @@ def pareto_indices(points: Sequence[Point], directions: Sequence[str]) -> list[i
     return [i for i, p in enumerate(mins) if not any(dominates(q, p) for q in mins)]
 
 
+def group_front(spec: SweepSpec, trials: list[Any]) -> list[Any]:
+    """The non-dominated trials among `trials` (Optuna only gives a whole study's front)."""
+    return [trials[i] for i in pareto_indices([t.values for t in trials], spec.directions)]
+
+
 def knee_index(points: Sequence[Point], directions: Sequence[str]) -> int:
     """The knee of a front: the point closest (Euclidean) to the ideal point after scaling each
     objective to [0, 1] over the given points, 1 being the best value seen. An objective with no

@@ -3,7 +3,7 @@
 The whole study's front is Optuna's own `study.best_trials` (the non-dominated completed trials).
 Added here is what Optuna lacks: the knee (the front point closest to the ideal after scaling every
 objective to [0, 1], `repro.sweep.front.knee_index`) and, with `group_by`, one front per value of a
-categorical parameter (`pareto_indices` on that group's trials). Written beside the study:
+categorical parameter (`group_front` on that group's trials). Written beside the study:
 
 * `front.csv`: every front trial, its parameters and objectives (`repro.sweep.front`);
 * `pareto.png` and `pareto.html`: the front drawn here, coloured by a categorical parameter
@@ -30,14 +30,7 @@ from typing import Any, TextIO
 
 from repro.errors import UserError
 from repro.pages.writer import Page, Pre, Raw, to_html
-from repro.sweep.front import (
-    Front,
-    front_of,
-    front_rows,
-    pareto_indices,
-    reference_point,
-    write_csv,
-)
+from repro.sweep.front import Front, front_of, front_rows, group_front, reference_point, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png
 from repro.sweep.spec import SweepSpec
@@ -58,11 +51,6 @@ def load_study(spec: SweepSpec) -> Any:
     except KeyError:
         msg = f"no study {spec.name} in {spec.storage_label}; run the sweep first"
         raise UserError(msg) from None
-
-
-def group_front(spec: SweepSpec, trials: list[Any]) -> list[Any]:
-    """The non-dominated trials among `trials` (Optuna only gives a whole study's front)."""
-    return [trials[i] for i in pareto_indices([t.values for t in trials], spec.directions)]
 
 
 def pareto_front(spec: SweepSpec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
