@@ -149,6 +149,11 @@ class Config:
 ConfigStore.instance().store(name="base_config", node=Config)
 
 
+def papers() -> list[str]:
+    """The papers with a run set (configs/experiment/<paper>_<scale>.yaml)."""
+    return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
+
+
 def simulated_by_default(cfg: Config) -> bool:
     """`trainer.engine=auto`: the tiny and small scales run simulated wherever it can (a
     local launch, sampled compute, no injected delays)."""

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
-from repro.config import compose
+from repro.config import compose, papers
 from repro.errors import UserError
-from repro.reproduce.run_sets import papers, run_set
+from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 
 

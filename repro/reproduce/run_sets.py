@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import copy
 
-from repro.config import CONFIG_DIR, Config, compose
+from repro.config import CONFIG_DIR, Config, compose, papers
 from repro.errors import UserError
 from repro.sweep.tuned import run_overrides
-
-
-def papers() -> list[str]:
-    return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
 
 
 def run_set(

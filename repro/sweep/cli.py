@@ -132,13 +132,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def papers() -> list[str]:
-    """The papers with a run set (configs/experiment/<paper>_<scale>.yaml)."""
-    return sorted(
-        {p.stem.rsplit("_", 1)[0] for p in (REPO / "configs" / "experiment").glob("*_*.yaml")}
-    )
-
-
 def tune_spec_path(paper: str, scale: str) -> Path:
     """The paper's tuning spec at `scale`; an unknown scale is one line."""
     path = SPEC_DIR / f"{paper}_{scale}.yaml"
@@ -173,6 +166,8 @@ def tune(argv: list[str]) -> int:
     if not args.scale.startswith("scale="):
         raise UserError(f"{args.scale!r}: repro tune takes scale=small or scale=tiny after PAPER")
     scale = args.scale.split("=", 1)[1]
+    from repro.config import papers  # hydra loads only when a search is run
+
     if args.paper not in papers():
         raise UserError(f"unknown paper {args.paper!r}; choose one of {papers()}")
     path = args.spec or tune_spec_path(args.paper, scale)
