@@ -2,6 +2,13 @@
 
 Input: each row's floats viewed as signed integers of the same width. Clearing the sign
 bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
+0. a long segment (at least `_SAMPLED_FROM` entries) is first narrowed to candidates: a
+   magnitude estimated from `_SAMPLE` evenly spaced entries to lie below the k-th largest,
+   and one pass listing every entry at or above it (975 entries for k = 271 of 271,224
+   Gaussian values, c = 0.001). Every entry the selection can keep is listed,
+   so steps 1-3 run over the list alone; where the estimate fell above the k-th largest
+   (fewer than k listed) they run over the whole segment. One pass over the row instead of
+   two: on 8 rows of 271,224 values, 40% less time at c = 0.01 and 0.001, 20% at c = 0.1;
 1. one pass counts the entries by their top `_TOP` magnitude bits (the exponent and a few
    mantissa bits) and finds the bucket holding the k-th largest;
 2. a second pass lists, in index order, every entry of that bucket or above: all of the
@@ -25,17 +32,27 @@ import numpy as np
 _TOP = 11
 _DIGIT = 10
 _LANES = 4
+_SAMPLE = 4096
+_SAMPLED_FROM = 8 * _SAMPLE
 
 
 @numba.njit(cache=True, nogil=True)
-def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
+def _select_segment(row, width, start, stop, k, out, at, top, low, listed, sample):
     """Write segment [start, stop)'s k indices of largest magnitude into out[at:at + k]."""
     magnitude = (np.int64(1) << (width - 1)) - 1  # every bit but the sign
     shift = width - 1 - _TOP
+    m = -1
+    if stop - start >= _SAMPLED_FROM:
+        m = _candidates(row, magnitude, start, stop, k, listed, sample)
     top[:] = 0
-    for i in range(start, stop):
-        u = np.int64(row[i]) & magnitude
-        top[((u >> shift) << 2) | (i & (_LANES - 1))] += 1
+    if m >= 0:
+        for j in range(m):
+            u = np.int64(row[listed[j]]) & magnitude
+            top[((u >> shift) << 2) | (j & (_LANES - 1))] += 1
+    else:
+        for i in range(start, stop):
+            u = np.int64(row[i]) & magnitude
+            top[((u >> shift) << 2) | (i & (_LANES - 1))] += 1
     rank = k  # the threshold is the rank-th largest of the entries matching its prefix
     bucket = (1 << _TOP) - 1
     while True:
@@ -47,10 +64,11 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
         bucket -= 1
     if bucket == 0 and _zero_threshold(row, magnitude, start, stop, k, out, at):
         return
-    m = 0
-    for i in range(start, stop):
-        listed[m] = i
-        m += ((np.int64(row[i]) & magnitude) >> shift) >= bucket
+    if m < 0:
+        m = 0
+        for i in range(start, stop):
+            listed[m] = i
+            m += ((np.int64(row[i]) & magnitude) >> shift) >= bucket
     prefix = np.int64(bucket) << shift
     fixed = magnitude ^ ((np.int64(1) << shift) - 1)  # the bits of the threshold known
     bits = shift
@@ -79,6 +97,31 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed):
                 rank -= 1
             out[w] = i
             w += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _candidates(row, magnitude, start, stop, k, listed, sample):
+    """List, in index order, every entry of the segment at or above a magnitude estimated
+    from an evenly spaced sample to lie below the k-th largest; return how many, or -1 when
+    fewer than k were listed (the estimate fell above the k-th largest: the caller takes
+    the whole segment instead). The sample's rank is set three standard deviations above
+    the k entries' expected share of it, so the estimate falls short about once in a
+    thousand segments."""
+    n = stop - start
+    size = sample.shape[0]
+    step = n // size
+    for j in range(size):
+        sample[j] = np.int64(row[start + j * step]) & magnitude
+    expected = k * size / n
+    rank = int(expected + 3.0 * np.sqrt(expected) + 4.0)
+    if rank >= size:
+        return -1
+    estimate = np.partition(sample, size - rank)[size - rank]
+    m = 0
+    for i in range(start, stop):
+        listed[m] = i
+        m += (np.int64(row[i]) & magnitude) >= estimate
+    return m if m >= k else -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -115,12 +158,23 @@ def _select(bits, width, starts, ks, out):
     for s in range(ks.shape[0]):
         longest = max(longest, starts[s + 1] - starts[s])
     listed = np.empty(longest, dtype=np.int64)
+    sample = np.empty(_SAMPLE, dtype=np.int64)
     for r in range(bits.shape[0]):
         at = 0
         for s in range(ks.shape[0]):
             if ks[s] > 0:
                 _select_segment(
-                    bits[r], width, starts[s], starts[s + 1], ks[s], out[r], at, top, low, listed
+                    bits[r],
+                    width,
+                    starts[s],
+                    starts[s + 1],
+                    ks[s],
+                    out[r],
+                    at,
+                    top,
+                    low,
+                    listed,
+                    sample,
                 )
                 at += ks[s]
 

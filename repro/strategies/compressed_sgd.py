@@ -5,7 +5,7 @@ step:
     G = memory.compensate_flat(grads)              # g + residual, one flat row per worker
     c = compressor.for_exchange(ratio)             # e.g. Top-k at the controller's ratio
     result = exchange.run(comm, c, G ...)          # payload over a collective, combined
-    p.grad <- result.average; memory.update(G, result)   # keep what did not go out
+    p.grad = result.average; memory.update(G, result)    # keep what did not go out
 The parts live in `repro.compress` (compressor.py, memory.py, exchange_parts.py, ratio.py);
 a method's config builds them (`parts()`), so a method is its config, its yaml and, when
 it compresses in a new way, one compressor module. Flexible Top-k, signSGD and PowerSGD
@@ -124,8 +124,10 @@ class CompressedSGD(Strategy):
         compressor = self.compressor.for_exchange(ratio)
         x = ExchangeInput(flat, grads, step, link, self.nbytes, ratio)
         result = self.exchange.run(self.comm, compressor, x)
+        # the update is taken, not copied: its rows are one row expanded (every worker gets
+        # the same update), which the optimizer reads once (its identical_rows)
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
-            p.grad.copy_(avg.reshape(p.shape))
+            p.grad = avg.reshape(p.shape)
         self.memory.update(flat, result)  # flat becomes the residual: read last
         return result
 
@@ -151,7 +153,7 @@ class CompressedSGD(Strategy):
             probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
         self._load_parts_state(saved)
         for (_, p), grad in zip(self.params, live_grads, strict=True):
-            p.grad.copy_(grad)
+            p.grad = grad
         self.controller.solve(probes)
         self._probes += 1
         self._probe_due = False

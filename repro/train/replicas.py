@@ -119,14 +119,19 @@ class Replicas:
         return losses.detach().float().cpu()
 
     def _loop(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
+        """Fresh gradient tensors every step, as the vectorized backward gives: a method may
+        have left `p.grad` a view of its update (shared rows), which is not written into."""
         losses = torch.empty(self.n, dtype=torch.float32)
+        grads = [[] for _ in self.params]
         for i, module in enumerate(self.workers):
-            params = list(module.parameters())
             loss = loss_fn(module(x[i]), y[i])
-            grads = torch.autograd.grad(loss, params)
-            for stacked, g in zip(self.params, grads, strict=True):
-                stacked.grad[i].copy_(g)
+            worker_grads = torch.autograd.grad(loss, list(module.parameters()))
+            for rows, g in zip(grads, worker_grads, strict=True):
+                rows.append(g)
             losses[i] = loss.detach()
+        for stacked, rows in zip(self.params, grads, strict=True):
+            # one worker (a process of its own): its gradient as the single row, uncopied
+            stacked.grad = rows[0].unsqueeze(0) if self.n == 1 else torch.stack(rows)
         return losses
 
     def _vmap(self, params: dict, x: torch.Tensor) -> torch.Tensor:

@@ -65,8 +65,8 @@ def run_strategy(comm, cfg, steps):
     history = [[] for _ in range(rows)]
     for step in range(steps):
         per_rank = [grads_of(r, step, shapes) for r in comm.ranks]
-        for i, p in enumerate(replicas.parameters()):
-            p.grad.copy_(torch.stack([grads[i] for grads in per_rank]))
+        for i, p in enumerate(replicas.parameters()):  # fresh tensors, as a backward gives
+            p.grad = torch.stack([grads[i] for grads in per_rank])
         records = strategy.after_backward(_info(comm, step + 1))  # the trainer counts from 1
         for row in range(rows):
             history[row].append(

@@ -109,3 +109,17 @@ def test_bad_segments_are_refused():
         topk_indices(x, [3], [9])
     with pytest.raises(ValueError, match="segment's size"):
         topk_indices(x, [11], [10])
+
+
+@pytest.mark.parametrize("k", [100, 5_000])
+def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segment(k):
+    # A long segment is first narrowed to the entries at or above a magnitude estimated
+    # from 4,096 evenly spaced entries (every 9th here). Large values sit exactly on those
+    # entries, so the estimate is one of the large values near the top of the sample's
+    # k-share, and it lists about k / 9 candidates, fewer than k: the selection must then
+    # take the whole segment and still be exact.
+    gen = torch.Generator().manual_seed(k)
+    x = torch.rand(2, 40_000, generator=gen)
+    x[:, ::9] = 10.0 + torch.rand(2, len(range(0, 40_000, 9)), generator=gen)
+    got = topk_indices(x, [k], [40_000])
+    assert torch.equal(got, _stable_reference(x, [k], [40_000]))

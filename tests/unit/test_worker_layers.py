@@ -34,11 +34,18 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
     x = torch.randn(WORKERS, 5, c_in, length, generator=g, dtype=torch.float64)
     w = torch.randn(WORKERS, c_out, c_in, k, generator=g, dtype=torch.float64)
     b = torch.randn(WORKERS, c_out, generator=g, dtype=torch.float64)
+    x.requires_grad_()
     out = worker_layers.conv1d(x.transpose(2, 3), w, b, stride, padding).transpose(2, 3)
+    upstream = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    (grad_x,) = torch.autograd.grad(out, x, upstream)
     for i in range(WORKERS):
-        want = F.conv1d(x[i], w[i], b[i], stride=stride, padding=padding)
+        xi = x[i].detach().requires_grad_()
+        want = F.conv1d(xi, w[i], b[i], stride=stride, padding=padding)
         assert out[i].shape == want.shape
         assert _relative(out[i], want) < 1e-12
+        # the input's gradient: every tap's contribution, the padding's dropped
+        (want_grad,) = torch.autograd.grad(want, xi, upstream[i])
+        assert _relative(grad_x[i], want_grad) < 1e-12
 
 
 def test_linear_is_each_workers_linear():
