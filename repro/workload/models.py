@@ -175,7 +175,3 @@ def build_model(name: str, num_classes: int, in_dim: int = 16) -> nn.Module:
     if name == "toy_quadratic":
         return ToyQuadratic()
     return _cifar_torchvision(name, num_classes)  # resnet18, resnet50
-
-
-def count_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
