@@ -37,7 +37,8 @@ from repro.compress.topk import TopKAt, decompress, index_dtype
 class ExchangeResult:
     """What one exchange gives this worker.
 
-    `average` is the combined update, one row per held worker (identical rows). What left
+    `average` is the combined update, one row per held worker (identical rows), a tensor
+    that nothing else holds or writes (the strategy takes it as the gradient). What left
     each held worker's G: `sent`, the positions sent whole (the residual keeps everything
     else), or `taken`, the dense part that went out (the residual is G - taken); both None
     means all of G went. `gain` is the global ||g_c||^2 / ||G||^2 summed over workers, or

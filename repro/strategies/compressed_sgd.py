@@ -124,8 +124,8 @@ class CompressedSGD(Strategy):
         compressor = self.compressor.for_exchange(ratio)
         x = ExchangeInput(flat, grads, step, link, self.nbytes, ratio)
         result = self.exchange.run(self.comm, compressor, x)
-        # the update is taken, not copied: its rows are one row expanded (every worker gets
-        # the same update), which the optimizer reads once (its identical_rows)
+        # taken, not copied: the update is usually one row expanded over the workers, of
+        # which the optimizer reads one (identical_rows); copying wrote every row
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
             p.grad = avg.reshape(p.shape)
         self.memory.update(flat, result)  # flat becomes the residual: read last
