@@ -25,11 +25,14 @@ from repro.conformance import firsts
 from repro.track.runs import read_run
 
 CHECKPOINT = 37
+STEPS = 200
+"""Over 160 steps after the kill: a second or more in which to kill the run, and many periods
+of every variant's state resumed."""
 ARGS = [
     "workload=synthetic_mlp",
     "trainer.world_size=2",
     "trainer.batch_size=16",
-    "trainer.steps=400",
+    f"trainer.steps={STEPS}",
     "trainer.eval_every=10",
     f"trainer.checkpoint_every={CHECKPOINT}",
     "trainer.progress=false",
@@ -99,7 +102,7 @@ def test_sigkill_and_resume_matches_uninterrupted(tmp_path, case):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = _checkpointed_step(killed)
-    assert CHECKPOINT <= killed_at < 400 and not (killed / "summary.json").exists()
+    assert CHECKPOINT <= killed_at < STEPS and not (killed / "summary.json").exists()
 
     cmd = _cmd(tmp_path, killed, case)
     resumed = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
@@ -128,6 +131,6 @@ def test_sigkill_and_resume_matches_uninterrupted(tmp_path, case):
 
     # the wandb history of the killed-and-resumed run is the uninterrupted one, point by point
     ha, hb = read_run(killed).history, read_run(clean).history
-    assert [r["step"] for r in ha] == [r["step"] for r in hb] == list(range(10, 401, 10))
+    assert [r["step"] for r in ha] == [r["step"] for r in hb] == list(range(10, STEPS + 1, 10))
     assert [r["train/loss"] for r in ha] == [r["train/loss"] for r in hb]
     assert read_run(killed).run_id == (killed / "run_id").read_text().strip()

@@ -90,7 +90,9 @@ def test_a_task_killed_hard_fails_the_job_with_its_log_shown(tmp_path: Path) -> 
 
 @pytest.mark.timeout(600)
 def test_requeue_in_the_middle_resumes_and_matches_the_uninterrupted_run(tmp_path) -> None:
-    cfg = compose([*TWO_WORKERS, *SLOW, "trainer.steps=300", *_slurm_overrides(tmp_path)])
+    # requeued at step 60 or later, the job runs on through KillWait (5 s, 100 steps) before
+    # SLURM kills it: 220 steps leave it 3 s more, so the kill still comes in the middle
+    cfg = compose([*TWO_WORKERS, *SLOW, "trainer.steps=220", *_slurm_overrides(tmp_path)])
     job = submit_run(cfg)
     root = tmp_path / "runs"
     _wait_for_checkpoint(run_dir_of(cfg), 60)
@@ -104,7 +106,7 @@ def test_requeue_in_the_middle_resumes_and_matches_the_uninterrupted_run(tmp_pat
     local = train(
         tmp_path / "local",
         *TWO_WORKERS,
-        "trainer.steps=300",
+        "trainer.steps=220",
         "compute.dist=constant",
         "compute.mean_ms=50",
     )

@@ -30,8 +30,9 @@ from tests.integration.slurm_jobs import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
-STEPS, EVERY = 120, 20
-"""120 steps of 50 ms slept modeled compute: a trial lasts over 6 s, checkpointed every 20."""
+STEPS, EVERY = 80, 20
+"""80 steps of 50 ms slept modeled compute: a trial lasts over 4 s, checkpointed every 20; the
+victim is taken at step 40 at the latest, 2 s of sleep before its trial could end."""
 
 
 def _write_spec(tmp_path: Path, pg_url: str) -> Path:
@@ -40,7 +41,7 @@ def _write_spec(tmp_path: Path, pg_url: str) -> Path:
     raw["overrides"] += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
     raw["overrides"] += [f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}"]
     raw["overrides"] += ["tracking=wandb_offline"]
-    raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=3, heartbeat_s=1, grace_s=10)
+    raw.update(out=str(tmp_path / "sweeps"), storage=pg_url, n_trials=2, heartbeat_s=1, grace_s=10)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

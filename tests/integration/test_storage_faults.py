@@ -204,7 +204,8 @@ TRAIN = [
     "workload=synthetic_mlp",
     "trainer.world_size=2",
     "trainer.batch_size=16",
-    "trainer.steps=3000",
+    # 580 steps after the first checkpoint (seconds) for the disk to fill before the run ends
+    "trainer.steps=600",
     "trainer.eval_every=50",
     "trainer.checkpoint_every=20",
     "trainer.progress=false",
@@ -242,5 +243,5 @@ def test_train_on_a_disk_that_fills_up_then_resume(small_fs, tmp_path):
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["step"] == 3000
-    assert read_run(run_dir).history[-1]["step"] == 3000
+    assert summary["step"] == 600
+    assert read_run(run_dir).history[-1]["step"] == 600

@@ -76,11 +76,12 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_exactly(tmp_path: Pa
     cfg = compose(
         [
             *TWO_WORKERS,
-            # 50 ms of modeled compute per step, really slept: long enough to interrupt
+            # 50 ms of modeled compute per step, really slept: long enough to interrupt (the
+            # signal comes at step 60 or later, at least 3 s before step 120)
             "compute.dist=constant",
             "compute.mean_ms=50",
             "network.inject=true",
-            "trainer.steps=300",
+            "trainer.steps=120",
             "cluster=submitit_local",
             "tracking=disabled",
             f"runs_root={tmp_path / 'runs'}",
@@ -112,7 +113,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_exactly(tmp_path: Pa
         *TWO_WORKERS,
         "compute.dist=constant",
         "compute.mean_ms=50",
-        "trainer.steps=300",
+        "trainer.steps=120",
     )
     for key in ("step", "train/loss", "test/loss", "test/acc", "comm/bytes", "time/modeled_s"):
         assert summary[key] == local[key], key
