@@ -18,7 +18,9 @@ bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
    the first entries equal to it.
 When the k-th largest sits in the lowest bucket and fewer than k entries are non-zero (a
 row of almost only zeros: a layer whose units died), the threshold is 0 and one pass
-takes every non-zero entry and the first zeros instead of steps 2 and 3.
+takes every non-zero entry and the first zeros instead of steps 2 and 3; a long segment
+whose sample is mostly zeros tries that first, before step 1 (8 dead rows of 271,224
+values, k = 271: 5.1 ms before the candidates, 3.1 ms with this order).
 Four interleaved counters per bucket keep repeated increments of one bucket (magnitudes
 crowd into a few exponents) from waiting on each other. Every count is an integer, so the
 result depends on no order of summation.
@@ -34,6 +36,7 @@ _DIGIT = 10
 _LANES = 4
 _SAMPLE = 4096
 _SAMPLED_FROM = 8 * _SAMPLE
+_MOSTLY_ZERO = -2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -44,6 +47,10 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed, sampl
     m = -1
     if stop - start >= _SAMPLED_FROM:
         m = _candidates(row, magnitude, start, stop, k, listed, sample)
+        if m == _MOSTLY_ZERO:
+            if _zero_threshold(row, magnitude, start, stop, k, out, at):
+                return
+            m = -1
     top[:] = 0
     if m >= 0:
         for j in range(m):
@@ -106,7 +113,9 @@ def _candidates(row, magnitude, start, stop, k, listed, sample):
     fewer than k were listed (the estimate fell above the k-th largest: the caller takes
     the whole segment instead). The sample's rank is set three standard deviations above
     the k entries' expected share of it, so the estimate falls short about once in a
-    thousand segments."""
+    thousand segments. An estimate of 0 (the sample is mostly zeros: a dead layer) would
+    list the whole segment; `_MOSTLY_ZERO` sends the caller to the zero threshold's one
+    pass first instead."""
     n = stop - start
     size = sample.shape[0]
     step = n // size
@@ -117,6 +126,8 @@ def _candidates(row, magnitude, start, stop, k, listed, sample):
     if rank >= size:
         return -1
     estimate = np.partition(sample, size - rank)[size - rank]
+    if estimate == 0:
+        return _MOSTLY_ZERO
     m = 0
     for i in range(start, stop):
         listed[m] = i
