@@ -5,9 +5,11 @@ must be the first k of a stable sort by magnitude, descending (equal magnitudes:
 index first), which `torch.sort(stable=True)` computes independently of the radix loops.
 """
 
+import numpy as np
 import pytest
 import torch
 
+from repro.compress import select_kernels
 from repro.compress.select import topk_indices
 from repro.compress.topk import compress
 
@@ -93,6 +95,10 @@ def test_rows_of_almost_only_zeros_keep_their_non_zeros_and_the_first_zeros(nonz
     x[5] = torch.randn(WIDE, generator=gen)  # one live row beside the dead ones
     got = topk_indices(x, [271], [WIDE])
     assert torch.equal(got, _stable_reference(x, [271], [WIDE]))
+    # a sample of a dead row is mostly zeros: the zero threshold is tried before anything
+    # else; at 5,000 non-zeros the sample holds enough of them to narrow the row as usual
+    mostly_zero = _narrowed(x[0], 271) == select_kernels._MOSTLY_ZERO
+    assert mostly_zero == (nonzero <= 271)
 
 
 def test_compress_takes_the_selection_and_its_values():
@@ -121,5 +127,15 @@ def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segm
     gen = torch.Generator().manual_seed(k)
     x = torch.rand(2, 40_000, generator=gen)
     x[:, ::9] = 10.0 + torch.rand(2, len(range(0, 40_000, 9)), generator=gen)
+    assert _narrowed(x[0], k) == -1  # the estimate did fall short
     got = topk_indices(x, [k], [40_000])
     assert torch.equal(got, _stable_reference(x, [k], [40_000]))
+
+
+def _narrowed(row: torch.Tensor, k: int) -> int:
+    """What the candidate narrowing makes of one float32 row: how many it listed, -1 (fell
+    short) or its mostly-zero mark."""
+    listed = np.empty(row.numel(), dtype=np.int64)
+    sample = np.empty(select_kernels._SAMPLE, dtype=np.int64)
+    bits = row.contiguous().view(torch.int32).numpy()
+    return select_kernels._candidates(bits, np.int64(2**31 - 1), 0, row.numel(), k, listed, sample)
