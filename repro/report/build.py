@@ -124,20 +124,6 @@ def render_parts(
     return results, figures
 
 
-def render_report(
-    claims: ClaimsFile,
-    runs: Seeded,
-    scale: str,
-    out_dir: Path,
-    *,
-    command: str,
-    notes: Sequence[str] = (),
-) -> Path:
-    """`render_parts`, returning the path of report.html."""
-    render_parts(claims, runs, scale, out_dir, command=command, notes=notes)
-    return Path(out_dir) / "report.html"
-
-
 def build_report(
     paper: str,
     runs_root: Path,
@@ -160,4 +146,5 @@ def build_report(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
-    return render_report(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes)
+    render_parts(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes)
+    return Path(out_dir) / "report.html"

@@ -9,7 +9,7 @@ import pytest
 from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
-from repro.report.build import build_report, render_report, select_runs
+from repro.report.build import build_report, render_parts, select_runs
 from repro.report.colours import colour_for
 from repro.report.plots import draw_figure
 from repro.report.report_cli import main as report_main
@@ -104,11 +104,12 @@ def img_sources(html: str) -> list[str]:
     return re.findall(r'<img src="([^"]+)"', html)
 
 
-def test_render_report_writes_every_section(tmp_path):
+def test_render_parts_writes_every_section(tmp_path):
     claims = load_claims("adacomm", CLAIMS_DIR)
     _, runs, notes = select_runs(adacomm_set(), "adacomm", None, "runs")
     del runs["adacomm_lrdecay"]
-    html_path = render_report(claims, runs, "small", tmp_path, command="repro report adacomm")
+    render_parts(claims, runs, "small", tmp_path, command="repro report adacomm")
+    html_path = tmp_path / "report.html"
     # the page lets long labels break after '_' (<wbr>); the text is the same without them
     html = html_path.read_text().replace("<wbr>", "")
     md = (tmp_path / "report.md").read_text()
@@ -137,7 +138,8 @@ def test_render_report_writes_every_section(tmp_path):
 def test_a_figure_without_data_is_named_not_linked(tmp_path):
     claims = load_claims("adacomm", CLAIMS_DIR)
     runs = {"sync": {0: make_run("sync")}}  # sync logs no method/tau
-    html = render_report(claims, runs, "small", tmp_path, command="x").read_text()
+    render_parts(claims, runs, "small", tmp_path, command="x")
+    html = (tmp_path / "report.html").read_text()
     assert "tau_vs_modeled_time.svg" not in html
     assert not (tmp_path / "tau_vs_modeled_time.svg").exists()
     assert "not drawn: no selected run logged &#x27;method/tau&#x27;" in html
