@@ -31,9 +31,10 @@ class StackedOptimizer(ABC):
     """True when every row of every stacked parameter holds the same values and gets the
     same gradient (a method whose workers apply one common update: synchronous SGD, the
     compressed exchanges, gradient averaging). `step` then updates row 0 alone and copies it
-    to the other rows: each row ends exactly where its own update would have put it (the
-    rules are elementwise, or per row for LAMB), at a worker's cost instead of every held
-    worker's; the slots hold one row. Set by the trainer from the strategy."""
+    to the other rows (none to copy where the rows are one shared row,
+    `repro.train.replicas`): each row ends exactly where its own update would have put it
+    (the rules are elementwise, or per row for LAMB), at a worker's cost instead of every
+    held worker's; the slots hold one row. Set by the trainer from the strategy."""
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], defaults: dict):
         params = list(params)
@@ -56,7 +57,8 @@ class StackedOptimizer(ABC):
                 state = self.state.setdefault(p, {})
                 if self.identical_rows and p.shape[0] > 1:
                     self._update(p[:1], p.grad[:1], group, state)
-                    p[1:].copy_(p[:1].expand_as(p[1:]))
+                    if p.stride(0) != 0:  # rows of their own; shared rows moved already
+                        p[1:].copy_(p[:1].expand_as(p[1:]))
                 else:
                     self._update(p, p.grad, group, state)
 

@@ -7,6 +7,15 @@ cluster (all rows). SGD and Adam are elementwise, so the optimizers stepping the
 tensors (`repro.optim.stacked`, torch's own rules) step every worker exactly as its
 own optimizer would.
 
+Shared rows (`shared=True`, set from the strategy's `identical_workers`): when every worker
+applies one common update, the workers' parameters stay equal, so they are held as one row
+viewed n times (stride 0 on the worker axis). A forward or backward then reads one copy of
+the weights for all workers (a batched product over stride-0 weights gives the same bits as
+over n equal copies: tested), and the optimizer's step on row 0 moves every worker with no
+copy into the other rows. Gradients are still one row per worker, and checkpoints hold n
+rows as always. Buffers (BatchNorm's running statistics, one per worker's data) stay rows of
+their own.
+
 Forward/backward, `trainer.vectorize`:
 - `loop`: worker by worker, each through its own module whose parameters and buffers are
   views of its rows: the very kernels a lone worker runs, so results match the process
@@ -62,7 +71,7 @@ def _owner(module: nn.Module, name: str) -> tuple[nn.Module, str]:
 class Replicas:
     """`n` workers' copies of `template`, all starting from its weights."""
 
-    def __init__(self, template: nn.Module, n: int, vectorize: str = "loop"):
+    def __init__(self, template: nn.Module, n: int, vectorize: str = "loop", shared: bool = False):
         if vectorize not in VECTORIZE:
             raise ValueError(f"vectorize={vectorize!r} must be one of {VECTORIZE}")
         own = hasattr(template, "forward_workers")
@@ -75,10 +84,8 @@ class Replicas:
         self.template = template
         self.names = [name for name, _ in template.named_parameters()]
         self.buffer_names = [name for name, _ in template.named_buffers()]
-        self.params = [
-            p.detach().unsqueeze(0).repeat(n, *[1] * p.dim()).requires_grad_()
-            for p in template.parameters()
-        ]
+        self.shared = shared and n > 1
+        self.params = [self._stack(p) for p in template.parameters()]
         for p in self.params:
             p.grad = torch.zeros_like(p)
         self.buffers = [
@@ -86,6 +93,13 @@ class Replicas:
         ]
         self.workers = [_view_module(template, self.params, self.buffers, i) for i in range(n)]
         self._vmapped = None
+
+    def _stack(self, p: torch.Tensor) -> torch.Tensor:
+        """`p` as the (n, *shape) leaf of every worker's copy: n rows, or one row shared."""
+        row = p.detach().unsqueeze(0)
+        if self.shared:
+            return row.clone().expand(self.n, *p.shape).requires_grad_()
+        return row.repeat(self.n, *[1] * p.dim()).requires_grad_()
 
     # ------------------------------------------------------------ what methods see
     def parameters(self) -> list[torch.Tensor]:
@@ -169,6 +183,8 @@ class Replicas:
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict:
+        """n rows per parameter whether or not they are shared (a shared row's clone is
+        contiguous), so a checkpoint does not depend on how the rows are held."""
         return {
             "params": [p.detach().clone() for p in self.params],
             "buffers": [b.clone() for b in self.buffers],
@@ -176,8 +192,13 @@ class Replicas:
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
-        """In place: the worker modules' views and the optimizer's references stay valid."""
+        """In place: the worker modules' views and the optimizer's references stay valid.
+        Shared rows take the first saved row (a run whose workers apply one update saved
+        n equal rows)."""
         for p, saved in zip(self.params, state["params"], strict=True):
-            p.copy_(saved)
+            if self.shared:
+                p[0].copy_(saved[0])
+            else:
+                p.copy_(saved)
         for b, saved in zip(self.buffers, state["buffers"], strict=True):
             b.copy_(saved)

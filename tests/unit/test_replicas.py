@@ -71,6 +71,35 @@ def test_state_round_trip_keeps_worker_views(resnet):
     assert torch.equal(first, replicas.params[0][1])
 
 
+@pytest.mark.parametrize(
+    ("model", "vectorize"), [("cnn1d", "stacked"), ("cnn1d", "loop"), ("mlp", "vmap")]
+)
+def test_one_shared_row_trains_as_rows_of_their_own_bit_for_bit(model, vectorize):
+    # workers that apply one update hold one row viewed by all: the same gradients, the
+    # same checkpoint, and an optimizer step on row 0 moves every worker
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    template = build_model(model, 10, 16)
+    g = torch.Generator().manual_seed(2)
+    shape = (4, 8, 1, 40) if model == "cnn1d" else (4, 8, 16)
+    x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (4, 8), generator=g)
+    own, shared = Replicas(template, 4, vectorize), Replicas(template, 4, vectorize, shared=True)
+    assert all(p.stride(0) == 0 and p.is_leaf for p in shared.params)
+    assert torch.equal(
+        own.forward_backward(x, y, F.cross_entropy), shared.forward_backward(x, y, F.cross_entropy)
+    )
+    for a, b in zip(own.params, shared.params, strict=True):
+        assert torch.equal(a.grad, b.grad) and b.grad.stride(0) != 0
+    for a, b in zip(own.state_dict()["params"], shared.state_dict()["params"], strict=True):
+        assert torch.equal(a, b) and b.is_contiguous()
+    with torch.no_grad():
+        shared.params[0][0].add_(1.0)
+    assert all(torch.equal(row, shared.params[0][0]) for row in shared.params[0])
+    assert torch.equal(next(shared.workers[3].parameters()), shared.params[0][0])
+    shared.load_state_dict(own.state_dict())
+    assert torch.equal(shared.params[0], own.params[0])
+
+
 def test_averaged_module_holds_the_given_values():
     torch.manual_seed(0)
     template = build_model("mlp", 4, 16)

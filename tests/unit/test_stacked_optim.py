@@ -92,20 +92,22 @@ def test_identical_rows_stepped_as_one_equal_every_row_stepped(cls, kw):
     start = [torch.randn(s[1:], generator=g).expand(s).clone() for s in shapes]
     grads = [[torch.randn(s[1:], generator=g).expand(s).clone() for s in shapes] for _ in range(4)]
     results = []
-    for identical in (False, True):
-        params = [t.clone().requires_grad_() for t in start]
+    # every row its own; rows of their own stepped as one; one row shared by every worker
+    for identical, shared in ((False, False), (True, False), (True, True)):
+        params = [t[:1].clone().expand_as(t) if shared else t.clone() for t in start]
+        params = [p.requires_grad_() for p in params]
         opt = cls(params, **kw)
         opt.identical_rows = identical
         for step_grads in grads:
             for p, grad in zip(params, step_grads, strict=True):
                 p.grad = grad.clone()
             opt.step()
-        results.append([p.detach() for p in params])
+        results.append([p.detach().clone() for p in params])
         slots = [v for state in opt.state.values() for v in state.values()]
         rows = {v.shape[0] for v in slots if isinstance(v, torch.Tensor) and v.dim()}
         assert rows == ({1} if identical else {workers})
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    for a, b, c in zip(*results, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
         assert all(torch.equal(a[w], a[0]) for w in range(workers))
 
 
