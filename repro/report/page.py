@@ -23,6 +23,7 @@ the labels it reads that have no run.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -187,9 +188,19 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
 
+def seed_counts(runs: Seeded) -> str:
+    """How many seeds the runs have: one number where every label has as many, else each
+    count with how many labels have it ("3 for 8 runs, 10 for 2"), since added seeds go only
+    to the runs an undecided claim reads and one number would overstate the rest."""
+    per_label = [len(by_seed) for by_seed in runs.values()]
+    if len(set(per_label)) <= 1:
+        return str(len(seeds_of(runs)))
+    groups = sorted(Counter(per_label).items())
+    return ", ".join(f"{c} for {n} run{'s' if n != 1 else ''}" for c, n in groups)
+
+
 def _lead(claims: ClaimsFile, runs: Seeded, scale: str, results: list[ClaimResult]) -> list[Para]:
-    seeds = len(seeds_of(runs))
-    counts = f"Scale: {scale}. Seeds: {seeds}. Claims: {summary(results)}"
+    counts = f"Scale: {scale}. Seeds: {seed_counts(runs)}. Claims: {summary(results)}"
     if model_checks(results):
         counts += f"; model checks: {checks_summary(results)}"
     return [Para(claims.citation, "lead"), Para(counts + ".", "lead")]

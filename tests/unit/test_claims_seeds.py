@@ -228,3 +228,12 @@ def test_a_model_check_is_judged_on_its_worst_seed_and_lists_each_seeds_verdict(
     assert result.per_seed_text() == (
         "seed 0: 0.3 (reproduced); seed 1: 0.35 (reproduced); seed 2: 0.45 (partly)"
     )
+
+
+def test_report_lead_counts_seeds_per_run_where_seeds_were_added():
+    from repro.report.page import seed_counts
+
+    three, ten = dict.fromkeys(range(3)), dict.fromkeys(range(10))
+    assert seed_counts({"dense": three, "sgd": three}) == "3"
+    # added seeds went to one label: "10" would overstate the other two
+    assert seed_counts({"dense": three, "sgd": three, "toy": ten}) == "3 for 2 runs, 10 for 1 run"
