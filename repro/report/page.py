@@ -190,13 +190,14 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
 
 def seed_counts(runs: Seeded) -> str:
     """How many seeds the runs have: one number where every label has as many, else each
-    count with how many labels have it ("3 for 8 runs, 10 for 2"), since added seeds go only
-    to the runs an undecided claim reads and one number would overstate the rest."""
+    count with how many labels have it ("3 for 8 labels, 10 for 2"), since added seeds go
+    only to the runs an undecided claim reads and one number would overstate the rest."""
     per_label = [len(by_seed) for by_seed in runs.values()]
     if len(set(per_label)) <= 1:
         return str(len(seeds_of(runs)))
-    groups = sorted(Counter(per_label).items())
-    return ", ".join(f"{c} for {n} run{'s' if n != 1 else ''}" for c, n in groups)
+    (c, n), *rest = sorted(Counter(per_label).items())
+    first = f"{c} for {n} label{'s' if n != 1 else ''}"
+    return ", ".join([first, *(f"{c} for {n}" for c, n in rest)])
 
 
 def _lead(claims: ClaimsFile, runs: Seeded, scale: str, results: list[ClaimResult]) -> list[Para]:

@@ -8,7 +8,12 @@ import sys
 import pytest
 
 from repro.claims.calculators.by_setting import comm_seconds_per_step, speedup_vs_bound, trend
-from repro.claims.calculators.final_values import final_metric, metric_ratio, monotone_decrease
+from repro.claims.calculators.final_values import (
+    final_metric,
+    metric_ratio,
+    monotone_decrease,
+    sends_per_parameter,
+)
 from repro.claims.calculators.time_to_target import steps_to_target, time_to_target_ratio
 from repro.track.series import MissingRun, NotMeasurable, trailing_mean
 from tests.helpers import REPO
@@ -26,6 +31,14 @@ def test_final_metric_and_ratio(runs):
     assert got == pytest.approx((100 / 80 + 100 / 90 + 100 / 100) / 3)
     # adacomm ends at 80/100, sync at 100/100
     assert metric_ratio(runs, "adacomm", "sync", "train/loss").value == pytest.approx(0.8)
+
+
+def test_sends_per_parameter_is_the_ratio_times_the_steps_taken():
+    runs = {"star": make_run("star", method={"name": "topk", "cr": 0.01})}
+    assert sends_per_parameter(runs, "star").value == pytest.approx(0.01 * 100)  # ends at 100
+    runs["dense"] = make_run("dense", method={"name": "sync"})
+    with pytest.raises(NotMeasurable, match="no method.cr"):
+        sends_per_parameter(runs, "dense")
 
 
 def test_time_to_target_ratio_by_hand(runs):

@@ -236,4 +236,4 @@ def test_report_lead_counts_seeds_per_run_where_seeds_were_added():
     three, ten = dict.fromkeys(range(3)), dict.fromkeys(range(10))
     assert seed_counts({"dense": three, "sgd": three}) == "3"
     # added seeds went to one label: "10" would overstate the other two
-    assert seed_counts({"dense": three, "sgd": three, "toy": ten}) == "3 for 2 runs, 10 for 1 run"
+    assert seed_counts({"dense": three, "sgd": three, "toy": ten}) == "3 for 2 labels, 10 for 1"
