@@ -107,6 +107,12 @@ CASES: dict[str, tuple[Callable[[], list], dict, float]] = {
         {"run": "sync", "metric": "train/loss", "smooth": 3},
         (100 / 80 + 100 / 90 + 1) / 3,
     ),
+    # c = 0.01 over the 100 steps the run took: each parameter sent once
+    "sends_per_parameter": (
+        lambda: [make_run("star_c0.01", method={"name": "topk", "cr": 0.01})],
+        {"run": "star_c0.01"},
+        1.0,
+    ),
     # test/acc = s / 100 first reaches 0.55 at step 60
     "steps_to_target": (adacomm_runs, {"run": "sync", "metric": "test/acc", "target": 0.55}, 60),
     "monotone_decrease": (tau_steps, {"run": "adacomm"}, 2 / 3),
