@@ -25,16 +25,13 @@ import torch
 
 class StackedOptimizer(ABC):
     """Parameter groups, per-parameter state and torch's state-dict layout; a subclass
-    supplies `_update(p, grad, group, state)` for one parameter tensor."""
+    supplies `_update(p, grad, group, state)` for one parameter tensor.
 
-    identical_rows = False
-    """True when every row of every stacked parameter holds the same values and gets the
-    same gradient (a method whose workers apply one common update: synchronous SGD, the
-    compressed exchanges, gradient averaging). `step` then updates row 0 alone and copies it
-    to the other rows (none to copy where the rows are one shared row,
-    `repro.train.replicas`): each row ends exactly where its own update would have put it
-    (the rules are elementwise, or per row for LAMB), at a worker's cost instead of every
-    held worker's; the slots hold one row. Set by the trainer from the strategy."""
+    A parameter whose workers share one row (stride 0 on the worker axis: workers that
+    apply one common update, `repro.train.replicas`) is stepped once, on row 0 with row 0's
+    gradient, which moves every worker: each ends exactly where its own update would have
+    put it (the rules are elementwise, or per row for LAMB), at a worker's cost instead of
+    every held worker's, and its slots hold one row."""
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict], defaults: dict):
         params = list(params)
@@ -55,10 +52,8 @@ class StackedOptimizer(ABC):
                 if p.grad is None:
                     continue
                 state = self.state.setdefault(p, {})
-                if self.identical_rows and p.shape[0] > 1:
+                if p.shape[0] > 1 and p.stride(0) == 0:
                     self._update(p[:1], p.grad[:1], group, state)
-                    if p.stride(0) != 0:  # rows of their own; shared rows moved already
-                        p[1:].copy_(p[:1].expand_as(p[1:]))
                 else:
                     self._update(p, p.grad, group, state)
 

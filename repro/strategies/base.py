@@ -140,8 +140,8 @@ class Strategy:
     identical_workers = False
     """True when the method keeps every worker's parameters identical: all of them apply
     one common update each step (an averaged or combined gradient), so the trainer holds
-    the workers' parameters as one shared row (`Replicas(shared=True)`) and lets the
-    optimizer step it once for all (`StackedOptimizer.identical_rows`). A method that
+    the workers' parameters as one shared row (`Replicas(shared=True)`), which the
+    optimizer steps once for all (`repro.optim.stacked`). A method that
     writes parameters itself (local SGD's averaging, Adasum's delta flow) leaves it False:
     its workers' rows must be memory of their own."""
 

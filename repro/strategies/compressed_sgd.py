@@ -125,7 +125,8 @@ class CompressedSGD(Strategy):
         x = ExchangeInput(flat, grads, step, link, self.nbytes, ratio)
         result = self.exchange.run(self.comm, compressor, x)
         # taken, not copied: the update is usually one row expanded over the workers, of
-        # which the optimizer reads one (identical_rows); copying wrote every row
+        # which the optimizer reads one (the parameters are one shared row); copying wrote
+        # every row
         for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
             p.grad = avg.reshape(p.shape)
         self.memory.update(flat, result)  # flat becomes the residual: read last

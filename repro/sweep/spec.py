@@ -54,7 +54,6 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.spec_loader import FILE, KEY, load, read_yaml
-from repro.sweep.metrics import OBJECTIVE_METRICS
 from repro.sweep.space import ParamSpec, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
 
@@ -64,6 +63,16 @@ SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid", "sobol")
 DIRECTIONS = ("maximize", "minimize")
 STEPS_TO_TARGET = "steps_to_target"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+# The run metrics an objective may name: numeric metrics on every logged point of a training
+# run (`repro.train.metrics`), hence in the run summary a trial's objective reads. Strategy
+# metrics (`method/...`) exist only for some methods and `method/collective` is a string, so
+# a spec naming one would fail every trial instead of being refused up front.
+OBJECTIVE_METRICS = (
+    *("step", "epoch", "samples", "train/loss", "test/loss", "test/acc", "comm/bytes"),
+    *("comm/collectives", "comm/measured_s", "time/wall_s", "time/modeled_s"),
+    *("throughput/samples_per_s", "throughput/modeled_samples_per_s", "lr"),
+)
 
 
 def _overrides(overrides: tuple[str, ...], where: str) -> None:

@@ -44,10 +44,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # every worker starts from the same model
         template = self.workload.model_factory().to(device)
         self.strategy = build_strategy(cfg.method, comm.world_size)
-        identical = self.strategy.identical_workers
-        self.replicas = Replicas(template, len(comm.ranks), vectorize, shared=identical)
+        shared = self.strategy.identical_workers
+        self.replicas = Replicas(template, len(comm.ranks), vectorize, shared=shared)
         self.optimizer = build_optimizer(cfg.optim, self.replicas.parameters())
-        self.optimizer.identical_rows = identical
         self.data = WorkerData(self.workload, comm.ranks, comm.world_size, tc.batch_size, cfg.seed)
         self.rehearsal = Rehearsal(self.replicas, self.optimizer, self.data, self.workload.loss)
         self.strategy.setup(self.replicas, self.optimizer, comm, self.rehearsal)
