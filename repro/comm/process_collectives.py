@@ -15,6 +15,11 @@ import torch.distributed as dist
 from repro.comm.collectives import Collectives, DeviceMismatch, worker_nbytes
 from repro.comm.record import CommRecord
 
+# torch 2.14 names these *_single (its old names warn); a cluster's preinstalled torch, like
+# the H100 image's 2.11 where `make gpu-check` first ran, has only the old ones
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 def backend_map(config: str) -> dict[str, str]:
     """Device type -> backend of a process group, from its backend string:
@@ -86,7 +91,7 @@ class ProcessCollectives(Collectives):
         row = t[0]
         out = torch.empty((self.group_size * row.numel(),), dtype=t.dtype, device=t.device)
         flat = row.contiguous().view(-1)
-        secs = self._timed(lambda: dist.all_gather_single(out, flat, group=self.group), t)
+        secs = self._timed(lambda: _all_gather(out, flat, group=self.group), t)
         return out.view(1, self.group_size, *row.shape), self._record("allgather", t, secs)
 
     def broadcast(self, t: torch.Tensor, src: int) -> CommRecord:
@@ -100,7 +105,7 @@ class ProcessCollectives(Collectives):
         out = torch.empty(
             (row.shape[0] // self.group_size, *row.shape[1:]), dtype=t.dtype, device=t.device
         )
-        secs = self._timed(lambda: dist.reduce_scatter_single(out, row, group=self.group), t)
+        secs = self._timed(lambda: _reduce_scatter(out, row, group=self.group), t)
         return out.unsqueeze(0), self._record("reduce_scatter", t, secs)
 
     def sendrecv(
