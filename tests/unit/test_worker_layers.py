@@ -48,6 +48,24 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
         assert _relative(grad_x[i], want_grad) < 1e-12
 
 
+@pytest.mark.parametrize("k,stride,padding,length", [(3, 2, 1, 20), (3, 1, 1, 10), (4, 3, 0, 17)])
+def test_columns_gradient_has_the_bits_of_autograds_sum_over_taps(k, stride, padding, length):
+    """The columns' own backward adds the taps as autograd adds the gradients of k slices
+    of the padded input (last tap first): in float32, where the order shows, the same bits,
+    sign of zero included."""
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(WORKERS, 6, length, 5, generator=g).requires_grad_()
+    cols = worker_layers._Columns.apply(h, k, stride, padding)
+    padded = F.pad(h, (0, 0, padding, padding))
+    span = stride * (cols.shape[2] - 1) + 1
+    want = torch.cat([padded[:, :, j : j + span : stride] for j in range(k)], dim=3)
+    assert torch.equal(cols, want)
+    upstream = torch.randn(cols.shape, generator=g)
+    (ours,) = torch.autograd.grad(cols, h, upstream)
+    (autograds,) = torch.autograd.grad(want, h, upstream)
+    assert torch.equal(ours.contiguous().view(torch.int32), autograds.view(torch.int32))
+
+
 def test_linear_is_each_workers_linear():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(WORKERS, 5, 7, generator=g, dtype=torch.float64)
