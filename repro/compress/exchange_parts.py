@@ -56,7 +56,11 @@ class ExchangeInput:
 
 class Exchange(Protocol):
     """The part's interface. An exchange that also prices itself (`seconds`, as
-    `PolicyExchange` does) can serve a ratio controller that probes."""
+    `PolicyExchange` does) can serve a ratio controller that probes. `reads_gradients`:
+    it decides by the raw gradients `x.grads` as well as by G, so the backward must leave
+    them apart from G."""
+
+    reads_gradients: bool
 
     def run(self, comm: Collectives, compressor, x: ExchangeInput) -> ExchangeResult: ...
 
@@ -68,6 +72,8 @@ class Exchange(Protocol):
 
 
 class AllgatherExchange:
+    reads_gradients = False
+
     def __init__(self, with_gain: bool = False):
         self.with_gain = with_gain
 
@@ -85,6 +91,8 @@ class AllgatherExchange:
 
 
 class AllreduceExchange:
+    reads_gradients = False
+
     def __init__(self, algo: str = "ring"):
         self.algo = algo
 
@@ -108,6 +116,7 @@ class Leaders:
     def __init__(self, rule: str, var_norm: str, window: int, smoothing: float):
         self.rule, self.var_norm = rule, var_norm
         self.norms = WindowedNorm(window, smoothing)  # ewma_grad's window
+        self.reads_gradients = rule == "var" and var_norm != "grad_plus_residual"
 
     def choose(self, comm: Collectives, x: ExchangeInput) -> tuple[int, list]:
         if self.rule != "var":
@@ -125,6 +134,7 @@ class PolicyExchange:
     def __init__(self, collective: str, leaders: Leaders, bytes_scale: float = 1.0):
         self.policy = CollectivePolicy(collective)
         self.leaders = leaders
+        self.reads_gradients = leaders.reads_gradients
         self.bytes_scale = bytes_scale
         self.leader = -1
 

@@ -10,7 +10,11 @@ A training step uses the flat form: `compensate_flat` writes every G end to end 
 (workers, total) buffer, the vector Top-k compresses, and `keep` zeroes the sent entries of
 that very buffer, which becomes the residual (the per-name residuals are its column views).
 Two buffers alternate across steps, so a step allocates and copies nothing of the model's
-size for error feedback: one fused pass forms G, one scatter forms the residual. A
+size for error feedback: one fused pass forms G, one scatter forms the residual. Where the
+backward can add a weight's gradient into its residual itself (`accumulation_targets`, the
+workers' linear layers of the simulated engine), G forms in the residuals' own buffer, and
+the gradient of most of the model is never written out and read back: the product's
+addition, the same bits as g + residual. A
 compressor that sends a dense stand-in for G instead (a scaled sign, a low-rank product)
 leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms the same
 flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
@@ -47,25 +51,39 @@ class ErrorFeedback:
         grads = list(name_grads.values())
         first = grads[0]
         shape = (first.shape[0], sum(g.shape[1] for g in grads))
-        out = self._spare
-        if (
-            out is None
-            or out.shape != shape
-            or (out.dtype, out.device) != (first.dtype, first.device)
-        ):
-            out = torch.empty(shape, dtype=first.dtype, device=first.device)
-        self._spare = None
+        formed = [n for n, g in name_grads.items() if _same_memory(g, self.residuals.get(n))]
+        if formed:  # the backward added some gradients into their residuals: G forms there
+            out = self._kept
+        else:
+            out = self._spare
+            if (
+                out is None
+                or out.shape != shape
+                or (out.dtype, out.device) != (first.dtype, first.device)
+            ):
+                out = torch.empty(shape, dtype=first.dtype, device=first.device)
+            self._spare = None
         self._widths = [(name, g.shape[1]) for name, g in name_grads.items()]
         offset = 0
         for name, grad in name_grads.items():
             part = out[:, offset : offset + grad.shape[1]]
             residual = self.residuals.get(name)
-            if residual is None:
+            if name in formed:
+                pass
+            elif residual is None:
                 part.copy_(grad)
-            else:
+            else:  # in place where `out` is the residuals' own buffer
                 torch.add(grad, residual, out=part)
             offset += grad.shape[1]
         return out
+
+    def accumulation_targets(self) -> dict[str, torch.Tensor] | None:
+        """The residuals, as where the next backward may add its gradients
+        (`Strategy.gradient_targets`): views of one flat buffer, so that G = g + residual
+        forms in it, in place, and `compensate_flat` adds only what the backward did not.
+        None before the first residual and after a load (the residuals are then tensors of
+        their own)."""
+        return dict(self.residuals) if self._kept is not None else None
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         """The residual after an exchange: G less the dense part that went out
@@ -88,7 +106,8 @@ class ErrorFeedback:
         self._store(compensated)
 
     def _store(self, compensated: torch.Tensor) -> None:
-        self._spare, self._kept = self._kept, compensated
+        if compensated is not self._kept:  # else G was formed in the residuals' own buffer
+            self._spare, self._kept = self._kept, compensated
         self.residuals = {}
         offset = 0
         for name, width in self._widths:
@@ -100,6 +119,9 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.residuals = {name: r.clone() for name, r in state.items()}
+        # the residuals are no longer views of the flat buffer: it is free for the next G
+        self._spare = self._kept if self._spare is None else self._spare
+        self._kept = None
 
 
 class NoMemory(ErrorFeedback):
@@ -107,6 +129,10 @@ class NoMemory(ErrorFeedback):
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         self._spare = compensated  # free for the next step's G
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor | None) -> bool:
+    return b is not None and a.data_ptr() == b.data_ptr() and a.shape == b.shape
 
 
 def sq_norms(rows: torch.Tensor) -> torch.Tensor:

@@ -153,6 +153,13 @@ class Strategy:
     ) -> None:
         """Nothing to prepare by default."""
 
+    def gradient_targets(self) -> dict | None:
+        """Where the next backward may add gradients in place: parameter name -> a
+        (workers, numel) tensor holding what each gradient is to be added to (error
+        feedback's residual), which then becomes that parameter's `p.grad`. None (the
+        default): fresh gradients."""
+        return None
+
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         """No gradient communication by default."""
         return []

@@ -90,6 +90,15 @@ class CompressedSGD(Strategy):
         element = self.params[0][1].element_size()
         self.nbytes = sum(self.sizes) * element * self.bytes_scale
 
+    def gradient_targets(self) -> dict | None:
+        """The residuals, so that the backward forms G = g + residual in place
+        (`ErrorFeedback.accumulation_targets`); not when this step probes (the probes
+        start from the residuals as they are) or the exchange reads the gradients
+        themselves (VAR's ||g||^2)."""
+        if self._probe_due or self.exchange.reads_gradients:
+            return None
+        return self.memory.accumulation_targets()
+
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         records: list[CommRecord] = []
         link_changed = self._link is not None and info.link != self._link

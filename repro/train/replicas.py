@@ -39,7 +39,7 @@ after a step, both ways), not bit for bit.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -47,6 +47,7 @@ from torch.func import functional_call, vmap
 
 from repro.errors import UserError
 from repro.schemas.trainer import VECTORIZE
+from repro.workload import worker_layers
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -113,23 +114,40 @@ class Replicas:
         return [*self.params, *(b for b in self.buffers if b.is_floating_point())]
 
     # ------------------------------------------------------------ forward/backward
-    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
+    def forward_backward(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: LossFn,
+        into: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under every
-        vectorization (a metric, beside CPU sums); gradients into `p.grad` rows."""
+        vectorization (a metric, beside CPU sums); gradients into `p.grad` rows.
+
+        `into` (parameter name -> a (workers, numel) tensor, error feedback's residuals):
+        under `stacked`, a weight the model's layers can take it for gets its gradient
+        added into that tensor by the gradient's own product, and `p.grad` is that tensor
+        (`repro.workload.worker_layers.weight_grads_into`); every other parameter, and
+        every other vectorization, gets fresh gradients and leaves `into` untouched."""
         if self.vectorize == "loop":
             return self._loop(x, y, loss_fn)
         params = dict(zip(self.names, self.params, strict=True))
-        if self.vectorize == "stacked":
-            outputs = self.template.forward_workers(params, x)
-        else:
-            outputs = self._vmap(params, x)
-        # the loss worker by worker: batched under vmap, cross-entropy runs as a Python
-        # decomposition that imports sympy (0.5 s) and costs ms per step; unbatched it is
-        # the lone worker's own kernel
-        losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
-        grads = torch.autograd.grad(losses.sum(), self.params)
+        targets = {}
+        if into and self.vectorize == "stacked":
+            targets = {params[n]: t.view(params[n].shape) for n, t in into.items()}
+        with worker_layers.weight_grads_into(targets):
+            if self.vectorize == "stacked":
+                outputs = self.template.forward_workers(params, x)
+            else:
+                outputs = self._vmap(params, x)
+            # the loss worker by worker: batched under vmap, cross-entropy runs as a Python
+            # decomposition that imports sympy (0.5 s) and costs ms per step; unbatched it
+            # is the lone worker's own kernel
+            losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
+            grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=bool(targets))
         for stacked, g in zip(self.params, grads, strict=True):
-            stacked.grad = g  # autograd's own fresh tensor, taken rather than copied
+            # autograd's own fresh tensor, taken rather than copied; None: added into its target
+            stacked.grad = targets[stacked] if g is None else g
         return losses.detach().float().cpu()
 
     def _loop(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:

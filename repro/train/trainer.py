@@ -113,7 +113,10 @@ class Trainer:
         link = self.schedule.link_at(epoch)
 
         watch = self.stopwatch  # the device's seconds: CUDA events on a GPU
-        losses, compute_s = watch.time(self.replicas.forward_backward, x, y, self.workload.loss)
+        into = self.strategy.gradient_targets()
+        losses, compute_s = watch.time(
+            self.replicas.forward_backward, x, y, self.workload.loss, into
+        )
         per_worker = losses.tolist()  # once: the guard and the running metrics read it
         self.guard.check_loss(step, per_worker)
 

@@ -128,6 +128,28 @@ def test_two_buffers_alternate_across_steps():
     assert torch.equal(third, g) and torch.equal(memory.residuals["p"], torch.zeros(2, 5))
 
 
+def test_gradients_added_into_the_residuals_form_g_in_their_buffer():
+    """Where the backward added a gradient into its residual (`accumulation_targets`), G
+    forms in the residuals' own buffer: the other gradients are added there in place, and
+    the result is the G of fresh gradients. After a load the residuals are tensors of
+    their own and are offered to no backward."""
+    memory = ErrorFeedback()
+    assert memory.accumulation_targets() is None  # no residual yet
+    grads = {"w": torch.arange(6.0).view(2, 3), "b": torch.full((2, 2), 0.5)}
+    first = memory.compensate_flat(grads)
+    memory.keep(first, torch.tensor([[0, 4], [1, 2]]))
+    want = first + torch.cat([grads["w"], grads["b"]], 1)  # residual + g, as a fresh G
+    targets = memory.accumulation_targets()
+    targets["w"].add_(grads["w"])  # what the weight-gradient product does in the backward
+    formed = memory.compensate_flat({"w": targets["w"], "b": grads["b"]})
+    assert formed.data_ptr() == first.data_ptr()
+    assert torch.equal(formed, want)
+    memory.keep(formed, torch.tensor([[3], [0]]))
+    assert memory.residuals["w"].data_ptr() == first.data_ptr()
+    memory.load_state_dict(memory.state_dict())
+    assert memory.accumulation_targets() is None
+
+
 def test_error_feedback_state_dict_round_trip():
     memory = ErrorFeedback()
     flat = memory.compensate_flat({"a": torch.tensor([[1.0, 2.0]]), "b": torch.tensor([[3.0]])})
