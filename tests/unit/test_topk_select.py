@@ -135,7 +135,8 @@ def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segm
 def _narrowed(row: torch.Tensor, k: int) -> int:
     """What the candidate narrowing makes of one float32 row: how many it listed, -1 (fell
     short) or its mostly-zero mark."""
-    listed = np.empty(row.numel(), dtype=np.int64)
+    listed, vals = (np.empty(row.numel(), dtype=np.int64) for _ in range(2))
     sample = np.empty(select_kernels._SAMPLE, dtype=np.int64)
     bits = row.contiguous().view(torch.int32).numpy()
-    return select_kernels._candidates(bits, np.int64(2**31 - 1), 0, row.numel(), k, listed, sample)
+    magnitude = np.int64(2**31 - 1)
+    return select_kernels._candidates(bits, magnitude, 0, row.numel(), k, listed, vals, sample)
