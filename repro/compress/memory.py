@@ -10,14 +10,15 @@ A training step uses the flat form: `compensate_flat` writes every G end to end 
 (workers, total) buffer, the vector Top-k compresses, and `keep` zeroes the sent entries of
 that very buffer, which becomes the residual (the per-name residuals are its column views).
 Two buffers alternate across steps, so a step allocates and copies nothing of the model's
-size for error feedback: one fused pass forms G, one scatter forms the residual. Where the
-backward can add a weight's gradient into its residual itself (`accumulation_targets`, the
-workers' linear layers of the simulated engine), G forms in the residuals' own buffer, and
-the gradient of most of the model is never written out and read back: the product's
-addition, the same bits as g + residual. A
+size for error feedback: one fused pass forms G, one scatter forms the residual. A
 compressor that sends a dense stand-in for G instead (a scaled sign, a low-rank product)
 leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms the same
 flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
+
+Where the backward can add a weight's gradient into its residual itself
+(`accumulation_targets`: the workers' linear layers of the simulated engine), G forms in
+the residuals' own buffer and most of the model's gradient is never written out and read
+back; the product's own addition gives the same bits as g + residual.
 
 Compression gain (GraVAC, used by Flexible Top-k as its statistical-efficiency measure):
 ||g_c||^2 / ||g_e||^2, the squared norm of the part sent over that of the error-compensated
@@ -67,14 +68,14 @@ class ErrorFeedback:
         offset = 0
         for name, grad in name_grads.items():
             part = out[:, offset : offset + grad.shape[1]]
-            residual = self.residuals.get(name)
+            offset += grad.shape[1]
             if name in formed:
-                pass
-            elif residual is None:
+                continue
+            residual = self.residuals.get(name)
+            if residual is None:
                 part.copy_(grad)
             else:  # in place where `out` is the residuals' own buffer
                 torch.add(grad, residual, out=part)
-            offset += grad.shape[1]
         return out
 
     def accumulation_targets(self) -> dict[str, torch.Tensor] | None:
