@@ -15,10 +15,11 @@ compressor that sends a dense stand-in for G instead (a scaled sign, a low-rank 
 leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms the same
 flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
 
-Where the backward can add a weight's gradient into its residual itself
-(`accumulation_targets`: the workers' linear layers of the simulated engine), G forms in
-the residuals' own buffer and most of the model's gradient is never written out and read
-back; the product's own addition gives the same bits as g + residual.
+Where the backward can put a weight's gradient in place itself (`gradient_targets`: the
+workers' linear layers of the simulated engine), error feedback has it added into the
+residual, so G forms in the residuals' own buffer and most of the model's gradient is never
+written out and read back (the product's own addition: the same bits as g + residual);
+`NoMemory` has it written into the buffer G is sent from, with nothing copied.
 
 Compression gain (GraVAC, used by Flexible Top-k as its statistical-efficiency measure):
 ||g_c||^2 / ||g_e||^2, the squared norm of the part sent over that of the error-compensated
@@ -32,6 +33,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
+
+from repro.workload.worker_layers import GradientTargets
 
 if TYPE_CHECKING:
     from repro.compress.exchange import ExchangeResult
@@ -52,9 +55,8 @@ class ErrorFeedback:
         grads = list(name_grads.values())
         first = grads[0]
         shape = (first.shape[0], sum(g.shape[1] for g in grads))
-        formed = [n for n, g in name_grads.items() if _same_memory(g, self.residuals.get(n))]
-        if formed:  # the backward added some gradients into their residuals: G forms there
-            out = self._kept
+        if any(_same_memory(g, self.residuals.get(n)) for n, g in name_grads.items()):
+            out = self._kept  # the backward added gradients into their residuals: G is there
         else:
             out = self._spare
             if (
@@ -69,7 +71,7 @@ class ErrorFeedback:
         for name, grad in name_grads.items():
             part = out[:, offset : offset + grad.shape[1]]
             offset += grad.shape[1]
-            if name in formed:
+            if _same_memory(grad, part):  # formed there by the backward (`gradient_targets`)
                 continue
             residual = self.residuals.get(name)
             if residual is None:
@@ -78,13 +80,15 @@ class ErrorFeedback:
                 torch.add(grad, residual, out=part)
         return out
 
-    def accumulation_targets(self) -> dict[str, torch.Tensor] | None:
+    def gradient_targets(self) -> GradientTargets | None:
         """The residuals, as where the next backward may add its gradients
         (`Strategy.gradient_targets`): views of one flat buffer, so that G = g + residual
         forms in it, in place, and `compensate_flat` adds only what the backward did not.
         None before the first residual and after a load (the residuals are then tensors of
         their own)."""
-        return dict(self.residuals) if self._kept is not None else None
+        if self._kept is None:
+            return None
+        return GradientTargets(dict(self.residuals), add=True)
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         """The residual after an exchange: G less the dense part that went out
@@ -130,6 +134,17 @@ class NoMemory(ErrorFeedback):
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         self._spare = compensated  # free for the next step's G
+
+    def gradient_targets(self) -> GradientTargets | None:
+        """The last step's flat buffer, where the next G = g goes: the backward may write
+        the gradients there itself, so nothing is copied in (None before the first step)."""
+        if self._spare is None:
+            return None
+        views, offset = {}, 0
+        for name, width in self._widths:
+            views[name] = self._spare[:, offset : offset + width]
+            offset += width
+        return GradientTargets(views, add=False)
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor | None) -> bool:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
     from repro.optim.stacked import StackedOptimizer
+    from repro.workload.worker_layers import GradientTargets
 
 
 @dataclass
@@ -153,11 +154,11 @@ class Strategy:
     ) -> None:
         """Nothing to prepare by default."""
 
-    def gradient_targets(self) -> dict | None:
-        """Where the next backward may add gradients in place: parameter name -> a
-        (workers, numel) tensor holding what each gradient is to be added to (error
-        feedback's residual), which then becomes that parameter's `p.grad`. None (the
-        default): fresh gradients."""
+    def gradient_targets(self) -> GradientTargets | None:
+        """Where the next backward may put gradients in place: per parameter name a
+        (workers, numel) tensor the gradient is added to (error feedback's residual) or
+        written to (the buffer the method sends from), which then becomes that
+        parameter's `p.grad`. None (the default): fresh gradients."""
         return None
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from repro.compress.memory import ErrorFeedback
     from repro.compress.ratio import FixedRatio, MOORatioController
     from repro.optim.stacked import StackedOptimizer
+    from repro.workload.worker_layers import GradientTargets
 
 
 @dataclass
@@ -90,14 +91,14 @@ class CompressedSGD(Strategy):
         element = self.params[0][1].element_size()
         self.nbytes = sum(self.sizes) * element * self.bytes_scale
 
-    def gradient_targets(self) -> dict | None:
-        """The residuals, so that the backward forms G = g + residual in place
-        (`ErrorFeedback.accumulation_targets`); not when this step probes (the probes
-        start from the residuals as they are) or the exchange reads the gradients
-        themselves (VAR's ||g||^2)."""
+    def gradient_targets(self) -> GradientTargets | None:
+        """Where G forms (`ErrorFeedback.gradient_targets`), so the backward puts the
+        gradients there itself; not when this step probes (the probes start from the
+        residuals as they are) or the exchange reads the gradients apart from G (VAR's
+        ||g||^2)."""
         if self._probe_due or self.exchange.reads_gradients:
             return None
-        return self.memory.accumulation_targets()
+        return self.memory.gradient_targets()
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
         records: list[CommRecord] = []

@@ -39,7 +39,7 @@ after a step, both ways), not bit for bit.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -119,23 +119,23 @@ class Replicas:
         x: torch.Tensor,
         y: torch.Tensor,
         loss_fn: LossFn,
-        into: Mapping[str, torch.Tensor] | None = None,
+        into: worker_layers.GradientTargets | None = None,
     ) -> torch.Tensor:
         """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under every
         vectorization (a metric, beside CPU sums); gradients into `p.grad` rows.
 
-        `into` (parameter name -> a (workers, numel) tensor, error feedback's residuals):
-        under `stacked`, a weight the model's layers can take it for gets its gradient
-        added into that tensor by the gradient's own product, and `p.grad` is that tensor
+        `into` (the strategy's `gradient_targets`): under `stacked`, a weight the model's
+        layers can take it for gets its gradient added into, or written to, its target by
+        the gradient's own product, and `p.grad` is that target
         (`repro.workload.worker_layers.weight_grads_into`); every other parameter, and
-        every other vectorization, gets fresh gradients and leaves `into` untouched."""
+        every other vectorization, gets fresh gradients and leaves its target untouched."""
         if self.vectorize == "loop":
             return self._loop(x, y, loss_fn)
         params = dict(zip(self.names, self.params, strict=True))
         targets = {}
         if into and self.vectorize == "stacked":
-            targets = {params[n]: t.view(params[n].shape) for n, t in into.items()}
-        with worker_layers.weight_grads_into(targets):
+            targets = {params[n]: t.view(params[n].shape) for n, t in into.tensors.items()}
+        with worker_layers.weight_grads_into(targets, into is not None and into.add):
             if self.vectorize == "stacked":
                 outputs = self.template.forward_workers(params, x)
             else:

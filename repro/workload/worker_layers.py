@@ -13,28 +13,40 @@ Each function equals torch's own layer applied worker by worker, to float roundi
 products are summed in another order): tested against a lone worker's module.
 
 `weight_grads_into` lets a caller name, for some weights, a tensor the weight's gradient
-is added into by the gradient's own product (`baddbmm_`, beta = 1): error feedback's
-G = g + residual formed without g ever being written out and read back (`Replicas`).
+goes to straight from its own product: added (`baddbmm_`, beta = 1: error feedback's
+G = g + residual formed without g ever being written out and read back) or written
+(`bmm(out=)`: the flat buffer a method without feedback sends, G = g, with no copy and no
+fresh allocation), each the same bits as the product written out first (`Replicas`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 from torch.nn import functional as F
 
-_INTO: dict[int, torch.Tensor] = {}  # id(weight leaf) -> where its gradient is added
+
+class GradientTargets(NamedTuple):
+    """Parameter name -> a (workers, numel) tensor its gradient goes to, and whether the
+    gradient is added to what the tensor holds (True) or written over it (False)."""
+
+    tensors: dict[str, torch.Tensor]
+    add: bool
+
+
+_INTO: dict[int, tuple[torch.Tensor, bool]] = {}  # id(weight leaf) -> (target, add)
 
 
 @contextmanager
-def weight_grads_into(targets: Mapping[torch.Tensor, torch.Tensor]) -> Iterator[None]:
-    """While active, a workers' linear layer whose weight is a key of `targets` adds the
-    weight's gradient into that tensor (same shape) in the backward and gives autograd
-    none for it. Weights that reach no layer directly (a convolution's, reshaped first)
-    get their gradients from autograd as usual."""
-    _INTO.update({id(w): t for w, t in targets.items()})
+def weight_grads_into(targets: Mapping[torch.Tensor, torch.Tensor], add: bool) -> Iterator[None]:
+    """While active, a workers' linear layer whose weight is a key of `targets` adds its
+    weight's gradient into that tensor (same shape), or writes it there (`add` False), in
+    the backward, and gives autograd none for it. Weights that reach no layer directly (a
+    convolution's, reshaped first) get their gradients from autograd as usual."""
+    _INTO.update({id(w): (t, add) for w, t in targets.items()})
     try:
         yield
     finally:
@@ -110,8 +122,8 @@ class _WorkerLinear(torch.autograd.Function):
     `p.grad`) reads against its layout; here it is g^T h, computed in the weight's own
     layout. The products are the same, so each gradient equals autograd's to float
     rounding (tested against a lone worker's module). Under `weight_grads_into` the product
-    is added into the named tensor instead: the same bits as the product written out and
-    then added (tested), one pass over the weight's size fewer.
+    goes into the named tensor instead, added or written: the same bits as the product
+    written out and then added or copied (tested).
     """
 
     @staticmethod
@@ -125,8 +137,10 @@ class _WorkerLinear(torch.autograd.Function):
         h, weight = ctx.saved_tensors
         grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
         if ctx.into is None:
-            grad_weight = torch.bmm(grad.transpose(1, 2), h)
+            return grad_h, torch.bmm(grad.transpose(1, 2), h), grad.sum(1)
+        into, add = ctx.into
+        if add:
+            into.baddbmm_(grad.transpose(1, 2), h)
         else:
-            ctx.into.baddbmm_(grad.transpose(1, 2), h)
-            grad_weight = None
-        return grad_h, grad_weight, grad.sum(1)
+            torch.bmm(grad.transpose(1, 2), h, out=into)
+        return grad_h, None, grad.sum(1)

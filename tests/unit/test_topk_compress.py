@@ -7,7 +7,7 @@ worker's vector is a one-row tensor here.
 import pytest
 import torch
 
-from repro.compress.memory import ErrorFeedback, compression_gain, gain_from_norms
+from repro.compress.memory import ErrorFeedback, NoMemory, compression_gain, gain_from_norms
 from repro.compress.topk import (
     compress,
     decompress,
@@ -129,25 +129,42 @@ def test_two_buffers_alternate_across_steps():
 
 
 def test_gradients_added_into_the_residuals_form_g_in_their_buffer():
-    """Where the backward added a gradient into its residual (`accumulation_targets`), G
+    """Where the backward added a gradient into its residual (`gradient_targets`), G
     forms in the residuals' own buffer: the other gradients are added there in place, and
     the result is the G of fresh gradients. After a load the residuals are tensors of
     their own and are offered to no backward."""
     memory = ErrorFeedback()
-    assert memory.accumulation_targets() is None  # no residual yet
+    assert memory.gradient_targets() is None  # no residual yet
     grads = {"w": torch.arange(6.0).view(2, 3), "b": torch.full((2, 2), 0.5)}
     first = memory.compensate_flat(grads)
     memory.keep(first, torch.tensor([[0, 4], [1, 2]]))
     want = first + torch.cat([grads["w"], grads["b"]], 1)  # residual + g, as a fresh G
-    targets = memory.accumulation_targets()
-    targets["w"].add_(grads["w"])  # what the weight-gradient product does in the backward
-    formed = memory.compensate_flat({"w": targets["w"], "b": grads["b"]})
+    targets = memory.gradient_targets()
+    assert targets.add
+    targets.tensors["w"].add_(grads["w"])  # what the weight-gradient product does in the backward
+    formed = memory.compensate_flat({"w": targets.tensors["w"], "b": grads["b"]})
     assert formed.data_ptr() == first.data_ptr()
     assert torch.equal(formed, want)
     memory.keep(formed, torch.tensor([[3], [0]]))
     assert memory.residuals["w"].data_ptr() == first.data_ptr()
     memory.load_state_dict(memory.state_dict())
-    assert memory.accumulation_targets() is None
+    assert memory.gradient_targets() is None
+
+
+def test_gradients_written_into_no_memorys_buffer_are_sent_from_it_uncopied():
+    """`NoMemory` offers the buffer the last G went out from; a gradient the backward wrote
+    there is G as it is, the others are copied in beside it."""
+    memory = NoMemory()
+    assert memory.gradient_targets() is None  # no buffer yet
+    grads = {"w": torch.arange(6.0).view(2, 3), "b": torch.full((2, 2), 0.5)}
+    first = memory.compensate_flat(grads)
+    memory.update(first, None)  # what went out does not matter: nothing is kept
+    targets = memory.gradient_targets()
+    assert not targets.add and targets.tensors["w"].data_ptr() == first.data_ptr()
+    targets.tensors["w"].copy_(grads["w"] * 2)  # what the weight-gradient product writes
+    g = memory.compensate_flat({"w": targets.tensors["w"], "b": grads["b"]})
+    assert g.data_ptr() == first.data_ptr()
+    assert torch.equal(g, torch.cat([grads["w"] * 2, grads["b"]], 1))
 
 
 def test_error_feedback_state_dict_round_trip():

@@ -104,11 +104,13 @@ def test_stacked_workers_train_as_lone_workers(name):
                 assert _relative(p.grad[i], q.grad[i]) < tolerance
 
 
-def test_weight_gradients_added_into_targets_have_the_bits_of_gradient_plus_target():
+@pytest.mark.parametrize("add", [True, False])
+def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
     """`forward_backward(into=...)`: the linear layers' weights get their gradients added
-    into their targets by the product itself, the same bits as the gradient written out
-    and then added; the convolutions' weights and the biases get fresh gradients and leave
-    their targets untouched (float32, as runs train; shared rows, as Top-k holds them)."""
+    into their targets (or written there) by the product itself, the same bits as the
+    gradient written out and then added (or copied); the convolutions' weights and the
+    biases get fresh gradients and leave their targets untouched (float32, as runs train;
+    shared rows, as Top-k holds them)."""
     torch.manual_seed(0)
     model = build_model("cnn1d_wide", 10)
     x, y = _batch(torch.float32)
@@ -120,18 +122,21 @@ def test_weight_gradients_added_into_targets_have_the_bits_of_gradient_plus_targ
     }
     into = {n: t.clone() for n, t in targets.items()}
     plain.forward_backward(x, y, F.cross_entropy)
-    fused.forward_backward(x, y, F.cross_entropy, into)
-    added = []
+    fused.forward_backward(x, y, F.cross_entropy, worker_layers.GradientTargets(into, add))
+    put = []
     for (name, p), (_, q) in zip(plain.named_parameters(), fused.named_parameters(), strict=True):
-        want = p.grad.reshape(WORKERS, -1) + targets[name]
+        fresh = p.grad.reshape(WORKERS, -1)
+        want = fresh + targets[name] if add else fresh
         if q.grad.data_ptr() == into[name].data_ptr():
-            added.append(name)
+            put.append(name)
             got = q.grad.reshape(WORKERS, -1)
         else:
             assert torch.equal(into[name], targets[name])
-            got = q.grad.reshape(WORKERS, -1) + targets[name]
+            got = (
+                q.grad.reshape(WORKERS, -1) + targets[name] if add else q.grad.reshape(WORKERS, -1)
+            )
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), name
-    assert added == ["hidden.weight", "fc.weight"]
+    assert put == ["hidden.weight", "fc.weight"]
 
 
 def test_the_config_knows_which_models_have_their_own_forward():
