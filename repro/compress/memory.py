@@ -16,7 +16,7 @@ leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms 
 flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
 
 Where the backward can put a weight's gradient in place itself (`gradient_targets`: the
-workers' linear layers of the simulated engine), error feedback has it added into the
+workers' linear layers of a stacked forward, `Replicas`), error feedback has it added into the
 residual, so G forms in the residuals' own buffer and most of the model's gradient is never
 written out and read back (the product's own addition: the same bits as g + residual);
 `NoMemory` has it written into the buffer G is sent from, with nothing copied.
