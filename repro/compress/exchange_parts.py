@@ -134,7 +134,6 @@ class PolicyExchange:
     def __init__(self, collective: str, leaders: Leaders, bytes_scale: float = 1.0):
         self.policy = CollectivePolicy(collective)
         self.leaders = leaders
-        self.reads_gradients = leaders.reads_gradients
         self.bytes_scale = bytes_scale
         self.leader = -1
 
@@ -151,6 +150,10 @@ class PolicyExchange:
         self.leader, records = self.leaders.choose(comm, x)
         result = leader_exchange(comm, compressor, x.compensated, self.leader, algo)
         return replace(result, records=records + result.records)
+
+    @property
+    def reads_gradients(self) -> bool:
+        return self.leaders.reads_gradients
 
     def seconds(self, link: Link, nbytes: float, cr: float, n: int) -> float:
         """Modeled seconds of one exchange at ratio `cr` on `link` (the time objective)."""

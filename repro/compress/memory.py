@@ -113,11 +113,15 @@ class ErrorFeedback:
     def _store(self, compensated: torch.Tensor) -> None:
         if compensated is not self._kept:  # else G was formed in the residuals' own buffer
             self._spare, self._kept = self._kept, compensated
-        self.residuals = {}
-        offset = 0
+        self.residuals = self._named_views(compensated)
+
+    def _named_views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter's columns of a flat (workers, total) buffer, by name."""
+        views, offset = {}, 0
         for name, width in self._widths:
-            self.residuals[name] = compensated[:, offset : offset + width]
+            views[name] = flat[:, offset : offset + width]
             offset += width
+        return views
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: r.clone() for name, r in self.residuals.items()}
@@ -125,7 +129,8 @@ class ErrorFeedback:
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.residuals = {name: r.clone() for name, r in state.items()}
         # the residuals are no longer views of the flat buffer: it is free for the next G
-        self._spare = self._kept if self._spare is None else self._spare
+        if self._spare is None:
+            self._spare = self._kept
         self._kept = None
 
 
@@ -140,11 +145,7 @@ class NoMemory(ErrorFeedback):
         the gradients there itself, so nothing is copied in (None before the first step)."""
         if self._spare is None:
             return None
-        views, offset = {}, 0
-        for name, width in self._widths:
-            views[name] = self._spare[:, offset : offset + width]
-            offset += width
-        return GradientTargets(views, add=False)
+        return GradientTargets(self._named_views(self._spare), add=False)
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor | None) -> bool:

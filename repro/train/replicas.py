@@ -135,7 +135,7 @@ class Replicas:
         targets = {}
         if into and self.vectorize == "stacked":
             targets = {params[n]: t.view(params[n].shape) for n, t in into.tensors.items()}
-        with worker_layers.weight_grads_into(targets, into is not None and into.add):
+        with worker_layers.weight_grads_into(targets, bool(into and into.add)):
             if self.vectorize == "stacked":
                 outputs = self.template.forward_workers(params, x)
             else:
@@ -146,7 +146,7 @@ class Replicas:
             losses = torch.stack([loss_fn(outputs[i], y[i]) for i in range(self.n)])
             grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=bool(targets))
         for stacked, g in zip(self.params, grads, strict=True):
-            # autograd's own fresh tensor, taken rather than copied; None: added into its target
+            # autograd's own fresh tensor, taken rather than copied; None: put in its target
             stacked.grad = targets[stacked] if g is None else g
         return losses.detach().float().cpu()
 

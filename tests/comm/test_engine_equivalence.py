@@ -11,7 +11,9 @@ parameters are compared:
 - at 4 workers within 1e-6 relative (||delta|| / ||theta||) after one step and 1e-3 after
   the run (gloo's ring sums in another order, and training amplifies rounding);
 - vectorized (`stacked`, the CNN's own all-workers forward, and `vmap`) within rounding
-  after one step.
+  after one step;
+- under `stacked`, bit for bit with and without the gradients put in place by the backward
+  (`Strategy.gradient_targets`), over steps where the method has a residual or a buffer.
 The divergence per step is printed (pytest -s shows it).
 """
 
@@ -20,10 +22,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.launch import spawn
 from repro.conformance import firsts, variants
+from repro.train.trainer import Trainer
 from repro.workload.workload import prepare
-from tests.comm.engine_traces import config, process_traces, relative, simulated_trace
+from tests.comm.engine_traces import config, process_traces, relative, simulated_trace, trace
 
 STEPS = 10
 # Every registered method in every variant its config declares.
@@ -85,3 +89,35 @@ def test_vectorized_workers_match_looped_workers(shared_root, variant):
         vectorized = simulated_trace(variant.overrides, name, 4, root, 1, vectorize)
         assert vectorized[0]["decisions"] == looped[0]["decisions"], vectorize
         assert relative(vectorized[0]["params"], looped[0]["params"]) <= 1e-6, vectorize
+
+
+# MOO re-probing mid-run (a gain change of any size re-probes), so probing steps follow
+# steps whose gradients went in place
+IN_PLACE = {
+    **VARIANTS,
+    "moo re-probing": [
+        *("method=topk", "method.cr_controller=moo", "method.candidates=[0.1,0.01]"),
+        *("method.probe_steps=2", "method.gain_window=1", "method.reprobe_change=1e-9"),
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_gradients_put_in_place_train_as_fresh_ones_bit_for_bit(shared_root, name):
+    """Every variant, 4 stacked workers, 6 steps: the run whose backward puts gradients
+    where the strategy asks (added into residuals, written into the send buffer) and the
+    same run with fresh gradients every step (the strategy offers no targets) take the same
+    decisions and hold the same parameters, bit for bit, after every step."""
+    torch.set_num_threads(1)
+    runs = []
+    for offered in (True, False):
+        cfg = config(IN_PLACE[name], f"{name}-{offered}", 4, shared_root, "simulated", 6, "stacked")
+        trainer = Trainer(cfg, AxisCollectives(4), "cpu", "stacked")
+        if not offered:
+            trainer.strategy.gradient_targets = lambda: None
+        runs.append(trace(trainer, 6))
+    for step, (put, fresh) in enumerate(zip(*runs, strict=True), start=1):
+        assert put["decisions"] == fresh["decisions"], f"step {step}"
+        assert put["modeled_s"] == fresh["modeled_s"], f"step {step}"
+        assert torch.equal(put["params"], fresh["params"]), f"step {step}"
