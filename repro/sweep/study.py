@@ -26,17 +26,44 @@ from repro.sweep.spec import ArmSpec, SweepSpec
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
+    """The spec's sampler. `seed_offset` sets apart the workers' adaptive samplers (equal
+    seeds would propose equal points); the random sampler needs none (`_numbered_random`)."""
     import optuna
 
     seed = spec.sampler.seed + seed_offset
     samplers = optuna.samplers
-    plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler, "random": samplers.RandomSampler}
+    if spec.sampler.name == "random":
+        return _numbered_random(spec.sampler.seed)
+    plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler}
     if spec.sampler.name in plain:
         return plain[spec.sampler.name](seed=seed)
     if spec.sampler.name == "nsga2":
         size = spec.sampler.population_size or 50
         return samplers.NSGAIISampler(population_size=size, seed=seed)
     return samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
+
+
+def _numbered_random(seed: int) -> Any:
+    """Optuna's random sampler with each trial's draw fixed by (seed, trial number, key).
+
+    Optuna's own draws come from one generator per sampler, so which worker asked for
+    which trial, and in what order, decided the points: two runs of the same search (the
+    Top-k set's Pareto search, 2 workers) sampled different ratios and found different
+    knees. Drawn from the trial's number instead, trial n has the same point whichever
+    worker runs it, after a resume too, and every report of the search is the same.
+    """
+    import zlib
+
+    import numpy as np
+    from optuna.samplers import RandomSampler
+
+    class _NumberedRandom(RandomSampler):
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            key = np.random.SeedSequence([seed, trial.number, zlib.crc32(param_name.encode())])
+            drawn = RandomSampler(seed=int(key.generate_state(1)[0]))
+            return drawn.sample_independent(study, trial, param_name, param_distribution)
+
+    return _NumberedRandom(seed=seed)
 
 
 def tally(study: Any) -> tuple[int, int]:

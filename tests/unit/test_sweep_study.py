@@ -4,6 +4,7 @@ studies in memory (no training runs: those are in tests/integration/test_sweep.p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -69,6 +70,28 @@ def test_every_sampler_draws_points_inside_the_space(name, cls):
         assert t.params["method.collective"] in ("allgather", "ar_ring")
     if name == "grid":  # 2 x 3 x 2 points: six trials visit six distinct ones
         assert len({tuple(t.params.values()) for t in study.trials}) == 6
+
+
+def test_random_points_follow_the_trial_number_not_the_worker():
+    """Two workers (their samplers seeded apart, as `run_worker` seeds them) taking trials in
+    either order draw trial n's point alike, so a search's points do not hang on timing."""
+    spec = make_spec("random")
+    workers = [make_sampler(spec, 0), make_sampler(spec, 1_000_004)]
+
+    def points(order):
+        study = optuna.create_study(directions=spec.directions)
+        for who in order:
+            study.sampler = workers[who]
+            trial = study.ask()
+            [suggest(trial, s) for s in spec.space]
+            study.tell(trial, [0.5, 1.0])
+        return [t.params for t in study.trials]
+
+    first = points([0, 1, 0, 1, 0, 1])
+    assert points([1, 1, 0, 0, 1, 0]) == first
+    assert len({p["method.cr"] for p in first}) == 6
+    workers = [make_sampler(replace(spec, sampler=replace(spec.sampler, seed=4)))] * 2
+    assert points([0] * 6) != first  # the spec's seed still chooses the points
 
 
 def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
