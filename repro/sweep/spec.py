@@ -130,8 +130,8 @@ class SamplerSpec:
     def __post_init__(self) -> None:
         if self.name not in SAMPLERS:
             raise UserError(f"sampler={self.name!r} is unknown; use one of {', '.join(SAMPLERS)}")
-        if self.name == "sobol" and self.seed < 0:
-            raise UserError(f"sampler.seed={self.seed!r} must be an integer >= 0")
+        if not 0 <= self.seed < 2**31:  # numpy seeds below 2**32, with room for worker offsets
+            raise UserError(f"sampler.seed={self.seed!r} must be an integer from 0 to 2**31 - 1")
         if self.population_size is not None:
             if self.name != "nsga2":
                 raise UserError(f"sampler.population_size applies to nsga2 only, not {self.name}")

@@ -125,6 +125,8 @@ def test_bad_distribution_is_refused(tmp_path, entry, needle):
 def test_unknown_sampler_is_refused(tmp_path):
     refused(tiny(tmp_path, sampler="cmaes"), "sampler='cmaes'", "nsga2, tpe, gp, random, grid")
     refused(tiny(tmp_path, sampler={"name": "tpe", "population_size": 4}), "nsga2 only")
+    for seed in (-1, 2**31):  # numpy would refuse it at the first trial, with a traceback
+        refused(tiny(tmp_path, sampler={"name": "random", "seed": seed}), f"sampler.seed={seed}")
 
 
 def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
