@@ -30,10 +30,10 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     seeds would propose equal points); the random sampler needs none (`_numbered_random`)."""
     import optuna
 
-    seed = spec.sampler.seed + seed_offset
-    samplers = optuna.samplers
     if spec.sampler.name == "random":
         return _numbered_random(spec.sampler.seed)
+    seed = spec.sampler.seed + seed_offset
+    samplers = optuna.samplers
     plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler}
     if spec.sampler.name in plain:
         return plain[spec.sampler.name](seed=seed)

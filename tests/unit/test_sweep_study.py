@@ -78,20 +78,21 @@ def test_random_points_follow_the_trial_number_not_the_worker():
     spec = make_spec("random")
     workers = [make_sampler(spec, 0), make_sampler(spec, 1_000_004)]
 
-    def points(order):
+    def points(samplers, order):
         study = optuna.create_study(directions=spec.directions)
         for who in order:
-            study.sampler = workers[who]
+            study.sampler = samplers[who]
             trial = study.ask()
-            [suggest(trial, s) for s in spec.space]
+            for s in spec.space:
+                suggest(trial, s)
             study.tell(trial, [0.5, 1.0])
         return [t.params for t in study.trials]
 
-    first = points([0, 1, 0, 1, 0, 1])
-    assert points([1, 1, 0, 0, 1, 0]) == first
+    first = points(workers, [0, 1, 0, 1, 0, 1])
+    assert points(workers, [1, 1, 0, 0, 1, 0]) == first
     assert len({p["method.cr"] for p in first}) == 6
-    workers = [make_sampler(replace(spec, sampler=replace(spec.sampler, seed=4)))] * 2
-    assert points([0] * 6) != first  # the spec's seed still chooses the points
+    other_seed = make_sampler(replace(spec, sampler=replace(spec.sampler, seed=4)))
+    assert points([other_seed], [0] * 6) != first  # the spec's seed still chooses the points
 
 
 def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
