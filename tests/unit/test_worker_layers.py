@@ -125,16 +125,13 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
     fused.forward_backward(x, y, F.cross_entropy, worker_layers.GradientTargets(into, add))
     put = []
     for (name, p), (_, q) in zip(plain.named_parameters(), fused.named_parameters(), strict=True):
-        fresh = p.grad.reshape(WORKERS, -1)
+        fresh, got = p.grad.reshape(WORKERS, -1), q.grad.reshape(WORKERS, -1)
         want = fresh + targets[name] if add else fresh
         if q.grad.data_ptr() == into[name].data_ptr():
             put.append(name)
-            got = q.grad.reshape(WORKERS, -1)
-        else:
+        else:  # a fresh gradient: its target untouched, the addition done here
             assert torch.equal(into[name], targets[name])
-            got = (
-                q.grad.reshape(WORKERS, -1) + targets[name] if add else q.grad.reshape(WORKERS, -1)
-            )
+            got = got + targets[name] if add else got
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), name
     assert put == ["hidden.weight", "fc.weight"]
 
