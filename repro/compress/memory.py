@@ -30,14 +30,24 @@ more of the gradient.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from repro.workload.worker_layers import GradientTargets
-
 if TYPE_CHECKING:
     from repro.compress.exchange import ExchangeResult
+
+
+class GradientTargets(NamedTuple):
+    """Where the next backward may put each gradient (`Strategy.gradient_targets`):
+    parameter name -> a (workers, numel) tensor, and whether the gradient is added to what
+    the tensor holds (True: G = g + residual formed in the residual) or written over it
+    (False: G = g in the buffer it is sent from). The trainer's layers take them
+    (`repro.workload.worker_layers.weight_grads_into`); the memory, which owns the
+    buffers, offers them."""
+
+    tensors: dict[str, torch.Tensor]
+    add: bool
 
 
 class ErrorFeedback:

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
+    from repro.compress.memory import GradientTargets
     from repro.optim.stacked import StackedOptimizer
-    from repro.workload.worker_layers import GradientTargets
 
 
 @dataclass

@@ -37,10 +37,9 @@ if TYPE_CHECKING:
     from repro.compress.compressor import Compressor
     from repro.compress.exchange import ExchangeResult
     from repro.compress.exchange_parts import Exchange
-    from repro.compress.memory import ErrorFeedback
+    from repro.compress.memory import ErrorFeedback, GradientTargets
     from repro.compress.ratio import FixedRatio, MOORatioController
     from repro.optim.stacked import StackedOptimizer
-    from repro.workload.worker_layers import GradientTargets
 
 
 @dataclass

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from repro.compress.memory import GradientTargets
 from repro.errors import UserError
 from repro.schemas.trainer import VECTORIZE
 from repro.workload import worker_layers
@@ -119,7 +120,7 @@ class Replicas:
         x: torch.Tensor,
         y: torch.Tensor,
         loss_fn: LossFn,
-        into: worker_layers.GradientTargets | None = None,
+        into: GradientTargets | None = None,
     ) -> torch.Tensor:
         """Each worker's loss on its batch (x[i], y[i]), a CPU tensor under every
         vectorization (a metric, beside CPU sums); gradients into `p.grad` rows.

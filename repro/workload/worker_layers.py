@@ -23,19 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple
 
 import torch
 from torch.nn import functional as F
-
-
-class GradientTargets(NamedTuple):
-    """Parameter name -> a (workers, numel) tensor its gradient goes to, and whether the
-    gradient is added to what the tensor holds (True) or written over it (False)."""
-
-    tensors: dict[str, torch.Tensor]
-    add: bool
-
 
 _INTO: dict[int, tuple[torch.Tensor, bool]] = {}  # id(weight leaf) -> (target, add)
 

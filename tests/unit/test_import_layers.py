@@ -3,8 +3,10 @@
 `CommRecord` is a leaf both the collectives and the cost model import; the collectives
 import nothing of the cost model, the methods or the trainer, so `repro.netmodel` and
 `repro.comm` form no cycle; the methods name the optimizers they are handed
-(`repro.optim`) without importing the training loop's package; and no module imports
-itself back through others when loaded.
+(`repro.optim`) without importing the training loop's package; the compressors and their
+error feedback import nothing of the models, the methods or the trainer (they are pure
+objects over (workers, width) tensors, the trainer takes what they offer); and no module
+imports itself back through others when loaded.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def test_the_collectives_import_no_cost_model_method_or_trainer():
 def test_the_methods_and_the_optimizers_import_nothing_of_the_training_loop():
     assert _reaching(_under("strategies"), ("repro.train",)) == []
     assert _reaching(_under("optim"), ("repro.train", "repro.strategies")) == []
+
+
+def test_the_compressors_import_no_model_method_or_trainer():
+    forbidden = ("repro.workload", "repro.strategies", "repro.train")
+    assert _reaching(_under("compress"), forbidden) == []
 
 
 def test_no_module_imports_itself_back_when_loaded():

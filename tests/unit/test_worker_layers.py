@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from repro.compress.memory import GradientTargets
 from repro.config import compose
 from repro.errors import UserError
 from repro.train.replicas import Replicas
@@ -122,7 +123,7 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
     }
     into = {n: t.clone() for n, t in targets.items()}
     plain.forward_backward(x, y, F.cross_entropy)
-    fused.forward_backward(x, y, F.cross_entropy, worker_layers.GradientTargets(into, add))
+    fused.forward_backward(x, y, F.cross_entropy, GradientTargets(into, add))
     put = []
     for (name, p), (_, q) in zip(plain.named_parameters(), fused.named_parameters(), strict=True):
         fresh, got = p.grad.reshape(WORKERS, -1), q.grad.reshape(WORKERS, -1)
