@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from repro.comm.adasum_allreduce import ZERO_NORM_SQ, adasum_pair_, check_world_size
+from repro.comm.adasum_allreduce import (
+    ZERO_NORM_SQ,
+    _kernels_serve,
+    adasum_pair_,
+    check_world_size,
+)
 from repro.comm.collectives import Collectives
 from repro.comm.flat_layout import FlatLayout
 from repro.comm.record import CommRecord
@@ -31,7 +36,14 @@ def tree_reduce_rows_(
 
     Level by level, row i takes Adasum(row i, row i + d) for d = 1, 2, 4, ...: the pairs
     (0,1), (2,3), ..., then pairs of those results, as `adasum_reduce` combines a list.
+    On the CPU the whole tree is one compiled call (`repro.comm.adasum_kernels`), the
+    same operations in the same order: the same bits.
     """
+    if _kernels_serve(rows):
+        from repro.comm import adasum_kernels  # numba loads only when a CPU exchange runs
+
+        adasum_kernels.tree_reduce_rows_(rows, layout.offsets, zero_norm_sq)
+        return rows[0]
     n = rows.shape[0]
     d = 1
     while d < n:

@@ -5,6 +5,7 @@ single-process reference, on every worker, for 2, 4 and 8 workers, under both en
 import pytest
 import torch
 
+from repro.comm.adasum_allreduce import adasum_pair_
 from repro.comm.adasum_gather import adasum_gather_, tree_reduce_rows_
 from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.flat_layout import FlatLayout
@@ -70,3 +71,25 @@ def test_tree_pairs_neighbours_first():
     rows = torch.tensor([[2.0, 0.0], [4.0, 0.0], [0.0, 1.0], [0.0, 5.0]], dtype=torch.float64)
     out = tree_reduce_rows_(rows, FlatLayout([torch.empty(2)], 1))
     assert out.tolist() == [3.0, 3.0]
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_tree_is_the_pairwise_operator_bit_for_bit(dtype):
+    # The one compiled call against adasum_pair_ applied pair by pair in the tree's order
+    # (neighbours first, then pairs of results): 32 workers of uneven tensors, a zero
+    # tensor on one worker (its weight stays 1), two workers' nearly cancelling tensor.
+    gen = torch.Generator().manual_seed(3)
+    sizes = [125, 25, 1875, 1, 2500, 10]
+    rows = torch.randn(32, sum(sizes), generator=gen, dtype=dtype) * 3
+    rows[5, :125] = 0
+    rows[9, -10:] = -rows[8, -10:] * (1 + 1e-6)
+    layout = FlatLayout([torch.empty(s) for s in sizes], 1)
+    pairwise = rows.clone()
+    for d in (1, 2, 4, 8, 16):
+        for i in range(0, 32, 2 * d):
+            for s, e in zip(layout.offsets[:-1], layout.offsets[1:], strict=True):
+                adasum_pair_(pairwise[i, s:e], pairwise[i + d, s:e])
+    compiled = tree_reduce_rows_(rows.clone(), layout)
+    assert torch.equal(compiled, pairwise[0])
+    assert not torch.equal(compiled, rows.sum(0))  # the tree did weigh the rows
