@@ -67,35 +67,62 @@ class _Columns(torch.autograd.Function):
 
     Built by autograd from slices and one `cat`, the backward gave each slice a zero tensor
     of the padded input's size and added the k of them; `Tensor.unfold`'s backward took
-    0.5 ms per call here, more than the whole convolution. This backward adds each tap's
-    gradient into one zero buffer, taps in descending order as autograd summed them (so
-    the input's gradient has the same bits), then drops the padding.
+    0.5 ms per call here, more than the whole convolution. The forward copies the windows
+    that lie inside the input straight from it and pads only the few at its ends (a padded
+    copy of the whole input was a fill and a copy of the input's size per convolution);
+    the backward adds each tap's gradient, where it lands inside the input, into one zero
+    buffer, taps in descending order as autograd summed them, so the input's gradient has
+    the same bits.
     """
 
     @staticmethod
     def forward(ctx, h, k, stride, padding):
-        length = h.shape[2]
+        workers, batch, length, c_in = h.shape
         out_len = (length + 2 * padding - k) // stride + 1
-        span = stride * (out_len - 1) + 1
-        ctx.geometry = (h.shape, k, stride, padding, span)
-        padded = F.pad(h, (0, 0, padding, padding)).contiguous()  # no padding: h itself
-        workers, batch, _, c_in = h.shape
-        # window t of a channels-last row starts stride * t positions in and runs k * c_in
-        # values on: overlapping views of the padded input, copied out once
-        windows = padded.as_strided(
-            (workers, batch, out_len, k * c_in),
-            (padded.stride(0), padded.stride(1), stride * c_in, 1),
-        )
-        return windows.contiguous()
+        ctx.geometry = (h.shape, k, stride, padding, out_len)
+        h = h.contiguous()
+        cols = h.new_empty(workers, batch, out_len, k * c_in)
+        # window t covers input positions stride * t - padding onwards, k of them; those
+        # in [first, last) need no padding
+        first = min(out_len, -(-padding // stride))
+        last = max(first, min(out_len, (length + padding - k) // stride + 1))
+        _windows_into(cols[:, :, first:last], h, stride * first - padding, stride)
+        for lo, hi in ((0, first), (last, out_len)):
+            if lo < hi:
+                start, end = stride * lo - padding, stride * (hi - 1) - padding + k
+                piece = h[:, :, max(start, 0) : min(end, length)]
+                pad = (0, 0, max(-start, 0), max(end - length, 0))
+                _windows_into(cols[:, :, lo:hi], F.pad(piece, pad), 0, stride)
+        return cols
 
     @staticmethod
     def backward(ctx, grad):
-        shape, k, stride, padding, span = ctx.geometry
+        shape, k, stride, padding, out_len = ctx.geometry
         workers, batch, length, c_in = shape
-        padded = grad.new_zeros(workers, batch, length + 2 * padding, c_in)
+        grad_in = grad.new_zeros(shape)
         for j in reversed(range(k)):
-            padded[:, :, j : j + span : stride] += grad[..., j * c_in : (j + 1) * c_in]
-        return padded[:, :, padding : padding + length], None, None, None
+            # tap j of window t reads input position stride * t - padding + j
+            lo = max(0, -((j - padding) // stride))
+            hi = min(out_len, (length - 1 + padding - j) // stride + 1)
+            if lo < hi:
+                at = stride * lo - padding + j
+                taps = grad[:, :, lo:hi, j * c_in : (j + 1) * c_in]
+                grad_in[:, :, at : at + stride * (hi - lo - 1) + 1 : stride] += taps
+        return grad_in, None, None, None
+
+
+def _windows_into(out: torch.Tensor, h: torch.Tensor, at: int, stride: int) -> None:
+    """Copy into out (workers, batch, n, k * c_in) the n windows of h (length and channels
+    contiguous) starting at position `at`, `stride` apart: overlapping views, copied once."""
+    workers, batch, n, width = out.shape
+    if n:
+        c_in = h.shape[3]
+        windows = h.as_strided(
+            (workers, batch, n, width),
+            (h.stride(0), h.stride(1), stride * c_in, 1),
+            h.storage_offset() + at * c_in,
+        )
+        out.copy_(windows)
 
 
 def linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -49,10 +49,17 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
         assert _relative(grad_x[i], want_grad) < 1e-12
 
 
-@pytest.mark.parametrize("k,stride,padding,length", [(3, 2, 1, 20), (3, 1, 1, 10), (4, 3, 0, 17)])
+@pytest.mark.parametrize(
+    "k,stride,padding,length",
+    # the CNN's three convolutions; windows reaching into both paddings (a short input);
+    # padding wider than the stride; one tap; a one-position input
+    [(5, 2, 2, 40), (3, 2, 1, 20), (3, 1, 1, 10), (4, 3, 0, 17), (5, 2, 2, 3), (3, 1, 3, 7)]
+    + [(3, 3, 2, 8), (1, 1, 0, 4), (2, 1, 1, 1)],
+)
 def test_columns_gradient_has_the_bits_of_autograds_sum_over_taps(k, stride, padding, length):
-    """The columns' own backward adds the taps as autograd adds the gradients of k slices
-    of the padded input (last tap first): in float32, where the order shows, the same bits,
+    """The columns are the padded input's k strided slices side by side, whichever windows
+    reach into the padding; their own backward adds the taps as autograd adds the gradients
+    of those slices (last tap first): in float32, where the order shows, the same bits,
     sign of zero included."""
     g = torch.Generator().manual_seed(2)
     h = torch.randn(WORKERS, 6, length, 5, generator=g).requires_grad_()
