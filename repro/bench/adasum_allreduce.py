@@ -11,8 +11,8 @@ slowest rank, after a warm-up call. Goal:
 Adasum at most 1.5x the plain allreduce at 64 MB.
 
 A second table times the small-message path (`repro.comm.adasum_gather`: one allgather,
-the tree applied locally) beside the halving allreduce from 16 KB to 1 MB, the range in
-which `method.gather_below_kb` (default 256) switches between them.
+the tree applied locally) beside the halving allreduce from 16 KB to 4 MB, the range in
+which `method.gather_below_kb` (default 256) switches between them and where they meet.
 
 Bytes moved per rank: Adasum's are its recorded sendrecv and scalar payloads; the plain
 allreduce's are a ring allreduce's 2 (n-1)/n M, since gloo does not report its own.
@@ -37,7 +37,7 @@ from repro.comm.process_collectives import ProcessCollectives
 
 WORLD = 4
 SIZES_MB = (1, 4, 16, 64)
-SMALL_KB = (16, 64, 256, 1024)
+SMALL_KB = (16, 64, 256, 1024, 2048, 4096)
 # Relative layer sizes: a few large weight matrices and small biases.
 LAYER_SHARES = (0.30, 0.001, 0.25, 0.001, 0.20, 0.002, 0.2455, 0.0005)
 GOAL = 1.5

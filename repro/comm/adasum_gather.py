@@ -9,9 +9,10 @@ rank order that `adasum_reduce` (and the halving allreduce) uses, per tensor, wi
 statistics and weighted-sum code. Every rank computes on identical data in identical order,
 so all ranks end bit for bit equal, and equal to the reference.
 
-Measured at 4 gloo ranks on 2 cores (median of 15): a 26 KB model (MNIST-1D's CNN) 6.9 ms
-against 14.2 ms for the halving allreduce; the two meet between 256 KB and 1 MB, and at
-4 MB the gather is twice as slow. Which path a run takes is `method.gather_below_kb`.
+Measured at 4 gloo ranks on 2 cores (`make bench`, adasum_allreduce; median of 15), the
+tree one compiled call: 16-256 KB in 2-6 ms against 13-16 ms for the halving allreduce,
+1 MB in 11 ms against 13-16; the two meet between 1 and 2 MB, and at 4 MB the gather is
+twice as slow (40 ms against 18-20). Which path a run takes is `method.gather_below_kb`.
 """
 
 from __future__ import annotations
