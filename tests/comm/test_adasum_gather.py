@@ -73,7 +73,6 @@ def test_tree_pairs_neighbours_first():
     assert out.tolist() == [3.0, 3.0]
 
 
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_compiled_tree_is_the_pairwise_operator_bit_for_bit(dtype):
     # The one compiled call against adasum_pair_ applied pair by pair in the tree's order
