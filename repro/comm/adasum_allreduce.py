@@ -54,7 +54,7 @@ def dot_stats(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     On the CPU one fused pass (`repro.comm.adasum_kernels`); elsewhere (CUDA, half
     precision) torch upcasts and takes three dot products.
     """
-    if _kernels_serve(a, b):
+    if kernels_serve(a, b):
         from repro.comm import adasum_kernels  # numba loads only when a CPU exchange runs
 
         return adasum_kernels.dot_stats(a, b)
@@ -70,7 +70,7 @@ def scaled_add_(own: torch.Tensor, other: torch.Tensor, c_own: float, c_other: f
     tiny next to the other, though the weighted term stays bounded by |other|); then in
     float64, rounded once.
     """
-    if _kernels_serve(own, other):
+    if kernels_serve(own, other):
         from repro.comm import adasum_kernels
 
         adasum_kernels.scaled_add_(own, other, c_own, c_other)
@@ -105,7 +105,7 @@ def pair_coefficients(
     return ca, cb
 
 
-def _kernels_serve(*tensors: torch.Tensor) -> bool:
+def kernels_serve(*tensors: torch.Tensor) -> bool:
     """Contiguous float32/float64 CPU tensors take the fused loops."""
     return all(
         t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()

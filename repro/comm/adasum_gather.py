@@ -21,9 +21,9 @@ import torch
 
 from repro.comm.adasum_allreduce import (
     ZERO_NORM_SQ,
-    _kernels_serve,
     adasum_pair_,
     check_world_size,
+    kernels_serve,
 )
 from repro.comm.collectives import Collectives
 from repro.comm.flat_layout import FlatLayout
@@ -40,7 +40,7 @@ def tree_reduce_rows_(
     On the CPU the whole tree is one compiled call (`repro.comm.adasum_kernels`), the
     same operations in the same order: the same bits.
     """
-    if _kernels_serve(rows):
+    if kernels_serve(rows):
         from repro.comm import adasum_kernels  # numba loads only when a CPU exchange runs
 
         adasum_kernels.tree_reduce_rows_(rows, layout.offsets, zero_norm_sq)
