@@ -82,7 +82,8 @@ class Summable(Protocol):
 
     def rounds(self, x: torch.Tensor, workers: int) -> Rounds:
         """Yield each message to be summed over the workers in place; return the combined
-        update (rows, numel) and what left G (rows, numel), or None when all of G did."""
+        update (rows, numel) and what left G (rows, numel), or None when all of G did (then
+        x itself may be a message: the memory keeps nothing of it)."""
         ...
 
 
@@ -124,14 +125,17 @@ class Stateless:
 
 
 class Dense:
-    """No compression: one round, the whole G averaged. What Top-k is at c = 1."""
+    """No compression: one round, the whole G averaged. What Top-k is at c = 1.
+
+    G itself is the message: all of it goes, so no residual is kept from it and the sum
+    may overwrite it. Every row then holds the same sum, so one row is divided and shared
+    by all (the same bits as dividing each)."""
 
     lossless = True
 
     def rounds(self, x: torch.Tensor, workers: int) -> Rounds:
-        average = x.clone()
-        yield average
-        return average.div_(workers), None
+        yield x
+        return x[:1].div(workers).expand_as(x), None
 
 
 DENSE = Dense()

@@ -12,14 +12,18 @@ that very buffer, which becomes the residual (the per-name residuals are its col
 Two buffers alternate across steps, so a step allocates and copies nothing of the model's
 size for error feedback: one fused pass forms G, one scatter forms the residual. A
 compressor that sends a dense stand-in for G instead (a scaled sign, a low-rank product)
-leaves G - stand-in, subtracted in the same buffer (`update`). `NoMemory` forms the same
-flat G = grad and keeps nothing (signSGD with majority vote, PowerSGD without feedback).
+leaves G - stand-in, subtracted in the same buffer (`update`). An exchange that sent all of
+G (the dense average) leaves no residual at all rather than a buffer of zeros: the next G
+is the gradient itself, and the buffer is free for the exchange to sum in place.
+`NoMemory` forms the same flat G = grad and keeps nothing after any exchange (signSGD with
+majority vote, PowerSGD without feedback).
 
 Where the backward can put a weight's gradient in place itself (`gradient_targets`: the
 workers' linear layers of a stacked forward, `Replicas`), error feedback has it added into the
 residual, so G forms in the residuals' own buffer and most of the model's gradient is never
 written out and read back (the product's own addition: the same bits as g + residual);
-`NoMemory` has it written into the buffer G is sent from, with nothing copied.
+with no residual (`NoMemory`, or after a dense exchange) it is written into the buffer G
+is sent from, with nothing copied.
 
 Compression gain (GraVAC, used by Flexible Top-k as its statistical-efficiency measure):
 ||g_c||^2 / ||g_e||^2, the squared norm of the part sent over that of the error-compensated
@@ -94,11 +98,14 @@ class ErrorFeedback:
         """The residuals, as where the next backward may add its gradients
         (`Strategy.gradient_targets`): views of one flat buffer, so that G = g + residual
         forms in it, in place, and `compensate_flat` adds only what the backward did not.
-        None before the first residual and after a load (the residuals are then tensors of
-        their own)."""
-        if self._kept is None:
+        With no residual (after a dense exchange), the free buffer, where the backward
+        writes G = g. None before the first step and after a load of residuals (they are
+        then tensors of their own)."""
+        if self._kept is not None:
+            return GradientTargets(dict(self.residuals), add=True)
+        if self.residuals or self._spare is None:
             return None
-        return GradientTargets(dict(self.residuals), add=True)
+        return GradientTargets(self._named_views(self._spare), add=False)
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         """The residual after an exchange: G less the dense part that went out
@@ -110,15 +117,20 @@ class ErrorFeedback:
         self._store(compensated)
 
     def keep(self, compensated: torch.Tensor, sent: torch.Tensor | None) -> None:
-        """The residual after each row's entries at `sent` went out (None: all of them):
-        `compensated` from `compensate_flat` with those entries zeroed, in place. Zeroing
-        rather than subtracting makes residual + sent part equal G bit for bit. The buffer
-        becomes the residual store; read nothing else from it afterwards."""
+        """The residual after each row's entries at `sent` went out: `compensated` from
+        `compensate_flat` with those entries zeroed, in place. Zeroing rather than
+        subtracting makes residual + sent part equal G bit for bit. The buffer becomes the
+        residual store; read nothing else from it afterwards. `sent` None: all of G went,
+        no residual stays (the next G is the gradient as it is) and the buffer is free."""
         if sent is None:
-            compensated.zero_()
-        else:
-            compensated.scatter_(1, sent, 0.0)
+            self._forget(compensated)
+            return
+        compensated.scatter_(1, sent, 0.0)
         self._store(compensated)
+
+    def _forget(self, compensated: torch.Tensor) -> None:
+        """No residual; `compensated` is free for the next G."""
+        self.residuals, self._kept, self._spare = {}, None, compensated
 
     def _store(self, compensated: torch.Tensor) -> None:
         if compensated is not self._kept:  # else G was formed in the residuals' own buffer
@@ -148,14 +160,7 @@ class NoMemory(ErrorFeedback):
     """The flat G = grad, no residual: nothing left out is ever sent later."""
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
-        self._spare = compensated  # free for the next step's G
-
-    def gradient_targets(self) -> GradientTargets | None:
-        """The last step's flat buffer, where the next G = g goes: the backward may write
-        the gradients there itself, so nothing is copied in (None before the first step)."""
-        if self._spare is None:
-            return None
-        return GradientTargets(self._named_views(self._spare), add=False)
+        self._forget(compensated)
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor | None) -> bool:

@@ -153,7 +153,7 @@ class TopKAt:
         all_indices = rows[:, k : 2 * k].contiguous().view(idx_dtype).long()
         total = torch.zeros(numel, dtype=rows.dtype, device=rows.device)
         total.index_add_(0, all_indices.reshape(-1), rows[:, :k].reshape(-1))
-        return total / workers
+        return total.div_(workers)
 
 
 class TopK:
