@@ -72,7 +72,8 @@ def test_state_round_trip_keeps_worker_views(resnet):
 
 
 @pytest.mark.parametrize(
-    ("model", "vectorize"), [("cnn1d", "stacked"), ("cnn1d", "loop"), ("mlp", "vmap")]
+    ("model", "vectorize"),
+    [("cnn1d", "stacked"), ("cnn1d_wide", "stacked"), ("cnn1d", "loop"), ("mlp", "vmap")],
 )
 def test_one_shared_row_trains_as_rows_of_their_own_bit_for_bit(model, vectorize):
     # workers that apply one update hold one row viewed by all: the same gradients, the
@@ -81,7 +82,7 @@ def test_one_shared_row_trains_as_rows_of_their_own_bit_for_bit(model, vectorize
     torch.manual_seed(0)
     template = build_model(model, 10, 16)
     g = torch.Generator().manual_seed(2)
-    shape = (4, 8, 1, 40) if model == "cnn1d" else (4, 8, 16)
+    shape = (4, 8, 16) if model == "mlp" else (4, 8, 1, 40)
     x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (4, 8), generator=g)
     own, shared = Replicas(template, 4, vectorize), Replicas(template, 4, vectorize, shared=True)
     assert all(p.stride(0) == 0 and p.is_leaf for p in shared.params)
