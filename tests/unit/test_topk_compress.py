@@ -7,6 +7,8 @@ worker's vector is a one-row tensor here.
 import pytest
 import torch
 
+from repro.comm.axis_collectives import AxisCollectives
+from repro.compress.exchange import dense_exchange
 from repro.compress.memory import ErrorFeedback, NoMemory, compression_gain, gain_from_norms
 from repro.compress.topk import (
     compress,
@@ -127,6 +129,26 @@ def test_two_buffers_alternate_across_steps():
     third = memory.compensate_flat({"p": g})
     assert third.data_ptr() == second.data_ptr()  # free once all of it went out
     assert torch.equal(third, g)
+
+
+def test_a_dense_exchange_frees_g_for_the_next_backward_and_shares_none_of_it():
+    """The dense average sums G in place and divides one row of its own: the memory then
+    offers G's buffer for the next backward to write into (nothing to add), and writing
+    there leaves the update the optimizer is about to read as it was."""
+    memory = ErrorFeedback()
+    g = torch.arange(12.0).view(3, 4)
+    flat = memory.compensate_flat({"p": g})
+    result = dense_exchange(AxisCollectives(3), flat, "ring")
+    expected = torch.tensor([4.0, 5.0, 6.0, 7.0])  # each column's mean over the 3 workers
+    assert all(torch.equal(row, expected) for row in result.average)
+    memory.update(flat, result)
+    targets = memory.gradient_targets()
+    assert not targets.add and targets.tensors["p"].data_ptr() == flat.data_ptr()
+    targets.tensors["p"].fill_(-1.0)  # the next backward's gradient
+    assert all(torch.equal(row, expected) for row in result.average)
+    assert torch.equal(
+        memory.compensate_flat({"p": targets.tensors["p"]}), torch.full((3, 4), -1.0)
+    )
 
 
 def test_gradients_added_into_the_residuals_form_g_in_their_buffer():
