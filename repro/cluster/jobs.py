@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -154,12 +155,21 @@ def job_states(records: list[JobRecord]) -> dict[str, str]:
     return states
 
 
-def failure_report(record: JobRecord, lines: int = 5) -> str:
-    """Log paths and last lines of every task's stderr of a failed job."""
+# srun's word on how a task ended ("srun: error: node3: task 1: Killed"): the cause of a
+# failed step, which the other tasks' tracebacks, written after it, can push out of a tail
+_TASK_END = re.compile(r"^srun: error: .*: tasks? [0-9,-]+: ")
+
+
+def failure_report(record: JobRecord, lines: int = 5, scan: int = 200) -> str:
+    """Log paths and last `lines` lines of every task's stderr of a failed job, led by
+    srun's lines on how each task ended when they are among the last `scan` lines but not
+    the last `lines`."""
     out = []
     for task in range(record.tasks):
         err = record.paths(task).stderr
-        tail = job_log_tail(err, lines)
+        recent = job_log_tail(err, max(scan, lines)).splitlines()
+        tail = recent[-lines:]
+        ends = [line for line in recent[:-lines] if _TASK_END.match(line)]
         out.append(f"  task {task} log {err}" + (":" if tail else " (empty)"))
-        out.extend(f"    {line}" for line in tail.splitlines())
+        out.extend(f"    {line}" for line in ends + tail)
     return "\n".join(out)

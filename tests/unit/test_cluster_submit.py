@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from repro.cluster.executor import job_folder, read_env_file
-from repro.cluster.jobs import JobRecord, append_records, read_records
+from repro.cluster.jobs import JobRecord, append_records, failure_report, read_records
 from repro.cluster.submit import _tasks_per_node, rendezvous_port
 from repro.config import compose
 from repro.errors import UserError
@@ -55,3 +55,26 @@ def test_job_records_round_trip_with_log_paths(tmp_path: Path) -> None:
     assert back[0].paths(1).stderr == tmp_path / "slurm" / "12_1_1_log.err"
     with pytest.raises(UserError, match="no jobs recorded"):
         read_records(tmp_path / "elsewhere")
+
+
+def test_a_failure_report_keeps_sruns_word_on_a_task_that_later_lines_push_out(
+    tmp_path: Path,
+) -> None:
+    rec = JobRecord("66", "run", "sync", "slurm", str(tmp_path / "slurm"), tasks=2)
+    Path(rec.paths(0).stderr).parent.mkdir(parents=True)
+    # task 0's traceback from the broken connection lands after srun reports task 1
+    Path(rec.paths(0).stderr).write_text(
+        "[rank0]: Traceback (most recent call last):\n"
+        "srun: error: localhost: task 1: Killed\n"
+        + "".join(f"[rank0]: frame {i}\n" for i in range(8))
+        + "srun: error: localhost: task 0: Terminated\n"
+    )
+    report = failure_report(rec, lines=3).splitlines()
+    assert report == [
+        f"  task 0 log {rec.paths(0).stderr}:",
+        "    srun: error: localhost: task 1: Killed",
+        "    [rank0]: frame 6",
+        "    [rank0]: frame 7",
+        "    srun: error: localhost: task 0: Terminated",
+        f"  task 1 log {rec.paths(1).stderr} (empty)",
+    ]
