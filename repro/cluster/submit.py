@@ -39,12 +39,16 @@ from repro.locks import take
 from repro.schemas.cluster import ClusterConfig
 from repro.train import checkpoint
 
-PORT_BASE, PORT_SPAN = 20000, 20000
+# Below Linux's ephemeral range (32768-60999 by default): any outgoing connection, gloo's
+# own pairs among them, takes a port from that range, and one there made a rendezvous fail
+# with "address already in use"
+PORT_BASE, PORT_SPAN = 20000, 12768
 
 
 def rendezvous_port(job_id: str, restart: int) -> int:
     """A port derived from the job id (all tasks agree without talking) and the restart
-    count, so a requeued job never waits for its previous incarnation's socket."""
+    count, so a requeued job never waits for its previous incarnation's socket; it lies
+    below the ports the kernel hands out to connections, which could otherwise hold it."""
     return PORT_BASE + (zlib.crc32(f"{job_id}/{restart}".encode()) % PORT_SPAN)
 
 

@@ -28,8 +28,9 @@ def test_tasks_per_node_is_workers_over_nodes_and_at_most_one_per_gpu() -> None:
 
 def test_rendezvous_port_is_shared_by_tasks_and_changes_on_restart() -> None:
     ports = {rendezvous_port(str(job), restart) for job in range(200) for restart in (0, 1)}
-    assert all(20000 <= p < 40000 for p in ports)
-    assert len(ports) > 390  # 400 (job, restart) pairs, nearly all distinct
+    low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert all(20000 <= p < min(low, 32768) for p in ports)
+    assert len(ports) > 380  # 400 (job, restart) pairs over 12,768 ports: about 6 collide
     assert rendezvous_port("17_3", 0) == rendezvous_port("17_3", 0)
     assert rendezvous_port("17_3", 0) != rendezvous_port("17_3", 1)
 
