@@ -105,10 +105,11 @@ def _checkpointed(run_dirs: Callable[[], list[Path]]) -> Callable[[], bool]:
 
 def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tmp_path):
     raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
-    # 60 steps of 50 ms modeled compute, really slept (worker processes): seconds, of which
-    # at least 2 s are left when the first checkpoint (step 20) calls for the Ctrl-C
+    # 120 steps of 50 ms modeled compute, really slept (worker processes): seconds, of which
+    # at least 5 s are left when the first checkpoint (step 20) calls for the Ctrl-C (2 s were
+    # too few beside another test on the two cores: that trial finished before the signal)
     raw["overrides"] += ["compute.dist=constant", "compute.mean_ms=50", "network.inject=true"]
-    raw["overrides"] += ["compute.mode=sampled", "trainer.steps=60"]
+    raw["overrides"] += ["compute.mode=sampled", "trainer.steps=120"]
     raw["overrides"] += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
     raw["overrides"] += [f"data.root={tmp_path / 'data'}", "tracking=wandb_offline"]
     raw.update(out=str(tmp_path / "out"), n_trials=2)
