@@ -13,6 +13,8 @@ would share it, where a run killed a moment ago can still hold its id ("run ID .
 use" on the resume).
 """
 
+import os
+
 import pytest
 
 pytest_plugins = ["tests.slurm_fixture", "tests.pg_fixture"]
@@ -28,5 +30,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_shared_wandb_service(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+def _no_shared_wandb_service() -> None:
+    # not put back after the test: by then wandb may have stopped the service it names
+    os.environ.pop("WANDB_SERVICE", None)
