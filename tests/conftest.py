@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-@pytest.fixture(autouse=True)
-def _no_shared_wandb_service() -> None:
-    # not put back after the test: by then wandb may have stopped the service it names
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # before the test's fixtures, a module's too (they start commands as well); not put back
+    # after the test, when wandb may have stopped the service it names
     os.environ.pop("WANDB_SERVICE", None)
