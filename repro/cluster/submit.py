@@ -47,8 +47,7 @@ PORT_BASE, PORT_SPAN = 20000, 12768
 
 def rendezvous_port(job_id: str, restart: int) -> int:
     """A port derived from the job id (all tasks agree without talking) and the restart
-    count, so a requeued job never waits for its previous incarnation's socket; it lies
-    below the ports the kernel hands out to connections, which could otherwise hold it."""
+    count, so a requeued job never waits for its previous incarnation's socket."""
     return PORT_BASE + (zlib.crc32(f"{job_id}/{restart}".encode()) % PORT_SPAN)
 
 
