@@ -43,7 +43,7 @@ $(VENV): pyproject.toml
 	touch $@
 
 test: $(VENV)
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 tests
 
 test-fast: $(VENV)
 	$(PY) -m pytest -q tests/unit

@@ -7,7 +7,7 @@ line under the simulated engine, killed after the checkpoint at step 37 (a prime
 every period, interval and gain window the variants use). The same guarantee for every
 declared variant under both engines, resumed in process from the checkpoint files, is
 `tests/comm/test_method_resume.py`; the process engine's workers requeued mid-run under
-SLURM, `tests/integration/test_slurm_faults.py`.
+SLURM, `tests/daemons/test_slurm_faults.py`.
 """
 
 import json

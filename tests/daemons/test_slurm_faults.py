@@ -20,8 +20,7 @@ import pytest
 
 from repro.cluster.submit import submit_run
 from repro.config import compose, run_dir_of
-from tests.helpers import repro_cli, train
-from tests.integration.slurm_jobs import (
+from tests.daemons.slurm_jobs import (
     GUARD_S,
     SLOW,
     TWO_WORKERS,
@@ -31,6 +30,7 @@ from tests.integration.slurm_jobs import (
     _slurm_overrides,
     _wait,
 )
+from tests.helpers import repro_cli, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 

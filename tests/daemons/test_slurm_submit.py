@@ -19,8 +19,7 @@ from repro.cluster.launcher import launch_runs
 from repro.config import run_dir_of
 from repro.reproduce.run_sets import run_set
 from repro.train.entry import run_training
-from tests.helpers import TINY, repro_cli, train
-from tests.integration.slurm_jobs import (
+from tests.daemons.slurm_jobs import (
     TWO_WORKERS,
     _assert_same_run,
     # autouse: importing the fixture is what applies it to this module's tests
@@ -28,6 +27,7 @@ from tests.integration.slurm_jobs import (
     _slurm_overrides,
     _wait,
 )
+from tests.helpers import TINY, repro_cli, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 

@@ -19,14 +19,14 @@ import pytest
 import yaml
 
 from repro.train import checkpoint
-from tests.helpers import REPO, repro_cli
-from tests.integration.slurm_jobs import (
+from tests.daemons.slurm_jobs import (
     GUARD_S,
     SLOW,
     # autouse: importing the fixture is what applies it to this module's tests
     _cancel_leftovers,  # noqa: F401
     _wait,
 )
+from tests.helpers import REPO, repro_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
