@@ -116,7 +116,7 @@ def launch_runs(
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
     run set's measured minutes per run, 0 when not measured) the expected time of the runs
     left to do here is printed before any starts, followed by `also`."""
-    from repro.train.entry import finished_or_resumable
+    from repro.train.checkpoint_pick import finished_or_resumable
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
     if len(kinds) > 1:

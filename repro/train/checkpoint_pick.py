@@ -8,16 +8,23 @@ this (`trainer.keep_checkpoints`), and says in one line which step and why. A ru
 deterministic from any checkpoint, so it still ends exactly as an uninterrupted run
 would. With none good it stops with one line naming the directory and the fix, rather
 than starting over on its own, which would throw away a long run's progress unasked.
+
+What a start would find is known before it starts: a finished run's summary, or the refusal
+of a run whose checkpoints are all damaged, so that a run set says so before any run starts
+(without torch: the set's own process only reads the run directories).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
+from repro.train import checkpoint
 from repro.train.checkpoint import COMMIT, Damaged, read_checked_json, step_dirs
 
 
@@ -137,3 +144,35 @@ def choose(run_dir: Path, config_hash: str) -> Choice:
             f"{ckpt} holds no good checkpoint ({why}); remove {ckpt} to start the run over"
         )
     return Choice()
+
+
+def finished_summary(cfg: Config) -> dict | None:
+    """The summary of this config's finished run, or None; a run directory holding another
+    config is refused (one line) rather than taken for this run's. A damaged summary is
+    removed, saying so: the run then ends again from its last checkpoint and writes it anew
+    (the same numbers, the run being deterministic from a checkpoint)."""
+    run_dir = run_dir_of(cfg)
+    checkpoint.check_run_dir(run_dir, identity(cfg))
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        done = checkpoint.read_checked_json(path)
+    except checkpoint.Damaged as e:
+        print(
+            f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
+            file=sys.stderr,
+        )
+        path.unlink(missing_ok=True)
+        return None
+    checkpoint.repair_config(run_dir, identity(cfg))
+    return done
+
+
+def finished_or_resumable(cfg: Config) -> dict | None:
+    """`finished_summary`, and for a run not finished, the refusal its checkpoints would
+    meet at the start (none good), so that a run set can report it before any run starts."""
+    done = finished_summary(cfg)
+    if done is None:
+        choose(run_dir_of(cfg), config_hash(cfg))
+    return done

@@ -23,14 +23,14 @@ from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
 from repro.train import checkpoint
-from repro.train.checkpoint_pick import choose
+from repro.train.checkpoint_pick import choose, finished_summary
 from repro.train.divergence import Diverged
 from repro.train.engine_checks import check_memory, check_process_memory
 from repro.train.run_lock import run_lock
 from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
-__all__ = ["Diverged", "run_training", "train_worker", "finished_summary"]
+__all__ = ["Diverged", "run_training", "train_worker"]
 _RENDEZVOUS_VARS = (
     "RANK",
     "WORLD_SIZE",
@@ -39,38 +39,6 @@ _RENDEZVOUS_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
 )
-
-
-def finished_summary(cfg: Config) -> dict | None:
-    """The summary of this config's finished run, or None; a run directory holding another
-    config is refused (one line) rather than taken for this run's. A damaged summary is
-    removed, saying so: the run then ends again from its last checkpoint and writes it anew
-    (the same numbers, the run being deterministic from a checkpoint)."""
-    run_dir = run_dir_of(cfg)
-    checkpoint.check_run_dir(run_dir, identity(cfg))
-    path = run_dir / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        done = checkpoint.read_checked_json(path)
-    except checkpoint.Damaged as e:
-        print(
-            f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
-            file=sys.stderr,
-        )
-        path.unlink(missing_ok=True)
-        return None
-    checkpoint.repair_config(run_dir, identity(cfg))
-    return done
-
-
-def finished_or_resumable(cfg: Config) -> dict | None:
-    """`finished_summary`, and for a run not finished, the refusal its checkpoints would
-    meet at the start (none good), so that a run set can report it before any run starts."""
-    done = finished_summary(cfg)
-    if done is None:
-        choose(run_dir_of(cfg), config_hash(cfg))
-    return done
 
 
 def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
