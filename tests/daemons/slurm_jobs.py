@@ -3,16 +3,14 @@
 The SLURM test modules (`test_slurm_submit`, `test_slurm_faults`, `test_slurm_sweep`) submit
 real jobs through sbatch, slurmctld, slurmd and srun and read their states from sacct. Each
 test has its own runs_root (and so its own submitit folder and jobs.jsonl). Every wait has a
-deadline after which the test fails, and `_cancel_leftovers` (autouse in each of those
-modules) cancels what the test submitted, so nothing hangs or outlives its test.
+deadline after which the test fails, and `cancel_leftovers` (tests/daemons/conftest.py,
+autouse) cancels what the test submitted, so nothing hangs or outlives its test.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,15 +51,6 @@ def _slurm_overrides(tmp: Path) -> list[str]:
         f"runs_root={tmp / 'runs'}",
         f"data.root={tmp / 'data'}",
     ]
-
-
-@pytest.fixture(autouse=True)
-def _cancel_leftovers(tmp_path: Path) -> Iterator[None]:
-    """A test that fails half-way must not leave its jobs running on the shared cluster."""
-    yield
-    if (tmp_path / "runs" / "jobs.jsonl").exists():
-        ids = [r.job_id for r in read_records(tmp_path / "runs")]
-        subprocess.run(["scancel", *ids], check=False, timeout=60)
 
 
 def _wait(root: Path, guard_s: float = GUARD_S) -> dict[str, str]:

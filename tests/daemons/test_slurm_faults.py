@@ -25,8 +25,6 @@ from tests.daemons.slurm_jobs import (
     SLOW,
     TWO_WORKERS,
     _assert_same_run,
-    # autouse: importing the fixture is what applies it to this module's tests
-    _cancel_leftovers,  # noqa: F401
     _slurm_overrides,
     _wait,
 )

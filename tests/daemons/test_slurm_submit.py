@@ -22,8 +22,6 @@ from repro.train.entry import run_training
 from tests.daemons.slurm_jobs import (
     TWO_WORKERS,
     _assert_same_run,
-    # autouse: importing the fixture is what applies it to this module's tests
-    _cancel_leftovers,  # noqa: F401
     _slurm_overrides,
     _wait,
 )

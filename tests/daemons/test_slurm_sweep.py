@@ -22,8 +22,6 @@ from repro.train import checkpoint
 from tests.daemons.slurm_jobs import (
     GUARD_S,
     SLOW,
-    # autouse: importing the fixture is what applies it to this module's tests
-    _cancel_leftovers,  # noqa: F401
     _wait,
 )
 from tests.helpers import REPO, repro_cli
