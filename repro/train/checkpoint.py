@@ -19,8 +19,8 @@ commit record is removed when the run starts again.
 
 The small JSON files carry a `sha256` of their own content (`write_checked_json`), so a
 flipped byte that still parses is caught as well. Torch is imported only to write or read a
-rank's state: a run set's own process reads run directories (finished, resumable, damaged)
-without it, about two seconds of start-up each time a finished set is reported again.
+rank's state: a run set's own process reads its run directories (finished, resumable,
+damaged) without paying torch's seconds of start-up.
 """
 
 from __future__ import annotations

@@ -24,8 +24,14 @@ from pathlib import Path
 
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
-from repro.train import checkpoint
-from repro.train.checkpoint import COMMIT, Damaged, read_checked_json, step_dirs
+from repro.train.checkpoint import (
+    COMMIT,
+    Damaged,
+    check_run_dir,
+    read_checked_json,
+    repair_config,
+    step_dirs,
+)
 
 
 @dataclass
@@ -152,20 +158,20 @@ def finished_summary(cfg: Config) -> dict | None:
     removed, saying so: the run then ends again from its last checkpoint and writes it anew
     (the same numbers, the run being deterministic from a checkpoint)."""
     run_dir = run_dir_of(cfg)
-    checkpoint.check_run_dir(run_dir, identity(cfg))
+    check_run_dir(run_dir, identity(cfg))
     path = run_dir / "summary.json"
     if not path.exists():
         return None
     try:
-        done = checkpoint.read_checked_json(path)
-    except checkpoint.Damaged as e:
+        done = read_checked_json(path)
+    except Damaged as e:
         print(
             f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
             file=sys.stderr,
         )
         path.unlink(missing_ok=True)
         return None
-    checkpoint.repair_config(run_dir, identity(cfg))
+    repair_config(run_dir, identity(cfg))
     return done
 
 
