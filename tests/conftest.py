@@ -35,6 +35,7 @@ def work_unit(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    # called only where xdist runs: a serial run does not need it installed
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):
