@@ -1,10 +1,6 @@
 """The AdaComm run set at test size: reproduce -> runs read back -> report; repeats skip."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -13,7 +9,7 @@ from repro.claims.calculators.final_values import final_metric
 from repro.track.runs import find_runs
 from repro.track.series import label_of, seed_of
 from tests.helpers import repro_cli, reproduce_tiny_args
-from tests.integration.test_startup import PROBE
+from tests.integration.test_startup import probe_run
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
 
@@ -49,20 +45,11 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert len(list(report.glob("*.svg"))) >= 4
 
     # the repeat reads the finished runs and writes the report again without loading torch
-    second = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        cwd=tmp_path,
-        env={**os.environ, "WANDB_SILENT": "true"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    second, loaded = probe_run(tmp_path, *args, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
-    *shown, loaded = second.stdout.splitlines()
-    assert not any(m.split(".")[0] == "torch" for m in json.loads(loaded)), loaded
-    shown = "\n".join(shown)
-    assert second.stderr.count("finished earlier") + shown.count("finished earlier") == 5
-    assert "expected time" not in shown  # nothing left to run
+    assert not any(m.split(".")[0] == "torch" for m in loaded), loaded
+    assert second.stderr.count("finished earlier") + second.stdout.count("finished earlier") == 5
+    assert "expected time" not in second.stdout  # nothing left to run
 
     added_seeds_where_undecided(tmp_path, args)
 

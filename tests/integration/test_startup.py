@@ -32,9 +32,11 @@ sys.exit(code)
 """
 
 
-def probe(tmp_path, *args: str, code: str = PROBE) -> tuple[int, str, list[str]]:
-    """(exit code, stderr, heavy modules loaded) of `repro ARGS` run in `tmp_path`, the
-    modules as `code` lists them."""
+def probe_run(
+    tmp_path, *args: str, code: str = PROBE, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """(the finished process of `repro ARGS` run in `tmp_path`, its stdout without the probe's
+    line; the heavy modules it loaded, as `code` lists them)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
@@ -42,9 +44,16 @@ def probe(tmp_path, *args: str, code: str = PROBE) -> tuple[int, str, list[str]]
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
-    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    *out, last = proc.stdout.strip().splitlines()
+    proc.stdout = "\n".join(out)
+    return proc, json.loads(last)
+
+
+def probe(tmp_path, *args: str, code: str = PROBE) -> tuple[int, str, list[str]]:
+    """(exit code, stderr, heavy modules loaded) of `repro ARGS` run in `tmp_path`."""
+    proc, loaded = probe_run(tmp_path, *args, code=code)
     return proc.returncode, proc.stderr, loaded
 
 
