@@ -22,13 +22,14 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers
 it to every process of the job within milliseconds; seconds cover a loaded machine)."""
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+T = TypeVar("T")
 
 
 class Stopped(BaseException):
@@ -92,6 +93,17 @@ class StopSignals:
             yield
         finally:
             self._armed = False
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` armed. A failure that a stop signal caused (its cleanup replacing
+        `Stopped` with an error of its own, say) raises `Stopped` too, so that the caller
+        marks its trial stopped instead of leaving it RUNNING."""
+        try:
+            with self.armed():
+                return fn(*args)
+        except Exception:
+            self.after_failure()
+            raise
 
     def check(self) -> None:
         """Raise `Stopped` if a stop signal has come."""

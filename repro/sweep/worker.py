@@ -211,13 +211,11 @@ def run_point(
     params = {p.key: suggest(trial, p) for p in spec.space_of(arm)}
     started = time.perf_counter()
     try:
-        with stops.armed():
-            value, attrs = run_seeds(spec, runs, arm, params)
+        value, attrs = stops.call(run_seeds, spec, runs, arm, params)
     except Stopped as stop:  # its design index is asked again by the next search
         mark_stopped(study, storage, trial.number, stop, requeue=False)
         raise
     except Exception as err:  # a crash is a bug to fix, not a score: stop the search
-        stops.after_failure()  # unless a stop signal caused it
         trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}"[:500])
         study.tell(trial, state=TrialState.FAIL)
         raise

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repro.cluster.jobs import job_states, read_records
 from repro.train import checkpoint
 from tests.daemons.slurm_jobs import (
     GUARD_S,
@@ -28,9 +29,10 @@ from tests.helpers import REPO, repro_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
-STEPS, EVERY = 80, 20
-"""80 steps of 50 ms slept modeled compute: a trial lasts over 4 s, checkpointed every 20; the
-victim is taken at step 40 at the latest, 2 s of sleep before its trial could end."""
+STEPS, EVERY = 120, 20
+"""120 steps of 50 ms slept modeled compute: a trial lasts over 6 s, checkpointed every 20; the
+victim is taken between its checkpoints at steps 20 and 60, a window of 3 s (the poll reads a
+loaded PostgreSQL), with 3 s of sleep left before its trial could end."""
 
 
 def _write_spec(tmp_path: Path, pg_url: str) -> Path:
@@ -49,13 +51,15 @@ def _submit(spec_path: Path, cwd: Path) -> subprocess.CompletedProcess:
     return repro_cli("sweep", str(spec_path), "--workers", "2", "--cluster", "slurm_local", cwd=cwd)
 
 
-def _checkpointed_trial(spec: object, storage: object) -> tuple[object, str, int]:
+def _checkpointed_trial(spec: object, storage: object, runs: Path) -> tuple[object, str, int]:
     """A RUNNING trial whose run has a checkpoint, the array task running it
     (`<array job>_<index>`), and the checkpoint's step."""
     import optuna
     from optuna.trial import TrialState
 
     deadline = time.monotonic() + GUARD_S
+    seen: dict[int, int] = {}  # trial -> last checkpoint step seen while it ran
+    study = None
     while time.monotonic() < deadline:
         try:
             study = optuna.load_study(study_name="tiny", storage=storage)
@@ -64,13 +68,20 @@ def _checkpointed_trial(spec: object, storage: object) -> tuple[object, str, int
             running = []
         for t in running:
             step = checkpoint.latest_step(spec.study_dir / f"trial_{t.number}")
+            seen[t.number] = step
             if "worker" in t.user_attrs and 0 < step <= STEPS // 2:  # seconds left to hit it
                 pid = t.user_attrs["worker"].rpartition(":")[2]
                 raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
                 return t, f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}", step
         time.sleep(0.2)
-    pytest.fail(f"no trial of tiny reached a checkpoint within {GUARD_S:.0f} s")
+    trials = [] if study is None else study.get_trials(deepcopy=False)
+    pytest.fail(
+        f"no trial of tiny seen running with a checkpoint in steps 1-{STEPS // 2} within "
+        f"{GUARD_S:.0f} s; steps seen while running: {seen}; trials: "
+        f"{[(t.number, t.state.name, t.user_attrs.get('fail_reason')) for t in trials]}; "
+        f"jobs: {job_states(read_records(runs))}"
+    )
 
 
 @pytest.mark.timeout(600)
@@ -90,7 +101,7 @@ def test_a_lost_worker_job_loses_no_trial_and_its_run_resumes(tmp_path, pg_url, 
     assert re.search(r"2 workers submitted as jobs (\d+)_0, \1_1", submitted.stdout)
 
     spec = load_spec(spec_path)
-    victim, job, seen = _checkpointed_trial(spec, open_storage(spec))
+    victim, job, seen = _checkpointed_trial(spec, open_storage(spec), tmp_path / "runs")
     signal_args = ["--signal=TERM"] if how == "sigterm" else []
     subprocess.run(["scancel", *signal_args, job], check=True, timeout=60)
     states = _wait(tmp_path / "runs")

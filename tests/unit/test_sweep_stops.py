@@ -59,6 +59,36 @@ def test_a_signal_stops_only_an_armed_block_and_is_kept_for_the_loop():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_run_whose_cleanup_turns_the_stop_into_an_error_still_ends_stopped():
+    """The stop arrives inside the run and the run's own cleanup fails on the way out (an
+    error replacing `Stopped`): the caller must still see `Stopped`, or it would leave the
+    trial RUNNING; a run that fails on its own stays that failure."""
+
+    def interrupted_run(pid: int) -> float:
+        try:
+            os.kill(pid, signal.SIGINT)
+            pytest.fail("the armed run went on past the signal")
+        finally:
+            raise RuntimeError("cleanup failed: the log was half written")
+
+    stops = StopSignals().install()
+    try:
+        with pytest.raises(Stopped) as caught:
+            stops.call(interrupted_run, os.getpid())
+        assert caught.value.name == "SIGINT"
+        assert isinstance(caught.value.__context__, RuntimeError)
+    finally:
+        stops.restore()
+
+    calm = StopSignals().install()
+    try:
+        assert calm.call(divmod, 7, 2) == (3, 1)
+        with pytest.raises(ZeroDivisionError):  # no signal came: its own error, after the grace
+            calm.call(divmod, 1, 0)
+    finally:
+        calm.restore()
+
+
 def test_a_stopped_trial_is_failed_marked_and_queued_again_without_counting_a_retry(tmp_path):
     study, storage = _study(tmp_path)
     dist = {"optim.lr": FloatDistribution(0.01, 1.0)}
