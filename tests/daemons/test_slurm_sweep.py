@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
 STEPS, EVERY = 120, 20
 """120 steps of 50 ms slept modeled compute: a trial lasts over 6 s, checkpointed every 20; the
-victim is taken between its checkpoints at steps 20 and 60, a window of 3 s (the poll reads a
-loaded PostgreSQL), with 3 s of sleep left before its trial could end."""
+victim is taken while its last checkpoint is at step 20, 40 or 60: a window of 3 s for a poll
+on a loaded machine, with at least 3 s of sleep left before its trial could end."""
 
 
 def _write_spec(tmp_path: Path, pg_url: str) -> Path:
