@@ -171,8 +171,8 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
     study = optuna.load_study(study_name="sync", storage=open_journal(spec))
     trials = study.get_trials(deepcopy=False)
     stopped = [t for t in trials if t.state == TrialState.FAIL]
-    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGINT" for t in stopped), err
-    assert not [t.number for t in trials if t.state == TrialState.RUNNING], err
+    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGINT" for t in stopped)
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     assert not tuned.exists()  # an unfinished search writes no values
 
     again = repro_cli(*args, cwd=tmp_path)
