@@ -4,6 +4,8 @@ The CLI turns a `UserError` into a single line on stderr and a non-zero exit cod
 traceback: the message must name the setting and the fix.
 """
 
+import argparse
+
 
 class UserError(Exception):
     """Bad input or an unmet precondition that the user can fix."""
@@ -15,3 +17,12 @@ def require_choice(setting: str, value: object, choices, hint: str = "") -> None
     if value not in choices:
         tail = f" {hint}" if hint else ""
         raise UserError(f"{setting}={value!r} is unknown; choose one of {list(choices)}{tail}")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The argument parser of every `repro` command: a wrong flag or a missing argument is a
+    `UserError` (one line, exit 2) naming the command and where its usage is, as any other
+    bad input, rather than argparse's usage block on stderr and its own exit."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message}; `{self.prog} --help` shows its usage")

@@ -15,7 +15,6 @@ under `--screenshots DIR` at the page's path relative to the checked directory.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from repro.checks.devtools import WIDTH, DevTools, find_browser
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 
 __all__ = ["PageCheck", "check_pages", "find_browser", "html_pages", "main"]
 
@@ -227,7 +226,7 @@ def html_pages(root: Path) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="repro report check", description=__doc__.splitlines()[0])
+    p = CommandParser(prog="repro report check", description=__doc__.splitlines()[0])
     p.add_argument("path", nargs="?", default="reports", help="directory or page (reports)")
     p.add_argument(
         "--screenshots",

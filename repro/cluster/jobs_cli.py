@@ -11,11 +11,11 @@ elsewhere is skipped with an error line, the others are listed, and the exit cod
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, scan_records
+from repro.errors import CommandParser
 
 
 def render(records: list[JobRecord], states: dict[str, str]) -> str:
@@ -37,7 +37,7 @@ def summary_line(states: dict[str, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="repro jobs", description=__doc__.split("\n\n")[0])
+    p = CommandParser(prog="repro jobs", description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default="runs", help="runs_root the jobs were submitted from")
     p.add_argument("--watch", action="store_true", help="redraw until every job has ended")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between redraws")

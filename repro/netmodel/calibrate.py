@@ -31,7 +31,7 @@ from tqdm import tqdm
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.record import CommRecord
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.netmodel.calibrate_fit import (
     JOINT,
     FitKey,
@@ -139,13 +139,8 @@ def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"repro calibrate: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="repro calibrate", description=__doc__.splitlines()[0])
+    p = CommandParser(prog="repro calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (each >= 2)")
     p.add_argument("--sizes", default="1K,4K,16K,64K,256K,1M,4M,16M,64M", help="bytes, K/M")
     p.add_argument("--ops", default=",".join(OPS), help=f"collectives among {', '.join(OPS)}")

@@ -13,18 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.netmodel.cost import COMPRESSED, EXCHANGES, Link, adasum_vhdd, cheapest
 from repro.netmodel.schedule import gbps_to_Bps
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"repro cost: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="repro cost", description=__doc__.splitlines()[0])
+    p = CommandParser(prog="repro cost", description=__doc__.splitlines()[0])
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--model", help="model name: the repro zoo first, then torchvision")
     size.add_argument("--params", type=int, help="parameter count instead of a model")

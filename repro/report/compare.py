@@ -13,14 +13,13 @@ legend says which group a run belongs to.
 
 from __future__ import annotations
 
-import argparse
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from repro.claims.claims_file import load_claims
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
@@ -152,7 +151,7 @@ def page(
 def main(argv: list[str]) -> int:
     import shlex
 
-    p = argparse.ArgumentParser(prog="repro report compare", description=__doc__.splitlines()[0])
+    p = CommandParser(prog="repro report compare", description=__doc__.splitlines()[0])
     p.add_argument("runs_or_groups", nargs="+", metavar="RUN_OR_GROUP")
     p.add_argument("--runs", default="runs", help="root run ids and groups are looked up in")
     p.add_argument("--metric", default="train/loss", help="y axis (default train/loss)")

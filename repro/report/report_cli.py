@@ -25,17 +25,12 @@ import sys
 from pathlib import Path
 
 from repro.claims.claims_file import SCALES, known_papers
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.report.build import build_report, default_claims_dir
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"{self.prog}: {message}")
-
-
 def _paper_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="repro report", description="one paper's reproduction report")
+    p = CommandParser(prog="repro report", description="one paper's reproduction report")
     p.add_argument("paper", help="a paper with a claims file, e.g. adacomm")
     p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
@@ -70,7 +65,7 @@ def _paper(argv: list[str]) -> int:
 
 
 def _all(argv: list[str]) -> int:
-    p = _Parser(prog="repro report all", description="every paper's report and an index")
+    p = CommandParser(prog="repro report all", description="every paper's report and an index")
     p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
@@ -110,7 +105,7 @@ def _compare(argv: list[str]) -> int:
 
 
 def _publish(argv: list[str]) -> int:
-    p = _Parser(prog="repro report publish", description="publish a saved W&B Report spec")
+    p = CommandParser(prog="repro report publish", description="publish a saved W&B Report spec")
     p.add_argument("path", help="wandb_report.json, or the report directory holding it")
     from repro.track.wandb_publish import publish_saved
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 
@@ -40,13 +40,17 @@ def parse_seeds(text: str) -> int:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[str]]:
-    p = argparse.ArgumentParser(prog="repro reproduce", description=__doc__)
+    p = CommandParser(prog="repro reproduce", description=__doc__)
     p.add_argument("paper", help=f"one of {papers()}")
     p.add_argument("--no-report", action="store_true", help="run the set, skip the report")
     p.add_argument("--reports", default="reports", help="where reports are written")
     p.add_argument("--claims", help="the claims directory (default: reports/claims)")
+    # a default keeps argparse from listing the optional overrides as required
     p.add_argument(
-        "overrides", nargs="*", help="scale=small|paper|tiny, seeds=N and Hydra overrides"
+        "overrides",
+        nargs="*",
+        default=[],
+        help="scale=small|paper|tiny, seeds=N and Hydra overrides",
     )
     args = p.parse_intermixed_args(argv)
     scale, seeds, extra = "small", None, []

@@ -30,7 +30,7 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
@@ -42,7 +42,7 @@ SPEC_DIR = REPO / "sweeps" / "tune"
 
 def _parser() -> argparse.ArgumentParser:
     about = "`repro sweep`: run, continue, show and browse an Optuna sweep."
-    p = argparse.ArgumentParser(prog="repro sweep", usage=USAGE, description=about)
+    p = CommandParser(prog="repro sweep", usage=USAGE, description=about)
     p.add_argument(
         "action",
         nargs="?",
@@ -145,7 +145,7 @@ def tune_spec_path(paper: str, scale: str) -> Path:
 
 
 def _tune_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="repro tune",
         usage=TUNE_USAGE,
         description=(__doc__ or "").split("\n\n")[-1],

@@ -17,21 +17,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError
+from repro.errors import CommandParser, UserError
 from repro.track.runs import RunData, find_runs, read_run
 
 DEFAULT_ROOT = "runs"  # the trainer's default `runs_root`
 LS_METRICS = ("train/loss", "test/acc")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"repro runs: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="repro runs", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = CommandParser(prog="repro runs", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     ls = sub.add_parser("ls", help="list runs under ROOT")
     ls.add_argument("root", nargs="?", default=DEFAULT_ROOT)
     ls.add_argument("--group", help="only runs of this wandb group")

@@ -3,6 +3,8 @@
 import pytest
 import yaml
 
+from repro import cli
+from repro.report.report_cli import SUBCOMMANDS
 from tests.helpers import REPO, repro_cli
 
 CASES = [
@@ -174,3 +176,20 @@ def test_resume_with_another_config_is_refused(tmp_path):
 def test_unknown_command_and_paper(tmp_path):
     _assert_one_line_error(repro_cli("frobnicate", cwd=tmp_path), "frobnicate")
     _assert_one_line_error(repro_cli("reproduce", "nopaper", cwd=tmp_path), "nopaper")
+
+
+COMMAND_LINES = [[c] for c in cli.COMMANDS] + [["report", s] for s in SUBCOMMANDS]
+
+
+@pytest.mark.parametrize("command", COMMAND_LINES, ids=" ".join)
+def test_a_wrong_flag_is_one_line_naming_the_command_and_its_help(command, capsys):
+    """Every command's parser, run as `repro` runs it: an unknown flag (or the missing
+    argument argparse names first) is the same one line as any other bad input, not
+    argparse's usage block and its own exit."""
+    rc = cli.main([*command, "--bogus"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("error:"), err
+    assert "--bogus" in err or "required" in err, err
+    if command != ["train"]:  # Hydra's own line, checked with the other Hydra cases
+        assert f"`repro {' '.join(command)} --help`" in err, err
