@@ -252,6 +252,8 @@ def known_papers(claims_dir: Path) -> list[str]:
 def load_claims(paper: str, claims_dir: Path) -> ClaimsFile:
     """Load and validate `<claims_dir>/<paper>.yaml`; UserError naming the mistake."""
     path = claims_dir / f"{paper}.yaml"
+    if not claims_dir.is_dir():
+        raise UserError(f"claims directory {claims_dir} does not exist; --claims names one")
     if not path.is_file():
         known = ", ".join(known_papers(claims_dir)) or "none"
         raise UserError(f"unknown paper '{paper}': no {path}; known papers: {known}")

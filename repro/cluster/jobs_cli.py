@@ -15,7 +15,7 @@ import sys
 import time
 
 from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, scan_records
-from repro.errors import CommandParser
+from repro.errors import CommandParser, UserError
 
 
 def render(records: list[JobRecord], states: dict[str, str]) -> str:
@@ -42,6 +42,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--watch", action="store_true", help="redraw until every job has ended")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between redraws")
     args = p.parse_args(argv)
+    if args.interval <= 0:
+        raise UserError(f"repro jobs: --interval={args.interval} must be above 0 seconds")
     records, notes, damaged = scan_records(args.root)
     for note in notes:
         print(note, file=sys.stderr)

@@ -122,16 +122,18 @@ def measure(
     return out
 
 
-def _parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("B")
+def _parse_size(entry: str) -> int:
+    text = entry.strip().upper().removesuffix("B")
     unit = text[-1] if text and text[-1] in _UNITS else ""
     try:
         value = float(text[: len(text) - len(unit)])
     except ValueError:
-        raise UserError(f"calibrate: --sizes entry {text!r} is not a size like 1K or 64M") from None
+        raise UserError(
+            f"repro calibrate: --sizes entry {entry!r} is not a size like 1K or 64M"
+        ) from None
     nbytes = int(value * _UNITS[unit])
     if nbytes < 4:
-        raise UserError(f"calibrate: --sizes entry {text!r} must be at least 4 bytes")
+        raise UserError(f"repro calibrate: --sizes entry {entry!r} must be at least 4 bytes")
     return nbytes
 
 

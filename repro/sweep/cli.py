@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from repro.sweep.spec import load_spec
 
     if args.action == "dashboard":
+        if not 1 <= args.port <= 65535:
+            raise UserError(f"--port={args.port} must be a TCP port, 1 to 65535")
         _dashboard(args.spec, args.port)
         return 0
     spec = load_spec(args.spec)

@@ -193,3 +193,21 @@ def test_a_wrong_flag_is_one_line_naming_the_command_and_its_help(command, capsy
     assert "--bogus" in err or "required" in err, err
     if command != ["train"]:  # Hydra's own line, checked with the other Hydra cases
         assert f"`repro {' '.join(command)} --help`" in err, err
+
+
+REFUSED = [
+    (["jobs", "--watch", "--interval", "0"], "--interval=0.0"),
+    (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
+    (["calibrate", "--sizes", "1K,abc"], "'abc'"),
+    (["reproduce", "adacomm", "--claims", "no_such_dir"], "claims directory no_such_dir"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", REFUSED, ids=[r[0][0] for r in REFUSED])
+def test_an_option_out_of_range_is_refused_before_anything_runs(
+    argv, needle, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
+    rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
