@@ -127,6 +127,8 @@ class Config:
     runs_root: str = "runs"
 
     def __post_init__(self):
+        if not 0 <= self.seed < 2**32:  # numpy's range: MNIST-1D is generated from it
+            raise UserError(f"seed={self.seed} must be in 0 .. {2**32 - 1}")
         n_train = self.workload.train_size()
         if (n_train // self.trainer.world_size) // self.trainer.batch_size < 1:
             raise UserError(

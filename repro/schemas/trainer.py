@@ -75,18 +75,13 @@ class TrainerConfig:
     divergence: DivergenceConfig = field(default_factory=DivergenceConfig)
 
     def __post_init__(self):
-        if self.world_size < 1:
-            raise UserError(f"trainer.world_size={self.world_size} must be at least 1")
-        if self.batch_size < 1:
-            raise UserError(f"trainer.batch_size={self.batch_size} must be at least 1")
-        if self.steps < 1:
-            raise UserError(f"trainer.steps={self.steps} must be at least 1")
+        for name in ("world_size", "batch_size", "steps", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"trainer.{name}={getattr(self, name)} must be at least 1")
         if self.time_budget_s < 0:
             raise UserError(f"trainer.time_budget_s={self.time_budget_s} must be >= 0 (0 = none)")
         if not 0 <= self.target_acc <= 1:
             raise UserError(f"trainer.target_acc={self.target_acc} must be in (0, 1] (0 = none)")
-        if self.eval_every < 1 or self.checkpoint_every < 1:
-            raise UserError("trainer.eval_every and trainer.checkpoint_every must be at least 1")
         if self.keep_checkpoints < 1:
             raise UserError(
                 f"trainer.keep_checkpoints={self.keep_checkpoints} must be at least 1 (2 lets a "

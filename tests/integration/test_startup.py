@@ -68,6 +68,8 @@ CONFIG_ERRORS = [
     (["method=adasum", "method.combiner=max"], "method.combiner='max' must be one of"),
     (["method=adasum", "trainer.world_size=3"], "Adasum needs a power-of-two number"),
     (["method=local_sgd", "method.tau=0"], "method.tau=0 must be at least 1"),
+    (["trainer.checkpoint_every=0"], "trainer.checkpoint_every=0 must be at least 1"),
+    (["seed=-1"], "seed=-1 must be in 0 .. 4294967295"),
 ]
 
 
