@@ -28,7 +28,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
-from repro.errors import UserError
+from repro.errors import UserError, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig
@@ -127,8 +127,7 @@ class Config:
     runs_root: str = "runs"
 
     def __post_init__(self):
-        if not 0 <= self.seed < 2**32:  # numpy's range: MNIST-1D is generated from it
-            raise UserError(f"seed={self.seed} must be in 0 .. {2**32 - 1}")
+        require_seed("seed", self.seed)
         n_train = self.workload.train_size()
         if (n_train // self.trainer.world_size) // self.trainer.batch_size < 1:
             raise UserError(

@@ -19,6 +19,13 @@ def require_choice(setting: str, value: object, choices, hint: str = "") -> None
         raise UserError(f"{setting}={value!r} is unknown; choose one of {list(choices)}{tail}")
 
 
+def require_seed(setting: str, value: int) -> None:
+    """Refuse a seed outside numpy's 0 .. 2**32 - 1 (MNIST-1D and PowerSGD's projections draw
+    from numpy) before any run starts, rather than with numpy's traceback inside one."""
+    if not 0 <= value < 2**32:
+        raise UserError(f"{setting}={value} must be in 0 .. {2**32 - 1}")
+
+
 class CommandParser(argparse.ArgumentParser):
     """The argument parser of every `repro` command: a wrong flag or a missing argument is a
     `UserError` (one line, exit 2) naming the command and where its usage is, as any other

@@ -40,6 +40,14 @@ class OptimConfig:
             raise UserError(f"optim.momentum={self.momentum} must be in [0, 1)")
         if self.weight_decay < 0:
             raise UserError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise UserError(
+                f"optim.betas={self.betas} must be two values in [0, 1), e.g. [0.9,0.999]"
+            )
+        if not self.eps >= 0:
+            raise UserError(f"optim.eps={self.eps} must be >= 0 (e.g. 1e-8)")
+        if any(m <= 0 for m in self.milestones):
+            raise UserError(f"optim.milestones={self.milestones} must be epochs above 0")
         if any(b <= a for a, b in zip(self.milestones, self.milestones[1:], strict=False)):
             raise UserError(f"optim.milestones={self.milestones} must be strictly increasing")
         if not 0 < self.gamma <= 1:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from repro.compress.pairing import require_exchange
-from repro.errors import UserError
+from repro.errors import UserError, require_seed
 from repro.strategies.base import MethodConfig, register
 from repro.strategies.compressed_sgd import CompressedSGD, Parts
 
@@ -47,6 +47,7 @@ class PowerSGDConfig(MethodConfig):
             raise UserError(f"method.min_compression_rate={self.min_compression_rate} must be >= 0")
         if not self.epsilon >= 0:
             raise UserError(f"method.epsilon={self.epsilon} must be >= 0 (0, or e.g. 1e-8)")
+        require_seed("method.seed", self.seed)
         require_exchange(
             "powersgd", self.exchange, "factors P and Q, summed between its rounds", ("allreduce",)
         )

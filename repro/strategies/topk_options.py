@@ -22,7 +22,7 @@ from repro.compress.ratio import (
     check_reprobe_change,
     check_weights,
 )
-from repro.errors import UserError, require_choice
+from repro.errors import UserError, require_choice, require_seed
 
 if TYPE_CHECKING:
     from repro.strategies.topk import TopKConfig
@@ -39,6 +39,7 @@ def check_options(cfg: TopKConfig) -> None:
     require_choice("method.cr_controller", cfg.cr_controller, CONTROLLERS)
     require_choice("method.collective", cfg.collective, COLLECTIVES)
     require_choice("method.leader", cfg.leader, LEADERS)
+    require_seed("method.seed", cfg.seed)
     if cfg.leader == "none" and cfg.collective != "allgather":
         raise UserError(
             f"method.collective={cfg.collective} with method.leader=none: an allreduce cannot "

@@ -70,6 +70,11 @@ CONFIG_ERRORS = [
     (["method=local_sgd", "method.tau=0"], "method.tau=0 must be at least 1"),
     (["trainer.checkpoint_every=0"], "trainer.checkpoint_every=0 must be at least 1"),
     (["seed=-1"], "seed=-1 must be in 0 .. 4294967295"),
+    (["method=powersgd", "method.seed=-1"], "method.seed=-1 must be in 0 .. 4294967295"),
+    (["method=topk", "method.seed=-1"], "method.seed=-1 must be in 0 .. 4294967295"),
+    (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two values in [0, 1)"),
+    (["optim.eps=-1"], "optim.eps=-1.0 must be >= 0"),
+    (["optim.milestones=[-0.5]"], "optim.milestones=[-0.5] must be epochs above 0"),
 ]
 
 
