@@ -59,8 +59,10 @@ class ClusterConfig:
         require_choice("cluster.kind", self.kind, CLUSTERS)
         if self.nodes < 1:
             raise UserError(f"cluster.nodes={self.nodes} must be at least 1")
-        if self.gpus_per_node < 0 or self.cpus_per_task < 1:
-            raise UserError("cluster.gpus_per_node must be >= 0 and cluster.cpus_per_task >= 1")
+        if self.gpus_per_node < 0:
+            raise UserError(f"cluster.gpus_per_node={self.gpus_per_node} must be >= 0")
+        if self.cpus_per_task < 1:
+            raise UserError(f"cluster.cpus_per_task={self.cpus_per_task} must be at least 1")
         if self.time_min < 1:
             raise UserError(f"cluster.time_min={self.time_min} must be at least 1 minute")
         if self.mem_gb is not None and self.mem_gb <= 0:
