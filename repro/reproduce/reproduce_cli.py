@@ -27,6 +27,7 @@ from repro.config import compose, papers
 from repro.errors import CommandParser, UserError
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
+from repro.storage import storage_error
 
 
 def parse_seeds(text: str) -> int:
@@ -70,6 +71,7 @@ def main(argv: list[str]) -> int:
     experiment = runs[0][1].experiment
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also = None, Path(args.claims or "."), ""
+    reports = Path(args.reports) / args.paper
     if not args.no_report:
         from repro.claims.claims_file import load_claims
         from repro.claims.seed_caps import check_seed_caps
@@ -91,6 +93,11 @@ def main(argv: list[str]) -> int:
         workers = max(1, min(os.cpu_count() or 1, search.n_trials))
         if here:
             also += f"; then {search_minutes(search, experiment, workers)}"
+    if claims is not None:  # a report that cannot be written stops us before any run
+        try:
+            reports.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(reports, e, "--reports") from None
     try:
         launched = launch_runs(
             runs,
@@ -129,8 +136,6 @@ def main(argv: list[str]) -> int:
         return 0
     from repro.report.build import build_report
 
-    out = build_report(
-        args.paper, root, Path(args.reports) / args.paper, scale=scale, claims_dir=claims_dir
-    )
+    out = build_report(args.paper, root, reports, scale=scale, claims_dir=claims_dir)
     print(f"report: {out}")
     return 0

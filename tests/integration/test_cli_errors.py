@@ -200,14 +200,26 @@ REFUSED = [
     (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
     (["calibrate", "--sizes", "1K,abc"], "'abc'"),
     (["reproduce", "adacomm", "--claims", "no_such_dir"], "claims directory no_such_dir"),
+    (["reproduce", "adacomm", "--reports", "/dev/null/r"], "/dev/null/r/adacomm: not a directory"),
 ]
 
 
-@pytest.mark.parametrize("argv,needle", REFUSED, ids=[r[0][0] for r in REFUSED])
-def test_an_option_out_of_range_is_refused_before_anything_runs(
+@pytest.mark.parametrize("argv,needle", REFUSED, ids=[r[0][-2] for r in REFUSED])
+def test_a_bad_option_is_refused_before_anything_runs(
     argv, needle, capsys, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
     rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_path):
+    spec = yaml.safe_load((REPO / "sweeps" / "topk_cr_pareto.yaml").read_text())
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**spec, "out": "/dev/null/sweeps"}))
+    rc = cli.main(["sweep", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: /dev/null/sweeps/topk_cr_pareto: not a directory"), err
+    assert "`out:`" in err
