@@ -24,8 +24,9 @@ from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, fmt, to
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
+from repro.storage import storage_error
 from repro.track.runs import find_runs, read_run
-from repro.track.series import Run, cfg, label_of, points, seed_of, x_metric
+from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
 
 GROUP_STYLES = ("-", "--", ":", "-.")
 COLUMNS = ["run", "label", "group", "run id", "points"]
@@ -106,7 +107,13 @@ def curves(runs: Sequence[Run], metric: str, x: str) -> tuple[list[Curve], list[
             continue
         out.append(Curve(name, run, xs, [float(y) for y in ys]))
     if not out:
-        raise UserError(f"none of the {len(runs)} runs logged '{metric}' against '{x_metric(x)}'")
+        logged = sorted(
+            {k for r in runs for row in r.history for k in row if not k.startswith("_")}
+        )
+        raise UserError(
+            f"none of the {len(runs)} runs logged '{metric}' against '{x_metric(x)}'; "
+            f"--metric and --x take one of {', '.join(logged)} (--x also {', '.join(CLOCKS)})"
+        )
     return out, skipped
 
 
@@ -126,7 +133,10 @@ def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Pat
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(path.parent, e, "--out") from None
     fig.savefig(path, format="png")
     return path
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from repro.errors import UserError
 from repro.report.compare import main as compare
 from repro.track.runs import read_run
 from tests.helpers import train
@@ -49,3 +50,8 @@ def test_powersgd_and_signsgd_compare_beside_the_papers_baseline(tmp_path, own_w
         assert read_run(row[-1]).config["method"]["name"] == row[1]
         assert row[5] == "24"  # its curve reaches the run's last step
     assert (out / "compare.png").stat().st_size > 0
+    # a metric no run logged: the line lists what they did log; an --out that cannot be made
+    with pytest.raises(UserError, match=r"logged 'test/accuracy' .* take one of .*test/acc, "):
+        compare([*args, "--metric", "test/accuracy"])
+    with pytest.raises(UserError, match=r"^/dev/null/compare: not a directory; .* --out"):
+        compare([*args[:-1], "/dev/null/compare"])
