@@ -205,9 +205,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("argv,needle", REFUSED, ids=[r[0][-2] for r in REFUSED])
-def test_a_bad_option_is_refused_before_anything_runs(
-    argv, needle, capsys, tmp_path, monkeypatch
-):
+def test_a_bad_option_is_refused_before_anything_runs(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
     rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
     err = capsys.readouterr().err.strip()
