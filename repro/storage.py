@@ -49,6 +49,22 @@ def out_of_space(path: Path | str) -> OSError | None:
     return None
 
 
+def check_creatable(path: Path, setting: str) -> None:
+    """Raise `storage_error` now if folder `path` could not be made later: its nearest
+    existing ancestor is not a directory, or is not writable. Creates nothing, so a command
+    refused for another reason afterwards leaves no empty folder behind."""
+    here = Path(path).absolute()
+    while not here.exists():
+        here = here.parent
+    if not here.is_dir():
+        raise storage_error(path, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), setting)
+    full = out_of_space(here)  # before access(), which calls a read-only mount "denied"
+    if full is not None:
+        raise storage_error(path, full, setting)
+    if not os.access(here, os.W_OK | os.X_OK):
+        raise storage_error(path, OSError(errno.EACCES, os.strerror(errno.EACCES)), setting)
+
+
 def probe_write(directory: Path | str) -> None:
     """Write, sync and remove one byte in `directory`: raises the OSError a real write
     would (creating an empty file still succeeds on a full disk, writing does not)."""

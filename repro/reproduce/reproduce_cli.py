@@ -27,7 +27,7 @@ from repro.config import compose, papers
 from repro.errors import CommandParser, UserError
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
-from repro.storage import storage_error
+from repro.storage import check_creatable
 
 
 def parse_seeds(text: str) -> int:
@@ -60,6 +60,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
             scale = ov.split("=", 1)[1]
         elif ov.startswith("seeds="):
             seeds = parse_seeds(ov.split("=", 1)[1])
+        elif ov.lstrip("+~").split("=", 1)[0] == "experiment":
+            paper, named, scale_of = ov.partition("=")[2].rpartition("_")
+            if not named:
+                paper, scale_of = "PAPER", "SCALE"
+            raise UserError(
+                f"{ov}: the run set is chosen by PAPER and scale=, not overridden; drop it "
+                f"(`repro reproduce {paper} scale={scale_of}` runs "
+                "configs/experiment/PAPER_SCALE.yaml)"
+            )
         else:
             extra.append(ov)
     return args, scale, seeds, extra
@@ -94,10 +103,7 @@ def main(argv: list[str]) -> int:
         if here:
             also += f"; then {search_minutes(search, experiment, workers)}"
     if claims is not None:  # a report that cannot be written stops us before any run
-        try:
-            reports.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error(reports, e, "--reports") from None
+        check_creatable(reports, "--reports")
     try:
         launched = launch_runs(
             runs,

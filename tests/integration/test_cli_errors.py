@@ -201,15 +201,22 @@ REFUSED = [
     (["calibrate", "--sizes", "1K,abc"], "'abc'"),
     (["reproduce", "adacomm", "--claims", "no_such_dir"], "claims directory no_such_dir"),
     (["reproduce", "adacomm", "--reports", "/dev/null/r"], "/dev/null/r/adacomm: not a directory"),
+    (
+        ["reproduce", "adacomm", "experiment=topk_small"],
+        "drop it (`repro reproduce topk scale=small`",
+    ),
 ]
 
 
-@pytest.mark.parametrize("argv,needle", REFUSED, ids=[r[0][-2] for r in REFUSED])
+@pytest.mark.parametrize(
+    "argv,needle", REFUSED, ids=[next(a for a in r[0] if a[0] == "-" or "=" in a) for r in REFUSED]
+)
 def test_a_bad_option_is_refused_before_anything_runs(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
     rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_path):

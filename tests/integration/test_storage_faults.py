@@ -19,6 +19,7 @@ import torch
 
 from repro.errors import UserError
 from repro.schemas.tracking import TrackingConfig
+from repro.storage import check_creatable
 from repro.track.runs import read_run
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
@@ -127,6 +128,20 @@ def test_read_only_run_dir(small_fs):
     with pytest.raises(UserError) as err:
         checkpoint.check_run_dir(run_dir, {"seed": 0})
     assert "cannot be written (Read-only file system)" in str(err.value)
+
+
+def test_a_folder_that_could_not_be_made_is_refused_before_it_is_needed(small_fs):
+    reports = small_fs / "reports" / "adacomm"
+    check_creatable(reports, "--reports")  # room and writable: passes, making nothing
+    filler = fill(small_fs)
+    with pytest.raises(UserError) as err:
+        check_creatable(reports, "--reports")
+    assert str(err.value) == f"{reports}: {FULL.format('--reports')}"
+    filler.unlink()
+    remount_read_only(small_fs)
+    with pytest.raises(UserError, match="read-only file system; make it writable or set --r"):
+        check_creatable(reports, "--reports")
+    assert list(small_fs.iterdir()) == []
 
 
 def test_full_data_root_leaves_no_temporary_file(small_fs):
