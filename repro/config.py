@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,6 +210,9 @@ def to_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> Config:
             raise cause from None
         raise UserError(hydra_overrides.explain(e, list(overrides), CONFIG_DIR)) from None
     schema = as_dict(built)
+    for key, value in _floats(schema):
+        if not math.isfinite(value):  # nan passes every range check (its comparisons fail)
+            raise UserError(f"{key}={value} must be a finite number")
     extra = hydra_overrides.extra_keys(cfg, schema)
     if extra:
         known = hydra_overrides.known_keys(schema)
@@ -217,6 +221,18 @@ def to_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> Config:
             + " (an added key no config has would be ignored)"
         )
     return built
+
+
+def _floats(node: object, key: str = "") -> Iterator[tuple[str, float]]:
+    """(dotted key, value) of every float in a config's nested dicts and lists."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _floats(v, f"{key}.{k}" if key else k)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _floats(v, f"{key}[{i}]")
+    elif isinstance(node, float):
+        yield key, node
 
 
 def _check_group_choices(overrides: list[str]) -> None:
