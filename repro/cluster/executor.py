@@ -61,6 +61,12 @@ def default_partition() -> str:
     out = subprocess.run(
         ["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=60, check=False
     )
+    if out.returncode != 0:  # no controller answered: not the same as no default partition
+        said = (out.stderr or out.stdout).strip().splitlines()
+        raise UserError(
+            f"sinfo cannot reach a SLURM controller ({said[-1] if said else 'no output'}); "
+            "start SLURM (here: make slurm-up, then cluster=slurm_local) or use cluster=local"
+        )
     for line in out.stdout.split():
         if line.endswith("*"):
             return line[:-1]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.cluster.executor import default_partition
 from repro.cluster.slurm_env import _gpus, job_log_tail, partition_info, sbatch_available
 from repro.errors import UserError
 
@@ -58,3 +59,13 @@ def test_no_slurm_tools_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert sbatch_available() is False
     with pytest.raises(UserError, match="scontrol not found"):
         partition_info("debug")
+
+
+def test_an_unreachable_controller_is_said_so_not_a_missing_partition(monkeypatch) -> None:
+    """Without a configuration sinfo finds no controller (this machine has none outside
+    `make slurm-up`'s, whose SLURM_CONF the local cluster's env file sets)."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    with pytest.raises(
+        UserError, match=r"^sinfo cannot reach a SLURM controller \(.*cluster=local"
+    ):
+        default_partition()
