@@ -12,6 +12,13 @@ from repro.bench import BENCHMARKS
 
 
 def main(argv: list[str]) -> int:
+    known = [b.rsplit(".", 1)[1] for b in BENCHMARKS]
+    unknown = [a for a in argv if a not in known]
+    if unknown:  # before anything runs or latest.txt is replaced
+        print(
+            f"error: no benchmark {unknown[0]!r}; choose from {', '.join(known)}", file=sys.stderr
+        )
+        return 2
     chosen = [b for b in BENCHMARKS if not argv or b.rsplit(".", 1)[1] in argv]
     lines: list[str] = []
     for name in chosen:

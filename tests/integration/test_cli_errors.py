@@ -228,3 +228,13 @@ def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_pat
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: /dev/null/sweeps/topk_cr_pareto: not a directory"), err
     assert "`out:`" in err
+
+
+def test_an_unknown_benchmark_is_refused_and_keeps_the_last_results(capsys, tmp_path, monkeypatch):
+    from repro.bench.__main__ import main as bench
+
+    monkeypatch.chdir(tmp_path)
+    assert bench(["step_floor", "stepfloor"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no benchmark 'stepfloor'; choose from ") and "step_floor" in err
+    assert list(tmp_path.iterdir()) == []  # nothing run, bench-results/latest.txt untouched
