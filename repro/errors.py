@@ -1,7 +1,8 @@
 """The one exception type that means "the user asked for something we cannot do".
 
 The CLI turns a `UserError` into a single line on stderr and a non-zero exit code, with no
-traceback: the message must name the setting and the fix.
+traceback: the message must name the setting and the fix. Beside it, the checks and the
+argument parser that every command shares, so that each refuses in the same words.
 """
 
 import argparse

@@ -51,8 +51,9 @@ def out_of_space(path: Path | str) -> OSError | None:
 
 def check_creatable(path: Path, setting: str) -> None:
     """Raise `storage_error` now if folder `path` could not be made later: its nearest
-    existing ancestor is not a directory, or is not writable. Creates nothing, so a command
-    refused for another reason afterwards leaves no empty folder behind."""
+    existing ancestor is not a directory, is on a full or read-only disk, or is not
+    writable. Creates nothing, so a command refused for another reason afterwards leaves no
+    empty folder behind."""
     here = Path(path).absolute()
     while not here.exists():
         here = here.parent
