@@ -49,6 +49,14 @@ def out_of_space(path: Path | str) -> OSError | None:
     return None
 
 
+def make_dir(path: Path, setting: str) -> None:
+    """`mkdir -p path`; an OSError becomes `storage_error` naming `setting`."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(path, e, setting) from None
+
+
 def check_creatable(path: Path, setting: str) -> None:
     """Raise `storage_error` now if folder `path` could not be made later: its nearest
     existing ancestor is not a directory, is on a full or read-only disk, or is not

@@ -21,7 +21,7 @@ from repro.pages.writer import FigureOut, to_html, to_markdown
 from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
-from repro.storage import storage_error
+from repro.storage import make_dir
 from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
@@ -105,10 +105,7 @@ def render_parts(
     refers only to files that exist.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise storage_error(out_dir, e, "--out") from None
+    make_dir(out_dir, "--out")
     results = evaluate(claims.claims, runs, scale)
     figures = []
     for spec in claims.figures:

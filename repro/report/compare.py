@@ -24,7 +24,7 @@ from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, fmt, to
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
-from repro.storage import storage_error
+from repro.storage import make_dir
 from repro.track.runs import find_runs, read_run
 from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
 
@@ -133,10 +133,7 @@ def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Pat
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise storage_error(path.parent, e, "--out") from None
+    make_dir(path.parent, "--out")
     fig.savefig(path, format="png")
     return path
 

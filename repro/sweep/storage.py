@@ -43,7 +43,7 @@ from urllib.parse import unquote
 
 from repro.errors import UserError
 from repro.locks import FileLock, held, take
-from repro.storage import storage_error
+from repro.storage import make_dir
 
 if TYPE_CHECKING:
     import optuna
@@ -147,10 +147,7 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
     if spec.storage is None:
         from repro.sweep.journal import open_journal_file
 
-        try:
-            spec.study_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error(spec.study_dir, e, "the spec's `out:`") from None
+        make_dir(spec.study_dir, "the spec's `out:`")
         return open_journal_file(spec.study_dir / "journal.log")
     url = expand_storage_url(spec.storage)
     engine_kwargs: dict = {"pool_pre_ping": True}

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from repro.errors import UserError
-from repro.storage import atomic_write, probe_write, storage_error
+from repro.storage import atomic_write, make_dir, probe_write
 
 COMMIT = "commit.json"
 STEP_PREFIX = "step_"
@@ -190,13 +190,6 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
         )
 
 
-def make_run_dir(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise storage_error(run_dir, e, "run_dir") from None
-
-
 def repair_config(run_dir: Path, identity: dict) -> None:
     """Write config.yaml again if it is damaged (`check_run_dir` found it this run's by
     its commit records), saying so; nothing when it is intact."""
@@ -214,7 +207,7 @@ def record_run_dir(run_dir: Path, identity: dict) -> None:
     Also removes the step directories without a commit record: a checkpoint that a full
     disk or a kill cut short would otherwise hold its space until the next commit. Every
     process of a run calls this before the rendezvous, so no worker is saving yet."""
-    make_run_dir(run_dir)
+    make_dir(run_dir, "run_dir")
     repair_config(run_dir, identity)
     from repro.train.checkpoint_pick import legacy_step
 

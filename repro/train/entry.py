@@ -22,6 +22,7 @@ from repro.comm.devices import pick_device
 from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
+from repro.storage import make_dir
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose, finished_summary
 from repro.train.divergence import Diverged
@@ -85,7 +86,7 @@ def run_training(cfg: Config) -> dict:
     if external is not None and external[0] != 0:
         return _train(cfg, device, external)
     run_dir = run_dir_of(cfg)
-    checkpoint.make_run_dir(run_dir)
+    make_dir(run_dir, "run_dir")
     with run_lock(run_dir):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
