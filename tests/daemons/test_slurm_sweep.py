@@ -29,10 +29,11 @@ from tests.helpers import REPO, repro_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
-STEPS, EVERY = 120, 20
-"""120 steps of 50 ms slept modeled compute: a trial lasts over 6 s, checkpointed every 20; the
-victim is taken while its last checkpoint is at step 20, 40 or 60: a window of 3 s for a poll
-on a loaded machine, with at least 3 s of sleep left before its trial could end."""
+STEPS, EVERY = 200, 20
+"""200 steps of 50 ms slept modeled compute: a trial lasts over 10 s, checkpointed every 20;
+the victim is taken while its last checkpoint is at step 20 to 100: a window of 5 s for a poll
+on a loaded machine (3 s was missed once beside the rest of the suite: both trials first seen
+running at step 100), with at least 5 s of sleep left before its trial could end."""
 
 
 def _write_spec(tmp_path: Path, pg_url: str) -> Path:
