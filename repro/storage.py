@@ -9,10 +9,11 @@ non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -55,6 +56,33 @@ def make_dir(path: Path, setting: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise storage_error(path, e, setting) from None
+
+
+@contextlib.contextmanager
+def fresh_dir(path: Path, setting: str, scaffolding: tuple[str, ...]) -> Iterator[None]:
+    """`make_dir(path, setting)` for the body. If the body fails while the folder, missing
+    or empty before, holds nothing but `scaffolding` files, those files and every folder
+    made here are removed: a run refused after its folder was made but before it wrote
+    anything of its own (wandb cannot log in) leaves nothing half-written. A folder that
+    held anything before (a run to resume), or holds anything else by then (a checkpoint, a
+    log), is kept as it is."""
+    made = []
+    here = Path(path).absolute()
+    while not here.exists():
+        made.append(here)
+        here = here.parent
+    fresh = bool(made) or (here.is_dir() and not any(here.iterdir()))
+    make_dir(path, setting)
+    try:
+        yield
+    except BaseException:
+        if fresh and all(f.name in scaffolding for f in path.iterdir()):
+            for name in scaffolding:
+                (path / name).unlink(missing_ok=True)
+            for folder in made:
+                with contextlib.suppress(OSError):  # another run's folder since: keep it
+                    folder.rmdir()
+        raise
 
 
 def check_creatable(path: Path, setting: str) -> None:

@@ -39,6 +39,7 @@ from repro.errors import UserError
 from repro.storage import atomic_write, make_dir, probe_write
 
 COMMIT = "commit.json"
+CONFIG_FILE = "config.yaml"
 STEP_PREFIX = "step_"
 
 
@@ -125,7 +126,7 @@ def committed_hashes(run_dir: Path) -> set[str]:
 def recorded_identity(run_dir: Path) -> tuple[dict | None, str]:
     """(the identity config.yaml records, "") or (None, why it cannot be read)."""
     try:
-        recorded = yaml.safe_load((run_dir / "config.yaml").read_bytes())
+        recorded = yaml.safe_load((run_dir / CONFIG_FILE).read_bytes())
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         return None, f"it is not valid YAML ({type(e).__name__})"
     if not isinstance(recorded, dict):
@@ -173,7 +174,7 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
             f"run_dir={run_dir} cannot be written ({e.strerror or e}); pass a writable run_dir=..."
         ) from None
     _check_name_lengths(run_dir, existing)
-    cfg_file = run_dir / "config.yaml"
+    cfg_file = run_dir / CONFIG_FILE
     if not cfg_file.exists() or hash_of(identity) in committed_hashes(run_dir):
         return
     recorded, why = recorded_identity(run_dir)
@@ -193,7 +194,7 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
 def repair_config(run_dir: Path, identity: dict) -> None:
     """Write config.yaml again if it is damaged (`check_run_dir` found it this run's by
     its commit records), saying so; nothing when it is intact."""
-    cfg_file = run_dir / "config.yaml"
+    cfg_file = run_dir / CONFIG_FILE
     recorded = recorded_identity(run_dir)[0] if cfg_file.exists() else None
     if recorded is None or config_diff(recorded, identity):
         if cfg_file.exists():

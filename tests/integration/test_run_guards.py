@@ -16,6 +16,7 @@ import pytest
 from repro.cluster.launcher import launch_runs
 from repro.config import compose, run_dir_of
 from repro.errors import UserError
+from repro.storage import fresh_dir
 from repro.train.run_lock import run_lock
 from tests.helpers import TINY, repro_cli
 from tests.integration.test_state_faults import cli
@@ -95,6 +96,54 @@ def test_names_the_file_system_cannot_hold_and_a_file_for_data_root(tmp_path, ov
     code, _, err = cli("train", "trainer.steps=2", f"runs_root={tmp_path}/runs", override)
     _one_line(code, err, *needles)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("before", ["missing", "empty"])
+def test_a_run_wandb_cannot_start_leaves_its_folder_as_it_was(tmp_path, before):
+    """Online tracking without an API key is refused only when wandb starts, after the run's
+    folder, its lock and its config.yaml were made: those are taken back. HOME is empty, so
+    no key is found in a netrc either."""
+    run_dir = tmp_path / "new" / "run"
+    if before == "empty":
+        run_dir.mkdir(parents=True)
+    args = [*TINY, "tracking=wandb_online", f"run_dir={run_dir}", f"data.root={tmp_path}/d"]
+    proc = subprocess.run(
+        [REPRO, "train", *args],
+        env={**_env(), "HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    _one_line(proc.returncode, proc.stderr, "tracking.mode=online", "tracking=wandb_offline")
+    if before == "empty":
+        assert list(run_dir.iterdir()) == []
+    else:
+        assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize(
+    "before,written,left",
+    [
+        (None, ["config.yaml"], None),  # refused before its own first write: taken back
+        (None, ["config.yaml", "step_20.pt"], ["config.yaml", "step_20.pt"]),
+        (["summary.json"], ["config.yaml"], ["config.yaml", "summary.json"]),  # a run's folder
+    ],
+)
+def test_a_failed_body_takes_back_only_a_folder_it_made_and_nothing_else(
+    tmp_path, before, written, left
+):
+    run_dir = tmp_path / "a" / "run"
+    for name in before or []:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("before")
+    with pytest.raises(KeyboardInterrupt), fresh_dir(run_dir, "run_dir", ("config.yaml",)):
+        for name in written:
+            (run_dir / name).write_text("written")
+        raise KeyboardInterrupt
+    if left is None:
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert sorted(p.name for p in run_dir.iterdir()) == left
 
 
 def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path):
