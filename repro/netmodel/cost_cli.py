@@ -74,9 +74,16 @@ def _build(name: str, num_classes: int):
 def _size(args: argparse.Namespace) -> tuple[int, int]:
     """(parameter count, parameter tensor count)."""
     if args.params is not None:
-        return args.params, args.tensors or 1
-    params = list(_build(args.model, args.num_classes).parameters())
-    return sum(p.numel() for p in params), args.tensors or len(params)
+        n_params, n_tensors = args.params, args.tensors or 1
+    else:
+        params = list(_build(args.model, args.num_classes).parameters())
+        n_params, n_tensors = sum(p.numel() for p in params), args.tensors or len(params)
+    if n_tensors > n_params:  # every tensor holds at least one parameter
+        raise UserError(
+            f"repro cost: --tensors={n_tensors} is more than the {n_params:,} parameters; "
+            "give at most one tensor per parameter"
+        )
+    return n_params, n_tensors
 
 
 def costs(args: argparse.Namespace) -> dict:

@@ -79,6 +79,8 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         (["--workers", "4"], "--model"),
         (["--params", "10", "--model", "resnet18"], "--model"),
         (["--params", "0"], "--params"),
+        (["--params", "10", "--tensors", "11"], "--tensors=11 is more than the 10 parameters"),
+        (["--model", "cnn1d", "--tensors", "6461"], "--tensors=6461 is more than the 6,460"),
     ],
 )
 def test_bad_flags_raise_one_line_user_errors(argv, flag):
