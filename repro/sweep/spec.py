@@ -79,6 +79,10 @@ def _overrides(overrides: tuple[str, ...], where: str) -> None:
     for o in overrides:
         if "=" not in o:
             raise UserError(f"{where}: {o!r} must be a Hydra override such as key=value")
+        if o.lstrip("+~").split("=", 1)[0] == "experiment":  # it would override the key
+            raise UserError(
+                f"{where}: {o!r} chooses the run set; set the spec's experiment key instead"
+            )
 
 
 @dataclass(frozen=True)

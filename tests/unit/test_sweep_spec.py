@@ -129,6 +129,12 @@ def test_unknown_sampler_is_refused(tmp_path):
         refused(tiny(tmp_path, sampler={"name": "random", "seed": seed}), f"sampler.seed={seed}")
 
 
+def test_an_override_choosing_the_experiment_is_refused(tmp_path):
+    """It would override the spec's experiment: key (Hydra's last override wins)."""
+    for o in ("experiment=topk_small", "+experiment=topk_small"):
+        refused(tiny(tmp_path, overrides=[o]), f"overrides: '{o}' chooses the run set")
+
+
 def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
     refused(tiny(tmp_path, trials=3), "t.yaml: unknown key(s) trials; known:")
     refused(tiny(tmp_path, objectives=[{"metric": "test/acc"}]), "objectives[0]: missing")
