@@ -184,7 +184,9 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
 
 @pytest.mark.parametrize("group", [True, False], ids=["ctrl_c", "kill_int"])
 def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path, group):
-    args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.steps=400", "--no-report"]
+    # the tiny set's 2-modeled-second budget ends a run 0.3-1 s of wall time after its first
+    # checkpoint, a window an interrupt beside a busy suite has missed; 8 s widens it 4x
+    args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.time_budget_s=8", "--no-report"]
     args += [f"trainer.checkpoint_every={EVERY}"]
     runs = tmp_path / "runs"
 
