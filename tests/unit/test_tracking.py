@@ -223,7 +223,13 @@ def test_reader_errors(tmp_path):
         read_run(tmp_path)
     bogus = tmp_path / "run-x.wandb"
     shutil.copyfile(__file__, bogus)
-    with pytest.raises(UserError, match="not a wandb transaction log"):
+    with pytest.raises(UserError, match="not a wandb transaction log") as err:
         read_run(bogus)
+    # a loose file: the fix names the file, never the folder it lies in
+    assert str(err.value).endswith(
+        f"; remove {bogus}, then run its training run again to log it anew"
+    )
+    with pytest.raises(UserError, match=r"test_tracking.py is not a wandb run file \(run-<id>"):
+        read_run(__file__)
     with pytest.raises(UserError, match="not a directory"):
         find_runs(tmp_path / "missing")
