@@ -21,6 +21,7 @@ from repro.errors import UserError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 _NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+_FILE_IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST}
 
 
 def storage_error(path: Path | str, err: OSError, setting: str) -> UserError:
@@ -31,6 +32,8 @@ def storage_error(path: Path | str, err: OSError, setting: str) -> UserError:
         fix = f"free space or set {setting} elsewhere"
     elif err.errno in _NOT_WRITABLE:
         fix = f"make it writable or set {setting} elsewhere"
+    elif err.errno in _FILE_IN_THE_WAY:
+        fix = f"a file, not a folder, is on that path; set {setting} elsewhere"
     else:
         fix = f"check that disk or set {setting} elsewhere"
     return UserError(f"{path}: {reason}; {fix}")

@@ -200,7 +200,11 @@ REFUSED = [
     (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
     (["calibrate", "--sizes", "1K,abc"], "'abc'"),
     (["reproduce", "adacomm", "--claims", "no_such_dir"], "claims directory no_such_dir"),
-    (["reproduce", "adacomm", "--reports", "/dev/null/r"], "/dev/null/r/adacomm: not a directory"),
+    (
+        ["reproduce", "adacomm", "--reports", "/dev/null/r"],
+        "/dev/null/r/adacomm: not a directory; a file, not a folder, is on that path; set "
+        "--reports elsewhere",
+    ),
     (
         ["reproduce", "adacomm", "experiment=topk_small"],
         "drop it (`repro reproduce topk scale=small`",
