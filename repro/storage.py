@@ -61,31 +61,39 @@ def make_dir(path: Path, setting: str) -> None:
         raise storage_error(path, e, setting) from None
 
 
-@contextlib.contextmanager
-def fresh_dir(path: Path, setting: str, scaffolding: tuple[str, ...]) -> Iterator[None]:
-    """`make_dir(path, setting)` for the body. If the body fails while the folder, missing
-    or empty before, holds nothing but `scaffolding` files, those files and every folder
-    made here are removed: a run refused after its folder was made but before it wrote
-    anything of its own (wandb cannot log in) leaves nothing half-written. A folder that
-    held anything before (a run to resume), or holds anything else by then (a checkpoint, a
-    log), is kept as it is."""
-    made = []
-    here = Path(path).absolute()
-    while not here.exists():
-        made.append(here)
-        here = here.parent
-    fresh = bool(made) or (here.is_dir() and not any(here.iterdir()))
-    make_dir(path, setting)
-    try:
-        yield
-    except BaseException:
-        if fresh and all(f.name in scaffolding for f in path.iterdir()):
-            for name in scaffolding:
-                (path / name).unlink(missing_ok=True)
-            for folder in made:
-                with contextlib.suppress(OSError):  # another run's folder since: keep it
-                    folder.rmdir()
-        raise
+class NewDir:
+    """A folder made for one run, taken back if the run fails before writing anything.
+
+    `NewDir(path, setting)` makes the folder (`make_dir`). In its `undone_on_failure`
+    block, a failure while the folder, missing or empty before, holds nothing but
+    `scaffolding` files removes those files and every folder made here: a run refused after
+    its folder was made but before it wrote anything of its own (wandb cannot log in)
+    leaves nothing half-written. A folder that held anything before (a run to resume), or
+    holds anything else by then (a checkpoint, a log), is kept as it is. The caller enters
+    the block only once it holds the folder's lock, so a launch refused because another
+    holds it never touches that run's files."""
+
+    def __init__(self, path: Path, setting: str):
+        self.path, self.made = Path(path), []
+        here = self.path.absolute()
+        while not here.exists():
+            self.made.append(here)
+            here = here.parent
+        self.fresh = bool(self.made) or (here.is_dir() and not any(here.iterdir()))
+        make_dir(self.path, setting)
+
+    @contextlib.contextmanager
+    def undone_on_failure(self, scaffolding: tuple[str, ...]) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            if self.fresh and all(f.name in scaffolding for f in self.path.iterdir()):
+                for name in scaffolding:
+                    (self.path / name).unlink(missing_ok=True)
+                for folder in self.made:
+                    with contextlib.suppress(OSError):  # another run's folder since: keep it
+                        folder.rmdir()
+            raise
 
 
 def check_creatable(path: Path, setting: str) -> None:

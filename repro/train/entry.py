@@ -22,7 +22,7 @@ from repro.comm.devices import pick_device
 from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
-from repro.storage import fresh_dir
+from repro.storage import NewDir
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose, finished_summary
 from repro.train.divergence import Diverged
@@ -86,7 +86,8 @@ def run_training(cfg: Config) -> dict:
     if external is not None and external[0] != 0:
         return _train(cfg, device, external)
     run_dir = run_dir_of(cfg)
-    with fresh_dir(run_dir, "run_dir", (checkpoint.CONFIG_FILE, LOCK_FILE)), run_lock(run_dir):
+    folder = NewDir(run_dir, "run_dir")
+    with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, LOCK_FILE)):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
 

@@ -16,7 +16,7 @@ import pytest
 from repro.cluster.launcher import launch_runs
 from repro.config import compose, run_dir_of
 from repro.errors import UserError
-from repro.storage import fresh_dir
+from repro.storage import NewDir
 from repro.train.run_lock import run_lock
 from tests.helpers import TINY, repro_cli
 from tests.integration.test_state_faults import cli
@@ -136,7 +136,8 @@ def test_a_failed_body_takes_back_only_a_folder_it_made_and_nothing_else(
     for name in before or []:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / name).write_text("before")
-    with pytest.raises(KeyboardInterrupt), fresh_dir(run_dir, "run_dir", ("config.yaml",)):
+    folder = NewDir(run_dir, "run_dir")
+    with pytest.raises(KeyboardInterrupt), folder.undone_on_failure(("config.yaml",)):
         for name in written:
             (run_dir / name).write_text("written")
         raise KeyboardInterrupt
@@ -144,6 +145,19 @@ def test_a_failed_body_takes_back_only_a_folder_it_made_and_nothing_else(
         assert list(tmp_path.iterdir()) == []
     else:
         assert sorted(p.name for p in run_dir.iterdir()) == left
+
+
+def test_a_launch_the_lock_refuses_leaves_the_live_runs_files(tmp_path):
+    """Two launches of a new run: the second found the folder empty, then the first took
+    the lock and wrote its config; the second's refusal must not take those back."""
+    run_dir = tmp_path / "run"
+    second = NewDir(run_dir, "run_dir")
+    with run_lock(run_dir):  # the first launch
+        (run_dir / "config.yaml").write_text("the live run's")
+        undone = second.undone_on_failure(("config.yaml", ".lock"))
+        with pytest.raises(UserError, match="in use by a live run"), run_lock(run_dir), undone:
+            pass
+        assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml"]
 
 
 def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path):
