@@ -79,15 +79,22 @@ class NewDir:
         while not here.exists():
             self.made.append(here)
             here = here.parent
-        self.fresh = bool(self.made) or (here.is_dir() and not any(here.iterdir()))
         make_dir(self.path, setting)
+        try:
+            self.fresh = bool(self.made) or not any(self.path.iterdir())
+        except OSError:  # unreadable: not ours to take back; the run says why it fails
+            self.fresh = False
 
     @contextlib.contextmanager
     def undone_on_failure(self, scaffolding: tuple[str, ...]) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if self.fresh and all(f.name in scaffolding for f in self.path.iterdir()):
+            if (
+                self.fresh
+                and self.path.is_dir()
+                and all(f.name in scaffolding for f in self.path.iterdir())
+            ):
                 for name in scaffolding:
                     (self.path / name).unlink(missing_ok=True)
                 for folder in self.made:
