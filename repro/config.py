@@ -29,7 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
-from repro.errors import UserError, require_seed
+from repro.errors import UserError, override_key, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig
@@ -237,7 +237,7 @@ def _floats(node: object, key: str = "") -> Iterator[tuple[str, float]]:
 
 def _check_group_choices(overrides: list[str]) -> None:
     for ov in overrides:
-        key, _, value = ov.lstrip("+~").partition("=")
+        key, value = override_key(ov), ov.partition("=")[2]
         if key in GROUPS and value and value != "null":
             for choice in value.split(","):
                 if not (CONFIG_DIR / key / f"{choice}.yaml").exists():

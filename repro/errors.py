@@ -20,6 +20,11 @@ def require_choice(setting: str, value: object, choices, hint: str = "") -> None
         raise UserError(f"{setting}={value!r} is unknown; choose one of {list(choices)}{tail}")
 
 
+def override_key(override: str) -> str:
+    """The key a Hydra override sets: `a.b` of `a.b=1`, `+a.b=1` and `~a.b`."""
+    return override.lstrip("+~").partition("=")[0]
+
+
 def require_seed(setting: str, value: int) -> None:
     """Refuse a seed outside numpy's 0 .. 2**32 - 1 (MNIST-1D and PowerSGD's projections draw
     from numpy) before any run starts, rather than with numpy's traceback inside one."""

@@ -53,6 +53,15 @@ def out_of_space(path: Path | str) -> OSError | None:
     return None
 
 
+def missing_folders(path: Path) -> list[Path]:
+    """The folders `mkdir -p path` would make, `path` first (absolute); [] when it exists."""
+    missing, here = [], Path(path).absolute()
+    while not here.exists():
+        missing.append(here)
+        here = here.parent
+    return missing
+
+
 def make_dir(path: Path, setting: str) -> None:
     """`mkdir -p path`; an OSError becomes `storage_error` naming `setting`."""
     try:
@@ -74,11 +83,7 @@ class NewDir:
     holds it never touches that run's files."""
 
     def __init__(self, path: Path, setting: str):
-        self.path, self.made = Path(path), []
-        here = self.path.absolute()
-        while not here.exists():
-            self.made.append(here)
-            here = here.parent
+        self.path, self.made = Path(path), missing_folders(path)
         make_dir(self.path, setting)
         try:
             self.fresh = bool(self.made) or not any(self.path.iterdir())
@@ -108,9 +113,8 @@ def check_creatable(path: Path, setting: str) -> None:
     existing ancestor is not a directory, is on a full or read-only disk, or is not
     writable. Creates nothing, so a command refused for another reason afterwards leaves no
     empty folder behind."""
-    here = Path(path).absolute()
-    while not here.exists():
-        here = here.parent
+    missing = missing_folders(path)
+    here = missing[-1].parent if missing else Path(path).absolute()
     if not here.is_dir():
         raise storage_error(path, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), setting)
     full = out_of_space(here)  # before access(), which calls a read-only mount "denied"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
-from repro.errors import CommandParser, UserError
+from repro.errors import CommandParser, UserError, override_key
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.storage import check_creatable
@@ -60,7 +60,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
             scale = ov.split("=", 1)[1]
         elif ov.startswith("seeds="):
             seeds = parse_seeds(ov.split("=", 1)[1])
-        elif ov.lstrip("+~").split("=", 1)[0] == "experiment":
+        elif override_key(ov) == "experiment":
             paper, named, scale_of = ov.partition("=")[2].rpartition("_")
             if not named:
                 paper, scale_of = "PAPER", "SCALE"

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError
+from repro.errors import UserError, override_key
 from repro.spec_loader import FILE, KEY, load, read_yaml
 from repro.sweep.space import ParamSpec, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
@@ -79,7 +79,7 @@ def _overrides(overrides: tuple[str, ...], where: str) -> None:
     for o in overrides:
         if "=" not in o:
             raise UserError(f"{where}: {o!r} must be a Hydra override such as key=value")
-        if o.lstrip("+~").split("=", 1)[0] == "experiment":  # it would override the key
+        if override_key(o) == "experiment":  # it would override the spec's key
             raise UserError(
                 f"{where}: {o!r} chooses the run set; set the spec's experiment key instead"
             )

@@ -235,9 +235,9 @@ def _relog_fix(file: Path) -> str:
     """How to get a damaged segment's points back: a resumed segment re-logs every point
     of the run (the checkpoint keeps them), so a later segment already holds them all, and
     the last one is written anew by finishing the run again from its checkpoint."""
-    if file.parent.parent.name != "wandb":  # not in a training run's wandb/ folder
-        return f"remove {file}, then run its training run again to log it anew"
     run_dir = _run_dir(file)
+    if run_dir == file.parent:  # a loose file, not in a training run's wandb/ folder
+        return f"remove {file}, then run its training run again to log it anew"
     return (
         f"remove {file.parent}, and if it was the run's last segment also "
         f"{run_dir / 'summary.json'}, then run the run again to log it anew"
@@ -252,12 +252,12 @@ def read_run(path: str | Path) -> RunData:
     the run that continued, so that one is returned.
     """
     path = Path(path)
-    if path.is_file() and path.suffix != ".wandb":
-        raise UserError(
-            f"{path} is not a wandb run file (run-<id>.wandb); give a training run's "
-            "directory, one of its wandb/offline-run-* directories or the .wandb file in it"
-        )
     if path.is_file():
+        if path.suffix != ".wandb":
+            raise UserError(
+                f"{path} is not a wandb run file (run-<id>.wandb); give a training run's "
+                "directory, one of its wandb/offline-run-* directories or the .wandb file in it"
+            )
         files = [path]
     elif path.is_dir():
         files = _unique(path.glob("run-*.wandb")) or _unique(path.glob("wandb/*/run-*.wandb"))
