@@ -12,7 +12,8 @@
 
 Any `UserError` ends the command with one line on stderr and exit code 2. A closed pipe on
 stdout (`repro runs ls | head -1`) ends it quietly with exit code 141, as a Unix tool that
-SIGPIPE ends.
+SIGPIPE ends. Ctrl-C and SIGTERM (`kill`) stop it where it is, with one line saying so
+(exit codes 130 and 143); what they cut resumes when the same command runs again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import select
 import sys
 
-from repro.errors import UserError
+from repro.errors import UserError, stop_status, take_sigterm
 
 # command -> module whose `main(argv) -> int` implements it, or module:function
 COMMANDS = {
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in commands:
         print(f"error: unknown command {cmd!r}; choose one of {sorted(commands)}", file=sys.stderr)
         return 2
+    restore = take_sigterm()
     try:
         try:
             module, _, function = commands[cmd].partition(":")
@@ -73,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        word, status = stop_status(stop)
+        print(word, file=sys.stderr)
+        return status
+    finally:
+        restore()
 
 
 def _stdout_closed() -> bool:

@@ -2,10 +2,13 @@
 
 The CLI turns a `UserError` into a single line on stderr and a non-zero exit code, with no
 traceback: the message must name the setting and the fix. Beside it, the checks and the
-argument parser that every command shares, so that each refuses in the same words.
+argument parser that every command shares, so that each refuses in the same words, and the
+stop a SIGTERM makes, so that each command ends on it as on Ctrl-C.
 """
 
 import argparse
+import signal
+from collections.abc import Callable
 
 
 class UserError(Exception):
@@ -39,3 +42,33 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UserError(f"{self.prog}: {message}; `{self.prog} --help` shows its usage")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the command (`kill PID`, `timeout`, a container stopped): it stops as
+    on Ctrl-C, says so in one line and resumes when run again. A KeyboardInterrupt, so that
+    all that is undone after a Ctrl-C is undone here too (a run set's pool ended, a run's
+    worker processes ended); without it SIGTERM killed the command silently, mid-line."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def take_sigterm() -> Callable[[], None]:
+    """Raise `Terminated` in this process at SIGTERM; returns what puts the old handler back.
+    A process that handles SIGTERM itself (a sweep worker marking its trial) installs its
+    own handler over this one."""
+    try:
+        before = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: a signal handler cannot be set there
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, before)
+
+
+def stop_status(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """The first word of a stopped command's last line and its exit status, as a shell
+    reports a command ended by the signal (128 + its number)."""
+    if isinstance(stop, Terminated):
+        return "terminated", 128 + signal.SIGTERM
+    return "interrupted", 128 + signal.SIGINT

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.config import Config
-from repro.errors import UserError
+from repro.errors import Terminated, UserError
 from repro.schemas.cluster import ClusterConfig
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
@@ -307,8 +307,19 @@ class Workers:
         ]
         for p in procs:
             p.start()
-        for p in procs:
-            p.join()
+        try:
+            for p in procs:
+                p.join()
+        except Terminated:
+            # a SIGTERM sent to this command alone, passed on: each worker then marks its
+            # trial stopped and queued again, as a Ctrl-C (which reaches them all) makes it,
+            # before the workers die with this process and leave it RUNNING
+            for p in procs:
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
+            for p in procs:
+                p.join()
+            raise
         bad = [i for i, p in enumerate(procs) if p.exitcode != 0]
         if bad:
             raise UserError(f"{self.label}: worker(s) {bad} stopped with an error (above)")

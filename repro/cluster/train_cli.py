@@ -13,11 +13,13 @@ here rather than by Hydra's app runner, which would treat them as overrides and 
 
 from __future__ import annotations
 
+import sys
+
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
-from repro.errors import UserError
+from repro.errors import UserError, stop_status
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
 # The settings most runs change, with what each does; `--cfg job` shows all the others.
@@ -57,7 +59,17 @@ def main(argv: list[str]) -> int:
     from repro.cluster.launcher import launch_runs  # submitit loads once the configs are valid
 
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
-    launch_runs([(cfg.label, cfg) for cfg in configs], "train")
+    try:
+        launch_runs([(cfg.label, cfg) for cfg in configs], "train")
+    except KeyboardInterrupt as stop:
+        word, status = stop_status(stop)
+        print(
+            f"{word}: train stopped; run the same command again to resume from the last "
+            "checkpoint (finished runs are kept)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return status
     return 0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
-from repro.errors import CommandParser, UserError, override_key
+from repro.errors import CommandParser, UserError, override_key, stop_status
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.storage import check_creatable
@@ -130,14 +130,15 @@ def main(argv: list[str]) -> int:
                 "with cluster=local runs it (finished runs are skipped)",
                 flush=True,
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        word, status = stop_status(stop)
         print(
-            f"interrupted: run set {args.paper} {scale} stopped; run the same command again "
+            f"{word}: run set {args.paper} {scale} stopped; run the same command again "
             "to resume its runs from their last checkpoints (finished runs are kept)",
             file=sys.stderr,
             flush=True,
         )
-        return 130
+        return status
     if claims is None:
         return 0
     from repro.report.build import build_report

@@ -30,7 +30,7 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.errors import CommandParser, UserError
+from repro.errors import CommandParser, UserError, stop_status
 from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
@@ -122,16 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        word, status = stop_status(stop)
         if args.action != "run":
-            print("interrupted", file=sys.stderr)
-            return 130
+            print(word, file=sys.stderr)
+            return status
         print(
-            f"interrupted: sweep {args.spec} stopped, its running trials marked interrupted; "
+            f"{word}: sweep {args.spec} stopped, its running trials marked interrupted; "
             "run the same command again to continue the study",
             file=sys.stderr,
         )
-        return 130
+        return status
 
 
 def tune_spec_path(paper: str, scale: str) -> Path:
@@ -186,12 +187,13 @@ def tune(argv: list[str]) -> int:
         )
     try:
         run_tune(spec, args.workers, args.out or TUNED_DIR)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        word, status = stop_status(stop)
         print(
-            f"interrupted: tune {args.paper} {scale} stopped, its running trials marked "
+            f"{word}: tune {args.paper} {scale} stopped, its running trials marked "
             "interrupted; run the same command again to continue the search",
             file=sys.stderr,
             flush=True,
         )
-        return 130
+        return status
     return 0

@@ -128,8 +128,8 @@ def stop_reason(trial: Any) -> str | None:
     if mark.get("signal") == "SIGINT":
         return "interrupted (Ctrl-C); its point runs again, resuming its run"
     return (
-        f"stopped by {mark.get('signal')} (job cancelled or preempted); its point runs again, "
-        "resuming its run"
+        f"stopped by {mark.get('signal')} (a kill, or its job cancelled or preempted); its "
+        "point runs again, resuming its run"
     )
 
 

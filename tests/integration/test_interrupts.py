@@ -1,10 +1,11 @@
 """Ctrl-C on a sweep, a tuning search and a run set, as a terminal sends it: SIGINT to the
-command's whole process group (its workers and wandb's service included).
+command's whole process group (its workers and wandb's service included); and `kill PID`,
+SIGTERM to the command alone, on a sweep and a run set.
 
-Each ends with exit status 130 and one line saying what stopped and how to continue, no
-traceback; the trials that were running are marked interrupted (not left for a heartbeat or
-a worker lock to find), `repro sweep show` says so, and the same command then finishes the
-work, the interrupted runs resuming from their checkpoints.
+Each ends with exit status 130 (143 after SIGTERM) and one line saying what stopped and how
+to continue, no traceback; the trials that were running are marked interrupted (not left for
+a heartbeat or a worker lock to find), `repro sweep show` says so, and the same command then
+finishes the work, the interrupted runs resuming from their checkpoints.
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+STOPS = {"ctrl_c": (os.killpg, signal.SIGINT), "kill": (os.kill, signal.SIGTERM)}
+"""How each stop is sent: Ctrl-C to the whole process group as a terminal sends it, `kill
+PID` to the command alone."""
+
+
 def _interrupt(
-    args: list[str], cwd: Path, ready: Callable[[], bool], group: bool = True
+    args: list[str], cwd: Path, ready: Callable[[], bool], how: str = "ctrl_c"
 ) -> tuple[int, str, str]:
-    """Start `repro ARGS` in its own process group, press Ctrl-C once `ready()` holds: SIGINT
-    to the whole group as a terminal sends it, or (`group=False`) to the command alone, as
-    `kill -INT` does; either way no process of the group may outlive the command."""
+    """Start `repro ARGS` in its own process group and stop it `how` (`STOPS`) once `ready()`
+    holds; either way no process of the group may outlive the command."""
     exe = Path(sys.executable).parent / "repro"
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
@@ -67,7 +72,8 @@ def _interrupt(
                 out, err = proc.communicate()
                 pytest.fail(f"never ready to interrupt (exit {proc.returncode}):\n{out}\n{err}")
             time.sleep(0.2)
-        (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+        send, signum = STOPS[how]
+        send(proc.pid, signum)
         out, err = proc.communicate(timeout=GUARD_S)
         assert _left(proc.pid) == [], "processes outlived the command"
     finally:
@@ -88,11 +94,12 @@ def _left(group: int) -> list[str]:
         time.sleep(0.5)
 
 
-def _one_line(rc: int, out: str, err: str, starts: str) -> None:
-    assert rc == 130, out + err
+def _one_line(rc: int, out: str, err: str, starts: str, how: str = "ctrl_c") -> None:
+    word = {"ctrl_c": "interrupted", "kill": "terminated"}[how]
+    assert rc == 128 + STOPS[how][1], out + err
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
-    said = [line for line in (out + err).splitlines() if "interrupt" in line.lower()]
-    assert len(said) == 1 and said[0].startswith(starts), said
+    said = [line for line in (out + err).splitlines() if word in line.lower()]
+    assert len(said) == 1 and said[0].startswith(f"{word}: {starts}"), said
     assert err.rstrip().splitlines()[-1] == said[0]  # the last thing the command says
 
 
@@ -103,7 +110,8 @@ def _checkpointed(run_dirs: Callable[[], list[Path]]) -> Callable[[], bool]:
     return ready
 
 
-def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tmp_path):
+def _sweep(tmp_path: Path):
+    """A 2-trial sweep spec whose trials are long enough to stop, its path and its args."""
     raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
     # 120 steps of 50 ms modeled compute, really slept (worker processes): seconds, of which
     # at least 5 s are left when the first checkpoint (step 20) calls for the Ctrl-C (2 s were
@@ -117,10 +125,14 @@ def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tm
     spec_path.write_text(yaml.safe_dump(raw))
     spec = load_spec(spec_path)
     args = ["sweep", str(spec_path), "--workers", "2"]
+    return spec, spec_path, args
 
+
+def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tmp_path):
+    spec, spec_path, args = _sweep(tmp_path)
     ready = _checkpointed(lambda: [*spec.study_dir.glob("trial_*")])
     rc, out, err = _interrupt(args, tmp_path, ready)
-    _one_line(rc, out, err, f"interrupted: sweep {spec_path} stopped")
+    _one_line(rc, out, err, f"sweep {spec_path} stopped")
     trials = load_study(spec).get_trials(deepcopy=False)
     stopped = [t for t in trials if t.state == TrialState.FAIL]
     left = {t.number: checkpoint.latest_step(spec.study_dir / f"trial_{t.number}") for t in stopped}
@@ -140,6 +152,22 @@ def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tm
     resumed = {t.system_attrs.get("failed_trial"): t.user_attrs["resumed_from"] for t in done}
     # each interrupted point ran again in its own run dir, from the checkpoint it left
     assert {n: resumed[n] for n in left} == left and max(left.values()) >= EVERY
+
+
+def test_kill_of_a_sweep_reaches_its_workers_and_marks_their_trials(tmp_path):
+    """SIGTERM to the command alone: its workers get it from the command, or they would die
+    with it and leave their trials RUNNING. Resuming such a trial is the Ctrl-C test's."""
+    spec, spec_path, args = _sweep(tmp_path)
+    ready = _checkpointed(lambda: [*spec.study_dir.glob("trial_*")])
+    rc, out, err = _interrupt(args, tmp_path, ready, "kill")
+    _one_line(rc, out, err, f"sweep {spec_path} stopped", "kill")
+    trials = load_study(spec).get_trials(deepcopy=False)
+    stopped = [t for t in trials if t.state == TrialState.FAIL]
+    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGTERM" for t in stopped)
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    shown = repro_cli("sweep", "show", str(spec_path), cwd=tmp_path)
+    for t in stopped:
+        assert f"failed trial {t.number}: stopped by SIGTERM (a kill" in shown.stdout, shown.stdout
 
 
 def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_path):
@@ -167,7 +195,7 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
         return bool(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     rc, out, err = _interrupt(args, tmp_path, running)
-    _one_line(rc, out, err, "interrupted: tune adacomm tiny stopped")
+    _one_line(rc, out, err, "tune adacomm tiny stopped")
     study = optuna.load_study(study_name="sync", storage=open_journal(spec))
     trials = study.get_trials(deepcopy=False)
     stopped = [t for t in trials if t.state == TrialState.FAIL]
@@ -182,8 +210,8 @@ def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_pa
     assert yaml.safe_load(tuned.read_text())["arms"]["sync"]["trials"] == spec.n_trials
 
 
-@pytest.mark.parametrize("group", [True, False], ids=["ctrl_c", "kill_int"])
-def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path, group):
+@pytest.mark.parametrize("how", list(STOPS))
+def test_a_stopped_run_set_says_so_in_one_line_and_the_rerun_resumes(tmp_path, how):
     # the tiny set's 2-modeled-second budget ends a run 0.3-1 s of wall time after its first
     # checkpoint, a window an interrupt beside a busy suite has missed; 8 s widens it 4x
     args = [*reproduce_tiny_args("adacomm", tmp_path), "trainer.time_budget_s=8", "--no-report"]
@@ -197,8 +225,8 @@ def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path, group):
             if checkpoint.latest_step(d) > 0 and not (d / "summary.json").exists()
         ]
 
-    rc, out, err = _interrupt(args, tmp_path, lambda: bool(cut()), group)
-    _one_line(rc, out, err, "interrupted: run set adacomm tiny stopped")
+    rc, out, err = _interrupt(args, tmp_path, lambda: bool(cut()), how)
+    _one_line(rc, out, err, "run set adacomm tiny stopped", how)
     left = cut()
     assert left
     again = repro_cli(*args, cwd=tmp_path)
@@ -206,3 +234,20 @@ def test_ctrl_c_on_a_run_set_is_one_line_and_the_rerun_resumes(tmp_path, group):
     assert "every run has finished" in repro_cli(*args, cwd=tmp_path).stdout
     for d in left:  # resumed: the same wandb run continued in a second segment
         assert (d / "summary.json").exists() and len([*(d / "wandb").glob("offline-run-*")]) == 2
+
+
+def test_a_killed_training_run_says_so_and_the_rerun_resumes(tmp_path):
+    """`kill` of one run on worker processes: the command ends them as it stops (none
+    outlives it), and the same command resumes the run from the checkpoint it left."""
+    run = tmp_path / "run"
+    args = ["train", "experiment=adacomm_tiny", "trainer.engine=processes", f"run_dir={run}"]
+    args += [f"data.root={tmp_path / 'data'}", "tracking=wandb_offline", "trainer.steps=400"]
+    args += ["trainer.time_budget_s=1000", f"trainer.checkpoint_every={EVERY}"]
+
+    rc, out, err = _interrupt(args, tmp_path, lambda: checkpoint.latest_step(run) > 0, "kill")
+    _one_line(rc, out, err, "train stopped", "kill")
+    cut = checkpoint.latest_step(run)
+    assert 0 < cut < 400 and not (run / "summary.json").exists()
+    again = repro_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (run / "summary.json").exists() and len([*(run / "wandb").glob("offline-run-*")]) == 2

@@ -104,7 +104,7 @@ def test_a_stopped_trial_is_failed_marked_and_queued_again_without_counting_a_re
     assert trials[0].user_attrs["stopped"] == {"trial": 0, "signal": "SIGTERM"}
     assert trials[2].system_attrs["failed_trial"] == 0  # the chain's first trial, its run dir
     assert "retry_history" not in trials[2].system_attrs  # stops do not use up MAX_RETRY
-    assert stop_reason(trials[0]).startswith("stopped by SIGTERM (job cancelled or preempted)")
+    assert stop_reason(trials[0]).startswith("stopped by SIGTERM (a kill, or its job cancelled")
     assert stop_reason(trials[1]).startswith("interrupted (Ctrl-C)")
     assert stop_reason(trials[2]) is None  # carries trial 1's mark, but it is not stopped
 
