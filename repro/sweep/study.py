@@ -82,15 +82,23 @@ def tally(study: Any) -> tuple[int, int]:
 
 
 def open_study(spec: SweepSpec, storage: Any) -> Any:
+    """The sweep's study, created on first use. Optuna's line saying it was created or
+    loaded would come once per worker and per `repro sweep show`: noise beside the trials'
+    own lines, so it is left out."""
     import optuna
 
-    study = optuna.create_study(
-        study_name=spec.name,
-        storage=storage,
-        directions=spec.directions,
-        sampler=make_sampler(spec),
-        load_if_exists=True,
-    )
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=storage,
+            directions=spec.directions,
+            sampler=make_sampler(spec),
+            load_if_exists=True,
+        )
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     have = [d.name.lower() for d in study.directions]
     if have != spec.directions:
         raise UserError(
