@@ -240,14 +240,15 @@ def test_a_killed_training_run_says_so_and_the_rerun_resumes(tmp_path):
     """`kill` of one run on worker processes: the command ends them as it stops (none
     outlives it), and the same command resumes the run from the checkpoint it left."""
     run = tmp_path / "run"
-    args = ["train", "experiment=adacomm_tiny", "trainer.engine=processes", f"run_dir={run}"]
-    args += [f"data.root={tmp_path / 'data'}", "tracking=wandb_offline", "trainer.steps=400"]
+    args = ["train", "experiment=adacomm_tiny", "trainer.engine=processes", "trainer.world_size=2"]
+    args += [f"run_dir={run}"]
+    args += [f"data.root={tmp_path / 'data'}", "tracking=wandb_offline", "trainer.steps=200"]
     args += ["trainer.time_budget_s=1000", f"trainer.checkpoint_every={EVERY}"]
 
     rc, out, err = _interrupt(args, tmp_path, lambda: checkpoint.latest_step(run) > 0, "kill")
     _one_line(rc, out, err, "train stopped", "kill")
     cut = checkpoint.latest_step(run)
-    assert 0 < cut < 400 and not (run / "summary.json").exists()
+    assert 0 < cut < 200 and not (run / "summary.json").exists()
     again = repro_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert (run / "summary.json").exists() and len([*(run / "wandb").glob("offline-run-*")]) == 2
