@@ -12,8 +12,7 @@
 
 Any `UserError` ends the command with one line on stderr and exit code 2. A closed pipe on
 stdout (`repro runs ls | head -1`) ends it quietly with exit code 141, as a Unix tool that
-SIGPIPE ends. Ctrl-C and SIGTERM (`kill`) stop it where it is, with one line saying so
-(exit codes 130 and 143); what they cut resumes when the same command runs again.
+SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import os
 import select
 import sys
 
-from repro.errors import UserError, stop_status, take_sigterm
+from repro.errors import UserError
 
 # command -> module whose `main(argv) -> int` implements it, or module:function
 COMMANDS = {
@@ -59,7 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in commands:
         print(f"error: unknown command {cmd!r}; choose one of {sorted(commands)}", file=sys.stderr)
         return 2
-    restore = take_sigterm()
     try:
         try:
             module, _, function = commands[cmd].partition(":")
@@ -75,12 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as stop:
-        word, status = stop_status(stop)
-        print(word, file=sys.stderr)
-        return status
-    finally:
-        restore()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def _stdout_closed() -> bool:

@@ -7,8 +7,9 @@ stop a SIGTERM makes, so that each command ends on it as on Ctrl-C.
 """
 
 import argparse
+import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Iterator
 
 
 class UserError(Exception):
@@ -46,7 +47,8 @@ class CommandParser(argparse.ArgumentParser):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM reached the command (`kill PID`, `timeout`, a container stopped): it stops as
-    on Ctrl-C, says so in one line and resumes when run again. A KeyboardInterrupt, so that
+    on Ctrl-C, says so in one line and resumes when run again (`sigterm_stops`, around the
+    long commands' work). A KeyboardInterrupt, so that
     all that is undone after a Ctrl-C is undone here too (a run set's pool ended, a run's
     worker processes ended); without it SIGTERM killed the command silently, mid-line."""
 
@@ -55,15 +57,21 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def take_sigterm() -> Callable[[], None]:
-    """Raise `Terminated` in this process at SIGTERM; returns what puts the old handler back.
-    A process that handles SIGTERM itself (a sweep worker marking its trial) installs its
-    own handler over this one."""
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """Inside, SIGTERM raises `Terminated` (in the main thread; elsewhere it keeps its own
+    handler). Only around work that resumes when run again: a command whose other threads
+    keep it alive (a server's) would not end on it. A process that handles SIGTERM itself (a
+    sweep worker marking its trial) installs its own handler over this one."""
     try:
         before = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: a signal handler cannot be set there
-        return lambda: None
-    return lambda: signal.signal(signal.SIGTERM, before)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def stop_status(stop: KeyboardInterrupt) -> tuple[str, int]:

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from repro import hydra_overrides
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
-from repro.errors import UserError, stop_status
+from repro.errors import UserError, sigterm_stops, stop_status
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
 # The settings most runs change, with what each does; `--cfg job` shows all the others.
@@ -60,7 +60,8 @@ def main(argv: list[str]) -> int:
 
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
     try:
-        launch_runs([(cfg.label, cfg) for cfg in configs], "train")
+        with sigterm_stops():
+            launch_runs([(cfg.label, cfg) for cfg in configs], "train")
     except KeyboardInterrupt as stop:
         word, status = stop_status(stop)
         print(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
-from repro.errors import CommandParser, UserError, override_key, stop_status
+from repro.errors import CommandParser, UserError, override_key, sigterm_stops, stop_status
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.storage import check_creatable
@@ -105,31 +105,32 @@ def main(argv: list[str]) -> int:
     if claims is not None:  # a report that cannot be written stops us before any run
         check_creatable(reports, "--reports")
     try:
-        launched = launch_runs(
-            runs,
-            f"{args.paper} {scale}",
-            then=f"`repro report {args.paper}` builds the report",
-            minutes_per_run=minutes,
-            also=also,
-        )
-        if launched.jobs:
-            return 0
-        # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
-        # seed, say): the report then says which claims stay undecided at N
-        if claims is not None and seeds is None:
-            from repro.reproduce.more_seeds import extend
-
-            make = functools.partial(run_set, args.paper, scale, extra)
-            extend(args.paper, scale, claims, make, root, minutes)
-        if search is not None and here:
-            run_search(search, experiment, workers)
-        elif search is not None:
-            print(
-                f"search: {experiment.search} runs only here, not on cluster="
-                f"{runs[0][1].cluster.name}; `repro reproduce {args.paper} scale={scale}` "
-                "with cluster=local runs it (finished runs are skipped)",
-                flush=True,
+        with sigterm_stops():
+            launched = launch_runs(
+                runs,
+                f"{args.paper} {scale}",
+                then=f"`repro report {args.paper}` builds the report",
+                minutes_per_run=minutes,
+                also=also,
             )
+            if launched.jobs:
+                return 0
+            # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
+            # seed, say): the report then says which claims stay undecided at N
+            if claims is not None and seeds is None:
+                from repro.reproduce.more_seeds import extend
+
+                make = functools.partial(run_set, args.paper, scale, extra)
+                extend(args.paper, scale, claims, make, root, minutes)
+            if search is not None and here:
+                run_search(search, experiment, workers)
+            elif search is not None:
+                print(
+                    f"search: {experiment.search} runs only here, not on cluster="
+                    f"{runs[0][1].cluster.name}; `repro reproduce {args.paper} scale={scale}` "
+                    "with cluster=local runs it (finished runs are skipped)",
+                    flush=True,
+                )
     except KeyboardInterrupt as stop:
         word, status = stop_status(stop)
         print(

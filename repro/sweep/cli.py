@@ -30,7 +30,7 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.errors import CommandParser, UserError, stop_status
+from repro.errors import CommandParser, UserError, sigterm_stops, stop_status
 from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.spec} is a search with arms: `repro sweep SPEC` runs it here")
         from repro.sweep.launch import run_tune
 
-        run_tune(spec, args.workers)
+        with sigterm_stops():
+            run_tune(spec, args.workers)
         return 0
     if args.action == "show":
         from repro.sweep.results import show_sweep
@@ -99,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from repro.sweep.storage import open_storage
     from repro.sweep.study import open_study, tally
 
-    if run_sweep(spec, workers=args.workers, cluster=args.cluster):
-        return 0  # queued: the launcher said where to follow the jobs
+    with sigterm_stops():
+        queued = run_sweep(spec, workers=args.workers, cluster=args.cluster)
+    if queued:
+        return 0  # the launcher said where to follow the jobs
     done, running = tally(open_study(spec, open_storage(spec)))
     print(
         f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
@@ -186,7 +189,8 @@ def tune(argv: list[str]) -> int:
             "pass the spec of this paper and scale"
         )
     try:
-        run_tune(spec, args.workers, args.out or TUNED_DIR)
+        with sigterm_stops():
+            run_tune(spec, args.workers, args.out or TUNED_DIR)
     except KeyboardInterrupt as stop:
         word, status = stop_status(stop)
         print(

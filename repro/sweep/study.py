@@ -82,23 +82,19 @@ def tally(study: Any) -> tuple[int, int]:
 
 
 def open_study(spec: SweepSpec, storage: Any) -> Any:
-    """The sweep's study, created on first use. Optuna's line saying it was created or
-    loaded would come once per worker and per `repro sweep show`: noise beside the trials'
-    own lines, so it is left out."""
+    """The sweep's study, created on first use. Optuna's own lines about studies and trials
+    are silenced, as in `open_journal`: the study's would come once per worker, and each
+    trial prints its own line (`repro.sweep.worker`)."""
     import optuna
 
-    verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.create_study(
-            study_name=spec.name,
-            storage=storage,
-            directions=spec.directions,
-            sampler=make_sampler(spec),
-            load_if_exists=True,
-        )
-    finally:
-        optuna.logging.set_verbosity(verbosity)
+    study = optuna.create_study(
+        study_name=spec.name,
+        storage=storage,
+        directions=spec.directions,
+        sampler=make_sampler(spec),
+        load_if_exists=True,
+    )
     have = [d.name.lower() for d in study.directions]
     if have != spec.directions:
         raise UserError(

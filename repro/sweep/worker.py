@@ -143,8 +143,11 @@ def _sampled(
     objective = functools.partial(
         sweep_objective, spec=spec, storage=storage, worker=me, unlock=unlock, run=run, stops=stops
     )
+    started = time.perf_counter()
     lost = run_one_trial(study, storage, objective, run)
-    if lost is not None:
+    if lost is None:
+        _say_finished(spec, study, run.number, time.perf_counter() - started)
+    else:
         log.warning(
             "sweep %s: trial %d was failed as stale while it ran (no heartbeat for grace_s=%d "
             "s: raise it on a loaded machine); its point is queued again",
@@ -152,6 +155,25 @@ def _sampled(
             lost,
             spec.grace_s,
         )
+
+
+def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: float) -> None:
+    """A finished trial's line: how far the sweep is, the point and its objectives. A failed
+    one has Optuna's warning with its reason instead."""
+    from optuna.trial import TrialState
+
+    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    if trial is None or trial.state != TrialState.COMPLETE:
+        return
+    point = " ".join(format_override(k, v) for k, v in trial.params.items())
+    scores = " ".join(
+        f"{o.metric}={v:.4g}" for o, v in zip(spec.objectives, trial.values, strict=True)
+    )
+    print(
+        f"sweep {spec.name} [{tally(study)[0]}/{spec.n_trials}] trial {number}: {point} -> "
+        f"{scores} in {seconds:.0f} s",
+        flush=True,
+    )
 
 
 def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> int | None:
