@@ -22,6 +22,7 @@ from pathlib import Path
 
 from repro.config import Config, ExperimentConfig, compose, config_hash, run_dir_of
 from repro.errors import UserError
+from repro.sweep.space import shown_settings
 from repro.sweep.spec import SweepSpec, base_overrides, load_spec, spec_path
 
 
@@ -66,12 +67,8 @@ def run_search(spec: SweepSpec, experiment: ExperimentConfig, workers: int) -> N
     )
     run_sweep(spec, workers=workers)
     rows, knee = pareto_front(spec)
-    settings = ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in knee["params"].items()
-    )
-    values = ", ".join(f"{m}={v:.4g}" for m, v in knee["values"].items())
     print(
         f"search {spec.name}: {len(rows)} of its trials on the Pareto front; knee: trial "
-        f"{knee['trial']}: {settings} -> {values}",
+        f"{knee['trial']}: {shown_settings(knee['params'])} -> {shown_settings(knee['values'])}",
         flush=True,
     )

@@ -33,6 +33,7 @@ from repro.pages.writer import Page, Pre, Raw, to_html
 from repro.sweep.front import Front, front_of, front_rows, group_front, reference_point, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png
+from repro.sweep.space import shown, shown_settings
 from repro.sweep.spec import SweepSpec
 from repro.sweep.stops import stop_reason
 from repro.sweep.storage import open_storage
@@ -62,10 +63,6 @@ def pareto_front(spec: SweepSpec) -> tuple[list[dict[str, Any]], dict[str, Any]]
     return rows, rows[knee]
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def format_table(spec: SweepSpec, rows: list[dict[str, Any]], knee: int) -> str:
     keys = [p.key for p in spec.space]
     header = ["", "trial", *keys, *spec.metric_names]
@@ -73,8 +70,8 @@ def format_table(spec: SweepSpec, rows: list[dict[str, Any]], knee: int) -> str:
         [
             "*" if i == knee else "",
             str(r["trial"]),
-            *(_fmt(r["params"].get(k, "-")) for k in keys),
-            *(_fmt(r["values"][m]) for m in spec.metric_names),
+            *(shown(r["params"].get(k, "-")) for k in keys),
+            *(shown(r["values"][m]) for m in spec.metric_names),
         ]
         for i, r in enumerate(rows)
     ]
@@ -184,9 +181,11 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         table = format_table(spec, rows, knee)
         print(table, file=stream)
         k = rows[knee]
-        params = ", ".join(f"{p}={_fmt(v)}" for p, v in k["params"].items())
-        values = ", ".join(f"{m}={_fmt(v)}" for m, v in k["values"].items())
-        print(f"knee{label}: trial {k['trial']} {params} -> {values}", file=stream)
+        print(
+            f"knee{label}: trial {k['trial']} {shown_settings(k['params'])} -> "
+            f"{shown_settings(k['values'])}",
+            file=stream,
+        )
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = whole

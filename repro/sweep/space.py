@@ -123,6 +123,16 @@ def format_override(key: str, value: Any) -> str:
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 
+def shown(value: Any) -> str:
+    """A value as a progress line or a table shows it: a float to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def shown_settings(values: dict[str, Any]) -> str:
+    """`key=value, ...`, each value `shown`: a trial's point or its objectives on one line."""
+    return ", ".join(f"{k}={shown(v)}" for k, v in values.items())
+
+
 def suggest(trial: Any, p: ParamSpec) -> Any:
     """Draw one search-space entry through the trial (its sampler picks the value)."""
     if p.type == "categorical":

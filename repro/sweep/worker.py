@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro.locks import take
-from repro.sweep.space import design, format_override, suggest
+from repro.sweep.space import design, format_override, shown_settings, suggest
 from repro.sweep.spec import ArmSpec, SweepSpec
 from repro.sweep.stops import Stopped, StopSignals, mark_stopped
 from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
@@ -165,13 +165,10 @@ def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: floa
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     if trial is None or trial.state != TrialState.COMPLETE:
         return
-    point = " ".join(format_override(k, v) for k, v in trial.params.items())
-    scores = " ".join(
-        f"{o.metric}={v:.4g}" for o, v in zip(spec.objectives, trial.values, strict=True)
-    )
+    scores = dict(zip(spec.metric_names, trial.values, strict=True))
     print(
-        f"sweep {spec.name} [{tally(study)[0]}/{spec.n_trials}] trial {number}: {point} -> "
-        f"{scores} in {seconds:.0f} s",
+        f"sweep {spec.name} [{tally(study)[0]}/{spec.n_trials}] trial {number}: "
+        f"{shown_settings(trial.params)} -> {shown_settings(scores)} in {seconds:.0f} s",
         flush=True,
     )
 
