@@ -9,6 +9,7 @@ stop a SIGTERM makes, so that each command ends on it as on Ctrl-C.
 import argparse
 import contextlib
 import signal
+import sys
 from collections.abc import Iterator
 
 
@@ -48,9 +49,9 @@ class CommandParser(argparse.ArgumentParser):
 class Terminated(KeyboardInterrupt):
     """SIGTERM reached the command (`kill PID`, `timeout`, a container stopped): it stops as
     on Ctrl-C, says so in one line and resumes when run again (`sigterm_stops`, around the
-    long commands' work). A KeyboardInterrupt, so that
-    all that is undone after a Ctrl-C is undone here too (a run set's pool ended, a run's
-    worker processes ended); without it SIGTERM killed the command silently, mid-line."""
+    long commands' work). A KeyboardInterrupt, so that all that is undone after a Ctrl-C is
+    undone here too (a run set's pool ended, a run's worker processes ended); without it
+    SIGTERM killed the command silently, mid-line."""
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -74,9 +75,11 @@ def sigterm_stops() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
-def stop_status(stop: KeyboardInterrupt) -> tuple[str, int]:
-    """The first word of a stopped command's last line and its exit status, as a shell
-    reports a command ended by the signal (128 + its number)."""
+def say_stopped(stop: KeyboardInterrupt, what: str) -> int:
+    """Print the one line a stopped command ends with (`what`: what stopped and how to go
+    on) and return its exit status, as a shell reports a command the signal ended."""
+    word, signum = "interrupted", signal.SIGINT
     if isinstance(stop, Terminated):
-        return "terminated", 128 + signal.SIGTERM
-    return "interrupted", 128 + signal.SIGINT
+        word, signum = "terminated", signal.SIGTERM
+    print(f"{word}: {what}", file=sys.stderr, flush=True)
+    return 128 + signum

@@ -13,13 +13,11 @@ here rather than by Hydra's app runner, which would treat them as overrides and 
 
 from __future__ import annotations
 
-import sys
-
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
-from repro.errors import UserError, sigterm_stops, stop_status
+from repro.errors import UserError, say_stopped, sigterm_stops
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
 # The settings most runs change, with what each does; `--cfg job` shows all the others.
@@ -63,14 +61,11 @@ def main(argv: list[str]) -> int:
         with sigterm_stops():
             launch_runs([(cfg.label, cfg) for cfg in configs], "train")
     except KeyboardInterrupt as stop:
-        word, status = stop_status(stop)
-        print(
-            f"{word}: train stopped; run the same command again to resume from the last "
-            "checkpoint (finished runs are kept)",
-            file=sys.stderr,
-            flush=True,
+        return say_stopped(
+            stop,
+            "train stopped; run the same command again to resume from the last checkpoint "
+            "(finished runs are kept)",
         )
-        return status
     return 0
 
 

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 from pathlib import Path
 
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
-from repro.errors import CommandParser, UserError, override_key, sigterm_stops, stop_status
+from repro.errors import CommandParser, UserError, override_key, say_stopped, sigterm_stops
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.storage import check_creatable
@@ -132,14 +131,11 @@ def main(argv: list[str]) -> int:
                     flush=True,
                 )
     except KeyboardInterrupt as stop:
-        word, status = stop_status(stop)
-        print(
-            f"{word}: run set {args.paper} {scale} stopped; run the same command again "
-            "to resume its runs from their last checkpoints (finished runs are kept)",
-            file=sys.stderr,
-            flush=True,
+        return say_stopped(
+            stop,
+            f"run set {args.paper} {scale} stopped; run the same command again to resume its "
+            "runs from their last checkpoints (finished runs are kept)",
         )
-        return status
     if claims is None:
         return 0
     from repro.report.build import build_report

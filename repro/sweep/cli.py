@@ -30,7 +30,7 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.errors import CommandParser, UserError, sigterm_stops, stop_status
+from repro.errors import CommandParser, UserError, say_stopped, sigterm_stops
 from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
@@ -126,16 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        word, status = stop_status(stop)
         if args.action != "run":
-            print(word, file=sys.stderr)
-            return status
-        print(
-            f"{word}: sweep {args.spec} stopped, its running trials marked interrupted; "
-            "run the same command again to continue the study",
-            file=sys.stderr,
+            return say_stopped(stop, f"sweep {args.action} stopped")
+        return say_stopped(
+            stop,
+            f"sweep {args.spec} stopped, its running trials marked stopped; run the same "
+            "command again to continue the study",
         )
-        return status
 
 
 def tune_spec_path(paper: str, scale: str) -> Path:
@@ -192,12 +189,9 @@ def tune(argv: list[str]) -> int:
         with sigterm_stops():
             run_tune(spec, args.workers, args.out or TUNED_DIR)
     except KeyboardInterrupt as stop:
-        word, status = stop_status(stop)
-        print(
-            f"{word}: tune {args.paper} {scale} stopped, its running trials marked "
-            "interrupted; run the same command again to continue the search",
-            file=sys.stderr,
-            flush=True,
+        return say_stopped(
+            stop,
+            f"tune {args.paper} {scale} stopped, its running trials marked stopped; run the "
+            "same command again to continue the search",
         )
-        return status
     return 0
