@@ -63,16 +63,29 @@ def sigterm_stops() -> Iterator[None]:
     """Inside, SIGTERM raises `Terminated` (in the main thread; elsewhere it keeps its own
     handler). Only around work that resumes when run again: a command whose other threads
     keep it alive (a server's) would not end on it. A process that handles SIGTERM itself (a
-    sweep worker marking its trial) installs its own handler over this one."""
+    sweep worker marking its trial) installs its own handler over this one, and ends with
+    `Terminated` where `sigterm_taken()` says the command it runs in takes it so."""
     try:
         before = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: a signal handler cannot be set there
         yield
         return
+    _taken.append(True)
     try:
         yield
     finally:
+        _taken.pop()
         signal.signal(signal.SIGTERM, before)
+
+
+_taken: list[bool] = []
+"""One entry per `sigterm_stops` this process is inside."""
+
+
+def sigterm_taken() -> bool:
+    """Whether this process is inside `sigterm_stops`: a command's own, not a worker it
+    spawned or a job's."""
+    return bool(_taken)
 
 
 def say_stopped(stop: KeyboardInterrupt, what: str) -> int:

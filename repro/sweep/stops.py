@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from repro.errors import Terminated, sigterm_taken
+
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers
 it to every process of the job within milliseconds; seconds cover a loaded machine)."""
@@ -46,8 +48,10 @@ class Stopped(BaseException):
         return signal.Signals(self.signum).name
 
     def exit(self) -> BaseException:
-        """What the worker raises once the trial is marked: KeyboardInterrupt for Ctrl-C (each
-        command prints its one line for it), else the shell's exit status for the signal.
+        """What the worker raises once the trial is marked: KeyboardInterrupt for Ctrl-C, and
+        `Terminated` for SIGTERM where the worker runs in the command's own process (which
+        takes SIGTERM as a stop): each command prints its one line for them. Else the shell's
+        exit status for the signal.
         wandb's service got the same signal and may be gone; wandb's own exit hook would then
         print a traceback from talking to it, so its teardown runs here, quietly."""
         wandb = sys.modules.get("wandb")
@@ -56,6 +60,8 @@ class Stopped(BaseException):
                 wandb.teardown()
         if self.signum == signal.SIGINT:
             return KeyboardInterrupt()
+        if self.signum == signal.SIGTERM and sigterm_taken():
+            return Terminated()
         return SystemExit(128 + self.signum)
 
 

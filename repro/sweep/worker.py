@@ -62,8 +62,8 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
     """Run each trial `points(stops)` yields on one thread, one core per worker, with the
     stop signals caught: a stop ends the worker with the signal's own exit, its trial already
     marked stopped. A lock the generator holds over a yield is held while that trial runs.
-    `stopped` names the worker in the warning a SIGTERM leaves (on Ctrl-C the command says it
-    in its one line)."""
+    `stopped` names the worker in the warning a SIGTERM leaves in a worker of its own (on
+    Ctrl-C, or in the command's own process, the command says it in its one line)."""
     import torch
 
     torch.set_num_threads(1)
@@ -77,9 +77,10 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
                 else:
                     point(stops)
     except Stopped as stop:
-        if stopped and stop.name != "SIGINT":
+        end = stop.exit()
+        if stopped and not isinstance(end, KeyboardInterrupt):  # else the command says it
             log.warning("%s stopped by %s", stopped, stop.name)
-        raise stop.exit() from None
+        raise end from None
     finally:
         stops.restore()
 

@@ -11,6 +11,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+from repro.errors import Terminated, sigterm_stops, sigterm_taken
 from repro.sweep import stops as stops_module
 from repro.sweep.journal import open_journal_file
 from repro.sweep.spec import spec_from_dict
@@ -58,6 +59,18 @@ def test_a_signal_stops_only_an_armed_block_and_is_kept_for_the_loop():
     finally:
         stops.restore()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_sigterm_ends_a_worker_in_the_commands_own_process_as_the_command_says_it():
+    """A worker run in the process of a command that takes SIGTERM as a stop (`repro sweep`
+    with one worker) ends with `Terminated`, for which the command prints its one line; a
+    worker of its own (spawned, or a cluster job's) ends with the shell's exit status."""
+    before = signal.getsignal(signal.SIGTERM)
+    stop = Stopped(signal.SIGTERM)
+    with sigterm_stops():
+        assert sigterm_taken() and isinstance(stop.exit(), Terminated)
+    assert not sigterm_taken() and signal.getsignal(signal.SIGTERM) is before
+    assert isinstance(stop.exit(), SystemExit) and stop.exit().code == 128 + signal.SIGTERM
 
 
 def test_a_run_whose_cleanup_turns_the_stop_into_an_error_still_ends_stopped(monkeypatch):
