@@ -70,22 +70,23 @@ def sigterm_stops() -> Iterator[None]:
     except ValueError:  # not the main thread: a signal handler cannot be set there
         yield
         return
-    _taken.append(True)
+    global _depth
+    _depth += 1
     try:
         yield
     finally:
-        _taken.pop()
+        _depth -= 1
         signal.signal(signal.SIGTERM, before)
 
 
-_taken: list[bool] = []
-"""One entry per `sigterm_stops` this process is inside."""
+_depth = 0
+"""How many `sigterm_stops` this process is inside."""
 
 
 def sigterm_taken() -> bool:
     """Whether this process is inside `sigterm_stops`: a command's own, not a worker it
     spawned or a job's."""
-    return bool(_taken)
+    return _depth > 0
 
 
 def say_stopped(stop: KeyboardInterrupt, what: str) -> int:
