@@ -1,9 +1,10 @@
-"""What every worker of a node does at once: its rendezvous variables and its data.
+"""What every worker of a node does at once: its rendezvous variables, its data, its start.
 
 Three spawned workers, as a node's tasks under torchrun or SLURM: each sees LOCAL_RANK and
 LOCAL_WORLD_SIZE, takes the data directory's lock one at a time (never two inside at
 once), and prepares MNIST-1D at the same moment as the others, all reading the one copy
-that was written, with no temporary file left behind.
+that was written, with no temporary file left behind. And a worker starts with the
+compiled CPU loops already loaded, from a server that runs no other thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import os
 import time
 from pathlib import Path
 
+from repro.comm import adasum_kernels
 from repro.comm.launch import spawn
+from repro.compress import select_kernels
 from repro.workload.data import mnist1d, node_lock
 
 WORKERS = 3
@@ -43,3 +46,21 @@ def test_node_tasks_share_one_data_copy_under_one_lock(tmp_path):
     assert out[0][2] == mnist1d(str(root), num_samples=500, seed=3).x_train.sum().item()
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
     assert "LOCAL_WORLD_SIZE" not in os.environ
+
+
+LOOPS = (select_kernels._select, adasum_kernels._stats, adasum_kernels._scaled_add)
+LOOPS += (adasum_kernels._tree,)
+
+
+def _at_start(rank: int, world: int) -> tuple[list[int], int]:
+    """Before this worker calls anything: each compiled loop's loaded type signatures, and
+    the threads of the server it was forked from."""
+    status = Path(f"/proc/{os.getppid()}/status").read_text()
+    threads = next(line for line in status.splitlines() if line.startswith("Threads:"))
+    return [len(loop.signatures) for loop in LOOPS], int(threads.split()[1])
+
+
+def test_workers_start_with_the_compiled_loops_from_a_single_threaded_server():
+    for loaded, server_threads in spawn(_at_start, 2):
+        assert loaded == [1] * len(LOOPS)
+        assert server_threads == 1  # a fork of a threaded process could inherit a held lock
