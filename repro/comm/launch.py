@@ -46,11 +46,11 @@ DEFAULT_TIMEOUT_S = 60.0
 # When a worker reports a failure, how long the parent keeps looking for its cause: a killed
 # worker's peers see the closed connection before the parent can reap the dead process.
 SETTLE_S = 1.0
-# Workers are forked from one server process that loaded `repro.comm.worker_preload` once
+# Workers are forked from one server process that loaded `repro.train.worker_preload` once
 # (multiprocessing's forkserver): torch, the trainer and the compiled CPU loops, which a
 # worker would otherwise load itself, seconds of CPU each. Each worker takes the caller's
 # environment as it is at `spawn` (the server keeps the one it began with).
-_PRELOAD = ["repro.comm.worker_preload"]
+_PRELOAD = ["repro.train.worker_preload"]
 
 
 def free_port() -> int:
