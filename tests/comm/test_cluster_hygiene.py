@@ -48,8 +48,12 @@ def test_node_tasks_share_one_data_copy_under_one_lock(tmp_path):
     assert "LOCAL_WORLD_SIZE" not in os.environ
 
 
-LOOPS = (select_kernels._select, adasum_kernels._stats, adasum_kernels._scaled_add)
-LOOPS += (adasum_kernels._tree,)
+LOOPS = (
+    select_kernels._select,
+    adasum_kernels._stats,
+    adasum_kernels._scaled_add,
+    adasum_kernels._tree,
+)
 
 
 def _at_start(rank: int, world: int) -> tuple[list[int], int]:
