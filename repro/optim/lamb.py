@@ -70,31 +70,41 @@ class Lamb(StackedOptimizer):
         defined = (w_norm > 0) & (u_norm > 0)
         return torch.where(defined, scaled / u_norm, torch.ones_like(w_norm))
 
-    def _update(self, p: torch.Tensor, g: torch.Tensor, group: dict, state: dict) -> None:
-        if g.is_sparse:
+    def _update(self, params, grads, group, states) -> None:
+        if any(g.is_sparse for g in grads):
             raise RuntimeError("Lamb does not support sparse gradients")
         b1, b2 = group["betas"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
-        state["step"] += 1
-        t = state["step"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        m.mul_(b1).add_(g, alpha=1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        for p, state in zip(params, states, strict=True):
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+        ms = [state["exp_avg"] for state in states]
+        vs = [state["exp_avg_sq"] for state in states]
+        torch._foreach_mul_(ms, b1)
+        torch._foreach_add_(ms, grads, alpha=1 - b1)
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
         if group["bias_correction"]:
-            m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+            m_hats = torch._foreach_div(ms, [1 - b1 ** state["step"] for state in states])
+            v_hats = torch._foreach_div(vs, [1 - b2 ** state["step"] for state in states])
         else:
-            m_hat, v_hat = m, v
-        update = m_hat / (v_hat.sqrt() + group["eps"])
+            m_hats, v_hats = ms, vs
+        denoms = torch._foreach_sqrt(v_hats)
+        torch._foreach_add_(denoms, group["eps"])
+        updates = torch._foreach_div(m_hats, denoms)
         if group["weight_decay"]:
-            update.add_(p, alpha=group["weight_decay"])
-        ratio = self.trust_ratio(self._norm(p), self._norm(update), group["clamp"])
-        p.sub_(update.mul_(ratio * group["lr"]))
+            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+        # every tensor's (or worker's) trust ratio in one pass over their norms, end to end
+        w_norms, u_norms = self._norms(params), self._norms(updates)
+        ratios = self.trust_ratio(w_norms, u_norms, group["clamp"]) * group["lr"]
+        rows = [p.shape[0] if self.worker_axis else 1 for p in params]
+        for p, u, r in zip(params, updates, ratios.split(rows), strict=True):
+            p.sub_(u.mul_(r.view(-1, *[1] * (u.dim() - 1)) if self.worker_axis else r[0]))
 
-    def _norm(self, t: torch.Tensor) -> torch.Tensor:
-        """|t|, or per worker (shaped to broadcast over each worker's copy)."""
+    def _norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """Every tensor's |t| end to end, or with `worker_axis` each worker's |t| in turn."""
         if not self.worker_axis:
-            return t.norm()
-        return t.reshape(t.shape[0], -1).norm(dim=1).view(-1, *[1] * (t.dim() - 1))
+            return torch.stack([t.norm() for t in tensors])
+        return torch.cat([t.reshape(t.shape[0], -1).norm(dim=1) for t in tensors])

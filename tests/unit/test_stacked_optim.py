@@ -111,6 +111,43 @@ def test_a_shared_row_stepped_once_equals_every_row_stepped(cls, kw):
         assert all(torch.equal(own[w], own[0]) for w in range(workers))
 
 
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    [
+        (SGD, SGD_CASES[3]),
+        (SGD, SGD_CASES[2]),
+        (Adam, ADAM_CASES[2]),
+        (Lamb, dict(lr=0.01, weight_decay=0.01, worker_axis=True, clamp=(0.1, 5.0))),
+        (Lamb, dict(lr=0.01, weight_decay=0.01)),
+    ],
+)
+def test_a_group_steps_each_parameter_as_an_optimizer_of_its_own(cls, kw):
+    # a step runs each operation over the whole group at once: every parameter, a shared
+    # row among them, must still end exactly where an optimizer holding it alone puts it
+    shapes = ((4, 3, 5), (4, 5), (4, 2, 2, 3))
+    g = torch.Generator().manual_seed(5)
+    start = [torch.randn(s, generator=g) for s in shapes]
+    start[1] = start[1][:1].clone().expand(shapes[1])  # one row shared by every worker
+    start[2].zero_()  # a zero norm: LAMB's ratio-1 branch beside the others
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(4)]
+    for step_grads in grads:
+        step_grads[1] = step_grads[1][:1].expand(shapes[1]).clone()
+
+    def trained(groups):
+        params = [t.clone() if t.stride(0) else t[:1].clone().expand_as(t) for t in start]
+        params = [p.requires_grad_() for p in params]
+        optimizers = [cls([params[i] for i in group], **kw) for group in groups]
+        for step_grads in grads:
+            for p, grad in zip(params, step_grads, strict=True):
+                p.grad = grad.clone()
+            for opt in optimizers:
+                opt.step()
+        return [p.detach() for p in params]
+
+    together, alone = trained([[0, 1, 2]]), trained([[0], [1], [2]])
+    assert all(torch.equal(a, b) for a, b in zip(together, alone, strict=True))
+
+
 @pytest.mark.parametrize(("cls", "kw"), [(SGD, SGD_CASES[1]), (Adam, ADAM_CASES[0])])
 def test_state_dict_round_trip_continues_as_an_uninterrupted_run(cls, kw):
     shapes = ((3, 4), (4,))
