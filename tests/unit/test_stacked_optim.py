@@ -61,14 +61,25 @@ def test_adam_steps_as_torch_adam_bit_for_bit(kw):
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
 
 
-@pytest.mark.parametrize(("cls", "kw"), [(SGD, SGD_CASES[2]), (Adam, ADAM_CASES[2])])
-def test_stacked_rows_step_as_each_workers_own_optimizer(cls, kw):
+LAMB_PER_WORKER = dict(lr=0.01, weight_decay=0.01, clamp=(0.1, 5.0))
+
+
+@pytest.mark.parametrize(
+    ("cls", "kw", "alone_kw"),
+    [
+        (SGD, SGD_CASES[2], SGD_CASES[2]),
+        (Adam, ADAM_CASES[2], ADAM_CASES[2]),
+        # LAMB's trust ratio per worker: each row's norms, as a lone worker's whole tensor's
+        (Lamb, {**LAMB_PER_WORKER, "worker_axis": True}, LAMB_PER_WORKER),
+    ],
+)
+def test_stacked_rows_step_as_each_workers_own_optimizer(cls, kw, alone_kw):
     workers = 3
     stacked, _ = _run(cls, kw, shapes=((workers, 5),))
     for w in range(workers):
         # worker w alone: its row of the start and of every gradient, its own optimizer
         p = _params(((workers, 5),))[0].detach()[w].clone().requires_grad_()
-        opt = cls([p], **kw)
+        opt = cls([p], **alone_kw)
         for (g,) in _grads(((workers, 5),), 1):
             p.grad = g[w].clone()
             opt.step()
