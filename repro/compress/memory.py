@@ -20,8 +20,8 @@ majority vote, PowerSGD without feedback).
 
 Where the backward can put a weight's gradient in place itself (`gradient_targets`: the
 workers' linear layers of a stacked forward, `Replicas`), error feedback has it added into the
-residual, so G forms in the residuals' own buffer and most of the model's gradient is never
-written out and read back (the product's own addition: the same bits as g + residual);
+residual, so G forms in the residuals' own buffer: each layer's product is added into its
+residual in place (the same bits as g + residual), and no flat buffer is filled beside it;
 with no residual (`NoMemory`, or after a dense exchange) it is written into the buffer G
 is sent from, with nothing copied.
 
