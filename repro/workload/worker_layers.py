@@ -14,9 +14,9 @@ products are summed in another order): tested against a lone worker's module.
 
 `weight_grads_into` lets a caller name, for some weights, a tensor the weight's gradient
 goes to from its own product: added in place (error feedback's G = g + residual formed in
-the residual's own buffer, with no second buffer written) or written (`bmm(out=)`: the
-flat buffer a method without feedback sends, G = g, with no copy and no fresh allocation),
-each the same bits as the product written out first (`Replicas`).
+the residual's own buffer, with no flat buffer of G filled beside it) or written
+(`bmm(out=)`: the flat buffer a method without feedback sends, G = g, with no copy and no
+fresh allocation), each the same bits as the product written out first (`Replicas`).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def test_stacked_workers_train_as_lone_workers(name):
 @pytest.mark.parametrize("add", [True, False])
 def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
     """`forward_backward(into=...)`: the linear layers' weights get their gradients added
-    into their targets (or written there) by the product itself, the same bits as the
+    into their targets as each product is made (or written there by it), the same bits as the
     gradient written out and then added (or copied); the convolutions' weights and the
     biases get fresh gradients and leave their targets untouched (float32, as runs train;
     shared rows, as Top-k holds them)."""
