@@ -74,21 +74,14 @@ class Lamb(StackedOptimizer):
         if any(g.is_sparse for g in grads):
             raise RuntimeError("Lamb does not support sparse gradients")
         b1, b2 = group["betas"]
-        for p, state in zip(params, states, strict=True):
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
-            state["step"] += 1
-        ms = [state["exp_avg"] for state in states]
-        vs = [state["exp_avg_sq"] for state in states]
+        ms, vs, steps = self._moments(params, states)
         torch._foreach_mul_(ms, b1)
         torch._foreach_add_(ms, grads, alpha=1 - b1)
         torch._foreach_mul_(vs, b2)
         torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
         if group["bias_correction"]:
-            m_hats = torch._foreach_div(ms, [1 - b1 ** state["step"] for state in states])
-            v_hats = torch._foreach_div(vs, [1 - b2 ** state["step"] for state in states])
+            m_hats = torch._foreach_div(ms, [1 - b1**t for t in steps])
+            v_hats = torch._foreach_div(vs, [1 - b2**t for t in steps])
         else:
             m_hats, v_hats = ms, vs
         denoms = torch._foreach_sqrt(v_hats)

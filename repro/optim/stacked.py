@@ -68,6 +68,23 @@ class StackedOptimizer(ABC):
             if params:
                 self._update(params, grads, group, states)
 
+    @staticmethod
+    def _moments(params: list, states: list) -> tuple[list, list, list[int]]:
+        """Adam's and LAMB's slots, made on a tensor's first step: each tensor's first and
+        second moment and its step count, the count advanced by this step."""
+        for p, state in zip(params, states, strict=True):
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            # int(): a checkpoint of torch's Adam holds the count as a tensor
+            state["step"] = int(state["step"]) + 1
+        return (
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            [state["step"] for state in states],
+        )
+
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
 
@@ -137,20 +154,11 @@ class Adam(StackedOptimizer):
         super().__init__(params, defaults)
 
     def _update(self, params, grads, group, states):
-        steps = []
-        for p, state in zip(params, states, strict=True):
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            # int(): a checkpoint of torch's Adam holds the count as a tensor
-            state["step"] = int(state["step"]) + 1
-            steps.append(float(state["step"]))
+        exp_avgs, exp_avg_sqs, counts = self._moments(params, states)
+        steps = [float(t) for t in counts]
         b1, b2 = group["betas"]
         if group["weight_decay"]:
             grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
-        exp_avgs = [state["exp_avg"] for state in states]
-        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
         torch._foreach_lerp_(exp_avgs, grads, 1 - b1)
         torch._foreach_mul_(exp_avg_sqs, b2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - b2)
