@@ -109,7 +109,7 @@ def render_parts(
     results = evaluate(claims.claims, runs, scale)
     figures = []
     for spec in claims.figures:
-        seeds = seeds_sentence(spec.kind, runs)
+        seeds = seeds_sentence(spec, runs, claims.display_name)
         caption = f"{spec.caption} {clock_sentence(spec)} {seeds}".strip()
         try:
             path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.svg")

@@ -16,12 +16,13 @@ looks the same in every report; the layout, legends and reference lines from `ca
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
-from repro.track.series import Run, Seeded, every_run, points, seeds_of, trailing_mean, x_metric
+from repro.track.series import Run, Seeded, every_run, points, trailing_mean, x_metric
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -94,25 +95,55 @@ def resolve_reference(ref: dict, spec: FigureSpec, runs: Seeded) -> dict | None:
     return out
 
 
-def seeds_sentence(kind: str, runs: Seeded) -> str:
-    """How the figure shows the seeds, for the caption."""
-    seeds = seeds_of(runs)
+def drawn_seeds(spec: FigureSpec, runs: Seeded) -> dict[str, list[int]]:
+    """label -> the seeds the figure draws of it: its selected runs (and the baseline, drawn
+    in every panel); for `drops` the series' runs at the seeds their reference also has (a
+    drop needs both)."""
+    labels = spec.selected(list(runs))
+    if spec.baseline in runs and spec.baseline not in labels:
+        labels.append(spec.baseline)
+    if spec.kind != "drops":
+        return {label: sorted(runs[label]) for label in labels}
+    reference = spec.measure.get("reference")
+    return {
+        label: sorted(set(runs[label]) & set(runs.get(reference, {})))
+        for label in labels
+        if label != reference and any(label.startswith(family) for family in spec.series)
+    }
+
+
+def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:
+    """How the figure shows the seeds, for the caption: the seeds of the runs it draws,
+    and which runs have other seeds than most (a method given more seeds for its claim)."""
+    by_label = drawn_seeds(spec, runs)
+    seeds = sorted({seed for got in by_label.values() for seed in got})
     listed = ", ".join(map(str, seeds))
     if len(seeds) <= 1:
         return f"One seed ({listed or 'none'})."
-    if kind in ("points", "drops"):
+    usual = Counter(tuple(got) for got in by_label.values()).most_common(1)[0][0]
+    others = [
+        f"{name(label)} ({', '.join(map(str, got)) or 'none'})"
+        for label, got in by_label.items()
+        if tuple(got) != usual
+    ]
+    head = f"{len(seeds)} seeds ({listed})"
+    if others:
+        head += f"; every run has seeds {', '.join(map(str, usual))} except {'; '.join(others)}"
+    if spec.kind in ("points", "drops"):
         return (
-            f"{len(seeds)} seeds ({listed}): a small dot per seed; the line joins the means "
+            f"{head}: a small dot per seed; the line joins the means "
             "over the seeds and the shaded band spans the lowest to the highest seed (no "
             "mean where a seed never got there)."
         )
-    if kind == "steps":
-        return f"{len(seeds)} seeds ({listed}): one thin line per seed in the method's colour."
+    if spec.kind == "steps":
+        return f"{head}: one thin line per seed in the method's colour."
     unfinished = [
-        f"{label} seed {seed}" for label, seed, run in every_run(runs) if not finished(run)
+        f"{label} seed {seed}"
+        for label, seed, run in every_run(runs)
+        if label in by_label and not finished(run)
     ]
     return (
-        f"{len(seeds)} seeds ({listed}): faint lines are the seeds; the thick line is their "
+        f"{head}: faint lines are the seeds; the thick line is their "
         "mean and the shaded band spans the lowest to the highest seed, both on the union of "
         "the seeds' logged x values (each seed linearly interpolated between its points) as "
         "far as every seed has logged."

@@ -173,12 +173,13 @@ def test_points_figure_draws_each_seed_and_the_mean(tmp_path):
         measure={"calculator": "steps_to_target", "params": {"target": 0.5}},
     )
     assert draw_figure(spec, seeded(runs), str, tmp_path / "pts.png").stat().st_size > 1000
-    assert seeds_sentence("points", seeded(runs)) == (
+    assert seeds_sentence(spec, seeded(runs), str) == (
         "2 seeds (0, 1): a small dot per seed; the line joins the means over the seeds and "
         "the shaded band spans the lowest to the highest seed (no mean where a seed never "
         "got there)."
     )
-    assert seeds_sentence("curves", seeded(runs[:2])) == "One seed (0)."
+    curves = FigureSpec(id="c", title="Accuracy", y="test/acc")
+    assert seeds_sentence(curves, seeded(runs[:2]), str) == "One seed (0)."
 
 
 def test_compare_names_the_seed_of_runs_that_share_a_label():

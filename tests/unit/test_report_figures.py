@@ -204,7 +204,7 @@ def test_an_unfinished_run_is_drawn_dashed_and_left_out_of_the_mean():
     assert artist(fig, "mean-adacomm").get_xdata() == pytest.approx(xs)
     assert artist(fig, "mean-adacomm").get_ydata() == pytest.approx(ys)
     assert artist(fig, "seed-adacomm-s1").get_linestyle() == "--"
-    assert seeds_sentence("curves", runs).endswith("left out of the mean: adacomm seed 1.")
+    assert seeds_sentence(spec(), runs, str).endswith("left out of the mean: adacomm seed 1.")
 
 
 def lab(colour: str) -> np.ndarray:
@@ -316,3 +316,26 @@ def test_log_axes_are_labelled_with_plain_numbers():
     fig.draw_without_rendering()
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
     assert labels and all(float(text) > 0 for text in labels)  # "0.5", not 5 x 10^-1
+
+
+def test_caption_names_the_seeds_of_the_runs_drawn_and_runs_with_other_seeds():
+    # sync and adacomm at seeds 0-2, local_sgd given 5 seeds, a run the figure leaves out
+    # at seed 9: the caption counts the drawn runs' seeds and names the one that differs
+    runs = [make_run(label, seed=s) for label in ("sync", "adacomm") for s in range(3)]
+    runs += [make_run("local_sgd", seed=s) for s in range(5)] + [make_run("other", seed=9)]
+    drawn = spec(runs=["sync", "adacomm", "local_sgd"])
+    assert seeds_sentence(drawn, seeded(runs), str.upper).startswith(
+        "5 seeds (0, 1, 2, 3, 4); every run has seeds 0, 1, 2 except LOCAL_SGD (0, 1, 2, 3, "
+        "4): faint lines are the seeds;"
+    )
+    same = spec(runs=["sync", "adacomm"])
+    assert seeds_sentence(same, seeded(runs), str).startswith("3 seeds (0, 1, 2): faint")
+    # a drop needs the reference's run at the same seed: local_sgd's seeds 3 and 4 have none
+    drops = spec(
+        kind="drops",
+        x="method.cr",
+        y="test/acc",
+        series=["local_sgd", "adacomm"],
+        measure={"reference": "sync"},
+    )
+    assert seeds_sentence(drops, seeded(runs), str).startswith("3 seeds (0, 1, 2): a small dot")
