@@ -276,6 +276,11 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
         pool.join()
 
 
+STOP_WAIT_S = 60.0
+"""How long a stopped command waits for each of its workers to mark its trial and exit
+(seconds are typical: `repro.sweep.stops.STOP_GRACE_S` and a storage write)."""
+
+
 class Workers:
     """K long-lived workers of `kind` (e.g. the `sweep` `name`) where `cluster` says, each
     with `cpus` CPUs on a cluster. Building it checks the cluster (sbatch, partition, sizes),
@@ -310,15 +315,21 @@ class Workers:
         try:
             for p in procs:
                 p.join()
-        except Terminated:
-            # a SIGTERM sent to this command alone, passed on: each worker then marks its
-            # trial stopped and queued again, as a Ctrl-C (which reaches them all) makes it,
-            # before the workers die with this process and leave it RUNNING
+        except (Terminated, KeyboardInterrupt) as stop:
+            # a SIGTERM or SIGINT sent to this command alone (`kill PID`, `kill -INT PID`),
+            # passed on: each worker then marks its trial stopped and queued again, as a
+            # Ctrl-C (which reaches them all; a second SIGINT is ignored) makes it, instead of
+            # running on unsignalled while this process waits for it to exit, or dying with
+            # it and leaving its trial RUNNING
+            signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
             for p in procs:
                 if p.is_alive():
-                    os.kill(p.pid, signal.SIGTERM)
+                    os.kill(p.pid, signum)
             for p in procs:
-                p.join()
+                p.join(STOP_WAIT_S)
+                if p.is_alive():  # stuck: its trial is left to the stale-trial check
+                    p.kill()
+                    p.join()
             raise
         bad = [i for i, p in enumerate(procs) if p.exitcode != 0]
         if bad:

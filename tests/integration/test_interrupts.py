@@ -1,6 +1,6 @@
 """Ctrl-C on a sweep, a tuning search and a run set, as a terminal sends it: SIGINT to the
 command's whole process group (its workers and wandb's service included); and `kill PID`,
-SIGTERM to the command alone, on a sweep and a run set.
+SIGTERM to the command alone, on a sweep and a run set (and `kill -INT PID` on a sweep).
 
 Each ends with exit status 130 (143 after SIGTERM) and one line saying what stopped and how
 to continue, no traceback; the trials that were running are marked interrupted (not left for
@@ -40,9 +40,13 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-STOPS = {"ctrl_c": (os.killpg, signal.SIGINT), "kill": (os.kill, signal.SIGTERM)}
+STOPS = {
+    "ctrl_c": (os.killpg, signal.SIGINT),
+    "kill": (os.kill, signal.SIGTERM),
+    "kill_int": (os.kill, signal.SIGINT),
+}
 """How each stop is sent: Ctrl-C to the whole process group as a terminal sends it, `kill
-PID` to the command alone."""
+PID` and `kill -INT PID` to the command alone."""
 
 
 def _interrupt(
@@ -95,7 +99,7 @@ def _left(group: int) -> list[str]:
 
 
 def _one_line(rc: int, out: str, err: str, starts: str, how: str = "ctrl_c") -> None:
-    word = {"ctrl_c": "interrupted", "kill": "terminated"}[how]
+    word = "terminated" if STOPS[how][1] == signal.SIGTERM else "interrupted"
     assert rc == 128 + STOPS[how][1], out + err
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
     said = [line for line in (out + err).splitlines() if word in line.lower()]
@@ -154,20 +158,25 @@ def test_ctrl_c_on_a_sweep_marks_its_trials_interrupted_and_the_rerun_resumes(tm
     assert {n: resumed[n] for n in left} == left and max(left.values()) >= EVERY
 
 
-def test_kill_of_a_sweep_reaches_its_workers_and_marks_their_trials(tmp_path):
-    """SIGTERM to the command alone: its workers get it from the command, or they would die
-    with it and leave their trials RUNNING. Resuming such a trial is the Ctrl-C test's."""
+@pytest.mark.parametrize(
+    "how, shown_as", [("kill", "stopped by SIGTERM (a kill"), ("kill_int", "interrupted (Ctrl-C)")]
+)
+def test_kill_of_a_sweep_reaches_its_workers_and_marks_their_trials(tmp_path, how, shown_as):
+    """SIGTERM or SIGINT to the command alone: its workers get it from the command, or they
+    would run on while it waits for them, or die with it and leave their trials RUNNING.
+    Resuming such a trial is the Ctrl-C test's."""
     spec, spec_path, args = _sweep(tmp_path)
     ready = _checkpointed(lambda: [*spec.study_dir.glob("trial_*")])
-    rc, out, err = _interrupt(args, tmp_path, ready, "kill")
-    _one_line(rc, out, err, f"sweep {spec_path} stopped", "kill")
+    rc, out, err = _interrupt(args, tmp_path, ready, how)
+    _one_line(rc, out, err, f"sweep {spec_path} stopped", how)
     trials = load_study(spec).get_trials(deepcopy=False)
     stopped = [t for t in trials if t.state == TrialState.FAIL]
-    assert stopped and all(t.user_attrs["stopped"]["signal"] == "SIGTERM" for t in stopped)
+    name = signal.Signals(STOPS[how][1]).name
+    assert stopped and all(t.user_attrs["stopped"]["signal"] == name for t in stopped)
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     shown = repro_cli("sweep", "show", str(spec_path), cwd=tmp_path)
     for t in stopped:
-        assert f"failed trial {t.number}: stopped by SIGTERM (a kill" in shown.stdout, shown.stdout
+        assert f"failed trial {t.number}: {shown_as}" in shown.stdout, shown.stdout
 
 
 def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_path):
