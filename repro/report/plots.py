@@ -16,7 +16,6 @@ looks the same in every report; the layout, legends and reference lines from `ca
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,21 +113,25 @@ def drawn_seeds(spec: FigureSpec, runs: Seeded) -> dict[str, list[int]]:
 
 def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:
     """How the figure shows the seeds, for the caption: the seeds of the runs it draws,
-    and which runs have other seeds than most (a method given more seeds for its claim)."""
+    and, where runs differ (a method given more seeds for its claim), each run's seeds: the
+    runs grouped by their seeds, most seeds first, the commonest set last as "the others"."""
     by_label = drawn_seeds(spec, runs)
     seeds = sorted({seed for got in by_label.values() for seed in got})
-    listed = ", ".join(map(str, seeds))
     if len(seeds) <= 1:
-        return f"One seed ({listed or 'none'})."
-    usual = Counter(tuple(got) for got in by_label.values()).most_common(1)[0][0]
-    others = [
-        f"{name(label)} ({', '.join(map(str, got)) or 'none'})"
-        for label, got in by_label.items()
-        if tuple(got) != usual
-    ]
-    head = f"{len(seeds)} seeds ({listed})"
-    if others:
-        head += f"; every run has seeds {', '.join(map(str, usual))} except {'; '.join(others)}"
+        return f"One seed ({seed_ranges(seeds) or 'none'})."
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for label, got in by_label.items():
+        groups.setdefault(tuple(got), []).append(name(label))
+    head = f"{len(seeds)} seeds ({seed_ranges(seeds)})"
+    if len(groups) > 1:
+        usual = max(groups, key=lambda got: len(groups[got]))
+        parts = [
+            f"{seed_ranges(got) or 'none'} for {_and(names)}"
+            for got, names in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))
+            if got != usual
+        ]
+        rest = _and(groups[usual]) if len(groups[usual]) == 1 else "the others"
+        head += f"; seeds {'; '.join(parts)}; {seed_ranges(usual) or 'none'} for {rest}"
     if spec.kind in ("points", "drops"):
         return (
             f"{head}: a small dot per seed; the line joins the means "
@@ -153,6 +156,23 @@ def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:
         if unfinished
         else ""
     )
+
+
+def seed_ranges(seeds: list[int] | tuple[int, ...]) -> str:
+    """Sorted seeds with each run of three or more consecutive ones as a range: 0-4, 7, 8."""
+    out: list[str] = []
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        out += [f"{seeds[i]}-{seeds[j]}"] if j - i >= 2 else [str(s) for s in seeds[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def finished(run: Run) -> bool:

@@ -17,7 +17,7 @@ import yaml
 from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
 from repro.report.colours import colour_for
-from repro.report.plots import draw_figure, render, seeds_sentence
+from repro.report.plots import draw_figure, render, seed_ranges, seeds_sentence
 from tests.unit.report_data import make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
@@ -319,17 +319,23 @@ def test_log_axes_are_labelled_with_plain_numbers():
 
 
 def test_caption_names_the_seeds_of_the_runs_drawn_and_runs_with_other_seeds():
-    # sync and adacomm at seeds 0-2, local_sgd given 5 seeds, a run the figure leaves out
-    # at seed 9: the caption counts the drawn runs' seeds and names the one that differs
+    # sync and adacomm at seeds 0-2, local_sgd given 5 seeds, topk 2 of them, and a run the
+    # figure leaves out at seed 9: the caption counts the drawn runs' seeds and groups the
+    # runs by their seeds, the commonest set last
     runs = [make_run(label, seed=s) for label in ("sync", "adacomm") for s in range(3)]
     runs += [make_run("local_sgd", seed=s) for s in range(5)] + [make_run("other", seed=9)]
-    drawn = spec(runs=["sync", "adacomm", "local_sgd"])
+    runs += [make_run("topk", seed=s) for s in (0, 4)]
+    drawn = spec(runs=["sync", "adacomm", "local_sgd", "topk"])
     assert seeds_sentence(drawn, seeded(runs), str.upper).startswith(
-        "5 seeds (0, 1, 2, 3, 4); every run has seeds 0, 1, 2 except LOCAL_SGD (0, 1, 2, 3, "
-        "4): faint lines are the seeds;"
+        "5 seeds (0-4); seeds 0-4 for LOCAL_SGD; 0, 4 for TOPK; 0-2 for the others: faint "
+        "lines are the seeds;"
+    )
+    two = spec(runs=["sync", "local_sgd"])
+    assert seeds_sentence(two, seeded(runs), str).startswith(
+        "5 seeds (0-4); seeds 0-4 for local_sgd; 0-2 for sync: faint"
     )
     same = spec(runs=["sync", "adacomm"])
-    assert seeds_sentence(same, seeded(runs), str).startswith("3 seeds (0, 1, 2): faint")
+    assert seeds_sentence(same, seeded(runs), str).startswith("3 seeds (0-2): faint")
     # a drop needs the reference's run at the same seed: local_sgd's seeds 3 and 4 have none
     drops = spec(
         kind="drops",
@@ -338,4 +344,18 @@ def test_caption_names_the_seeds_of_the_runs_drawn_and_runs_with_other_seeds():
         series=["local_sgd", "adacomm"],
         measure={"reference": "sync"},
     )
-    assert seeds_sentence(drops, seeded(runs), str).startswith("3 seeds (0, 1, 2): a small dot")
+    assert seeds_sentence(drops, seeded(runs), str).startswith("3 seeds (0-2): a small dot")
+
+
+@pytest.mark.parametrize(
+    "seeds, text",
+    [
+        ([], ""),
+        ([3], "3"),
+        ([0, 1], "0, 1"),
+        ([0, 1, 2], "0-2"),
+        ([0, 1, 2, 5, 7, 8, 9], "0-2, 5, 7-9"),
+    ],
+)
+def test_seed_ranges(seeds, text):
+    assert seed_ranges(seeds) == text
