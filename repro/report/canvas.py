@@ -13,8 +13,7 @@ so redrawing the same runs gives the same file.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,27 +47,6 @@ class Canvas:
 
     fig: Figure
     axes: list
-
-
-def panel_groups(
-    spec: FigureSpec, labels: Sequence[str], key: Callable[[str], str] = str
-) -> list[tuple[str, list[str]]]:
-    """(title, labels) of each panel that holds runs: those whose key matches the panel's
-    regex (each label in the first panel it matches), the baseline left out (it is drawn in
-    every panel), leftovers in a last panel "other runs". Without panels (or without a run
-    in any): one untitled panel with every label."""
-    if not spec.panels:
-        return [("", list(labels))]
-    left = [label for label in labels if label != spec.baseline]
-    groups = []
-    for panel in spec.panels:
-        members = [label for label in left if re.fullmatch(panel["runs"], key(label))]
-        left = [label for label in left if label not in members]
-        if members:
-            groups.append((panel["title"], members))
-    if left:
-        groups.append(("other runs", left))
-    return groups or [("", [])]  # no run but the baseline: it still gets its axes
 
 
 def open_canvas(spec: FigureSpec, titles: Sequence[str], xname: str) -> Canvas:

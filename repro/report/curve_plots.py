@@ -22,10 +22,9 @@ from repro.report.canvas import (
     finish,
     mark_crossing,
     open_canvas,
-    panel_groups,
 )
 from repro.report.colours import colour_for, line_style
-from repro.report.plots import Namer, finished, resolve_reference
+from repro.report.plots import Namer, finished, panel_groups, resolve_reference, shown_everywhere
 from repro.report.seed_bands import SeedBand, seed_band
 from repro.track.series import NotMeasurable, Run, Seeded, points, trailing_mean, x_metric
 
@@ -41,18 +40,18 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
     groups = panel_groups(spec, labels)
     canvas = open_canvas(spec, [title for title, _ in groups], x_metric(spec.x))
     refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
-    shown_everywhere = [spec.baseline] if spec.panels and spec.baseline in runs else []
+    everywhere = shown_everywhere(spec, runs)
     logged = sum(len(run.history) for lab in labels for run in runs[lab].values())
     raster = logged > RASTER_POINTS
     categories: list[str] = []
     drawn = 0
     for ax, (_, members) in zip(canvas.axes, groups, strict=True):
         means: dict[str, tuple[SeedBand, Line2D]] = {}
-        for label in shown_everywhere + members:
+        for label in everywhere + members:
             if spec.kind == "steps":
                 drawn += _draw_steps(ax, spec, label, runs[label], name, categories)
                 continue
-            faint = label in shown_everywhere
+            faint = label in everywhere
             mean, count = _draw_curves(ax, spec, label, runs[label], name, faint, raster)
             drawn += count
             if mean is not None and not faint:  # a baseline's own end is no crossing

@@ -16,7 +16,8 @@ looks the same in every report; the layout, legends and reference lines from `ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,21 +95,52 @@ def resolve_reference(ref: dict, spec: FigureSpec, runs: Seeded) -> dict | None:
     return out
 
 
-def drawn_seeds(spec: FigureSpec, runs: Seeded) -> dict[str, list[int]]:
-    """label -> the seeds the figure draws of it: its selected runs (and the baseline, drawn
-    in every panel); for `drops` the series' runs at the seeds their reference also has (a
-    drop needs both)."""
-    labels = spec.selected(list(runs))
-    if spec.baseline in runs and spec.baseline not in labels:
-        labels.append(spec.baseline)
-    if spec.kind != "drops":
-        return {label: sorted(runs[label]) for label in labels}
+def panel_groups(
+    spec: FigureSpec, labels: Sequence[str], key: Callable[[str], str] = str
+) -> list[tuple[str, list[str]]]:
+    """(title, labels) of each panel that holds runs: those whose key matches the panel's
+    regex (each label in the first panel it matches), the baseline left out (it is drawn in
+    every panel), leftovers in a last panel "other runs". Without panels (or without a run
+    in any): one untitled panel with every label."""
+    if not spec.panels:
+        return [("", list(labels))]
+    left = [label for label in labels if label != spec.baseline]
+    groups = []
+    for panel in spec.panels:
+        members = [label for label in left if re.fullmatch(panel["runs"], key(label))]
+        left = [label for label in left if label not in members]
+        if members:
+            groups.append((panel["title"], members))
+    if left:
+        groups.append(("other runs", left))
+    return groups or [("", [])]  # no run but the baseline: it still gets its axes
+
+
+def shown_everywhere(spec: FigureSpec, runs: Seeded) -> list[str]:
+    """The baseline, where a curves or steps figure with panels draws it in every panel."""
+    shown = spec.kind in ("curves", "steps") and spec.panels and spec.baseline in runs
+    return [spec.baseline] if shown else []
+
+
+def drop_labels(spec: FigureSpec, labels: Sequence[str], family: str) -> list[str]:
+    """The labels of a `drops` figure's series `family`: its prefix, the reference aside."""
     reference = spec.measure.get("reference")
-    return {
-        label: sorted(set(runs[label]) & set(runs.get(reference, {})))
-        for label in labels
-        if label != reference and any(label.startswith(family) for family in spec.series)
-    }
+    return [label for label in labels if label.startswith(family) and label != reference]
+
+
+def drawn_seeds(spec: FigureSpec, runs: Seeded) -> dict[str, list[int]]:
+    """label -> the seeds the figure draws of it; for `drops` the seeds its reference also
+    has (a drop needs both)."""
+    selected = spec.selected(list(runs))
+    if spec.kind == "drops":
+        reference = runs.get(spec.measure.get("reference"), {})
+        return {
+            label: sorted(set(runs[label]) & set(reference))
+            for family in spec.series
+            for label in drop_labels(spec, selected, family)
+        }
+    drawn = [label for _, members in panel_groups(spec, selected) for label in members]
+    return {label: sorted(runs[label]) for label in shown_everywhere(spec, runs) + drawn}
 
 
 def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:

@@ -27,10 +27,9 @@ from repro.report.canvas import (
     finish,
     mark_off_scale,
     open_canvas,
-    panel_groups,
 )
 from repro.report.colours import colour_for
-from repro.report.plots import Namer, resolve_reference
+from repro.report.plots import Namer, drop_labels, panel_groups, resolve_reference
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, final
 
 if TYPE_CHECKING:
@@ -161,9 +160,7 @@ def drops_by_family(spec: FigureSpec, runs: Seeded) -> Values:
         raise NotMeasurable(f"no reference run '{reference}' to measure drops against")
     out: Values = {}
     for family in spec.series:
-        for label in spec.selected(list(runs)):
-            if not label.startswith(family) or label == reference:
-                continue
+        for label in drop_labels(spec, spec.selected(list(runs)), family):
             for seed, run in runs[label].items():
                 ref = runs[reference].get(seed)
                 if ref is None or sends_per_parameter(run) is None:

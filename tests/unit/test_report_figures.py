@@ -345,6 +345,11 @@ def test_caption_names_the_seeds_of_the_runs_drawn_and_runs_with_other_seeds():
         measure={"reference": "sync"},
     )
     assert seeds_sentence(drops, seeded(runs), str).startswith("3 seeds (0-2): a small dot")
+    # a baseline repeated in every panel is drawn, and counted, when it is not selected
+    panels = spec(runs=["adacomm"], panels=[{"title": "A", "runs": "adacomm"}], baseline="other")
+    assert seeds_sentence(panels, seeded(runs), str).startswith(
+        "4 seeds (0-2, 9); seeds 0-2 for adacomm; 9 for other: faint"
+    )
 
 
 @pytest.mark.parametrize(
