@@ -132,11 +132,57 @@ def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segm
     assert torch.equal(got, _stable_reference(x, [k], [40_000]))
 
 
+@pytest.mark.parametrize("share", [0.0005, 0.01, 0.1])
+def test_the_block_pass_lists_what_a_pass_over_every_entry_lists(share):
+    # A segment that starts inside the row and ends in a partial block, with its large
+    # values crowded into a few places (as a layer's gradients are): the blocks whose
+    # largest magnitude reaches the estimate must hold every entry at or above it.
+    gen = torch.Generator().manual_seed(3)
+    row = torch.randn(100_000, generator=gen) * 1e-3
+    row[40_000:40_300] *= 1e3
+    row[70_001] = float("-inf")
+    start, stop = 1_237, 97_789  # neither a multiple of the block from the start
+    bits = row.view(torch.int32).numpy()
+    mag = np.abs(row.numpy()).view(np.int32).astype(np.int64)
+    estimate = np.sort(mag[start:stop])[-int(share * (stop - start)) - 1]
+    listed, vals = (np.empty(stop - start, dtype=np.int64) for _ in range(2))
+    peaks = np.empty((stop - start) // select_kernels._BLOCK + 1, dtype=np.int64)
+    magnitude = np.int64(2**31 - 1)
+    blocks = select_kernels._block_peaks(bits, magnitude, start, stop, peaks)
+    assert blocks == len(peaks)  # the partial block at the end is one more
+    m = select_kernels._list_blocks(
+        bits, magnitude, start, stop, estimate, blocks, listed, vals, peaks
+    )
+    expected = np.flatnonzero(mag[start:stop] >= estimate) + start
+    assert np.array_equal(listed[:m], expected)
+    assert np.array_equal(vals[:m], mag[expected])
+
+
+@pytest.mark.parametrize("k", [1, 10, 102, 160])
+def test_short_segments_narrowed_by_their_block_peaks_keep_torch_topk_s_set(k):
+    # Segments too short to sample (a layer's 10,240 weights, its 25 biases) are narrowed
+    # to the blocks whose peak reaches the k-th largest peak, a bound never above the k-th
+    # largest entry; with the largest values crowded into one block and a tied pair at the
+    # threshold's side, the set is still the stable sort's first k.
+    gen = torch.Generator().manual_seed(k)
+    sizes = [10_240, 25, 1_875]
+    x = torch.randn(3, sum(sizes), generator=gen, dtype=torch.float64)
+    x[0, 640:704] *= 100.0
+    x[1, 5_000] = x[1, 7_001] = -x[1, :10_240].abs().max()
+    x[2, :10_240] = 0.0  # a dead layer: the bound is 0 and the zero threshold takes it
+    x[2, 9_000] = 1.0
+    ks = [k, 1, min(k, 29)]
+    assert torch.equal(topk_indices(x, ks, sizes), _stable_reference(x, ks, sizes))
+
+
 def _narrowed(row: torch.Tensor, k: int) -> int:
     """What the candidate narrowing makes of one float32 row: how many it listed, -1 (fell
     short) or its mostly-zero mark."""
     listed, vals = (np.empty(row.numel(), dtype=np.int64) for _ in range(2))
     sample = np.empty(select_kernels._SAMPLE, dtype=np.int64)
+    peaks = np.empty(row.numel() // select_kernels._BLOCK + 1, dtype=np.int64)
     bits = row.contiguous().view(torch.int32).numpy()
     magnitude = np.int64(2**31 - 1)
-    return select_kernels._candidates(bits, magnitude, 0, row.numel(), k, listed, vals, sample)
+    return select_kernels._candidates(
+        bits, magnitude, 0, row.numel(), k, listed, vals, sample, peaks
+    )
