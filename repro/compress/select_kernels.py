@@ -16,8 +16,8 @@ bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
    about 0.05) the listing pass looks only inside the blocks of `_BLOCK` entries whose
    largest magnitude reaches the estimate; the blocks' maxima take one vectorised pass.
    On 8 rows of a trained `cnn1d_wide` gradient (whole model): 0.28x the time at
-   c = 0.001, 0.41x at c = 0.01, 0.78x at c = 0.05; above that it would cost more;
-0'. a shorter segment whose k is at most its number of blocks is narrowed without a
+   c = 0.001, 0.41x at c = 0.01, 0.78x at c = 0.05; above that it would cost more.
+   A shorter segment whose k is at most its number of blocks is narrowed without a
    sample: the k-th largest block maximum is at most the k-th largest entry (k blocks each
    hold an entry that large), so the entries at or above it, listed block by block as
    above, hold the whole selection, and no estimate can fall short (layer-wise on the same
