@@ -132,11 +132,13 @@ def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segm
     assert torch.equal(got, _stable_reference(x, [k], [40_000]))
 
 
+@pytest.mark.parametrize("by_blocks", [True, False])
 @pytest.mark.parametrize("share", [0.0005, 0.01, 0.1])
-def test_the_block_pass_lists_what_a_pass_over_every_entry_lists(share):
+def test_the_candidate_listing_holds_every_entry_at_or_above_the_estimate(share, by_blocks):
     # A segment that starts inside the row and ends in a partial block, with its large
-    # values crowded into a few places (as a layer's gradients are): the blocks whose
-    # largest magnitude reaches the estimate must hold every entry at or above it.
+    # values crowded into a few places (as a layer's gradients are): listed block by block
+    # (only the blocks whose largest magnitude reaches the estimate) or entry by entry, the
+    # list is every entry at or above the estimate, in index order, with its magnitude.
     gen = torch.Generator().manual_seed(3)
     row = torch.randn(100_000, generator=gen) * 1e-3
     row[40_000:40_300] *= 1e3
@@ -148,11 +150,11 @@ def test_the_block_pass_lists_what_a_pass_over_every_entry_lists(share):
     listed, vals = (np.empty(stop - start, dtype=np.int64) for _ in range(2))
     peaks = np.empty((stop - start) // select_kernels._BLOCK + 1, dtype=np.int64)
     magnitude = np.int64(2**31 - 1)
-    blocks = select_kernels._block_peaks(bits, magnitude, start, stop, peaks)
-    assert blocks == len(peaks)  # the partial block at the end is one more
-    m = select_kernels._list_blocks(
-        bits, magnitude, start, stop, estimate, blocks, listed, vals, peaks
-    )
+    blocks = 0
+    if by_blocks:
+        blocks = select_kernels._block_peaks(bits, magnitude, start, stop, peaks)
+        assert blocks == len(peaks)  # the partial block at the end is one more
+    m = select_kernels._listed(bits, magnitude, start, stop, estimate, listed, vals, peaks, blocks)
     expected = np.flatnonzero(mag[start:stop] >= estimate) + start
     assert np.array_equal(listed[:m], expected)
     assert np.array_equal(vals[:m], mag[expected])
