@@ -109,22 +109,30 @@ def test_loopback_modeled_time_follows_measured_time(tmp_path):
 
 @pytest.mark.slow
 def test_inject_makes_wall_time_follow_a_slow_modeled_network(tmp_path):
-    """network.inject=true: each step sleeps until wall time reaches the modeled time."""
-    steps = 30
+    """network.inject=true: each step sleeps until wall time reaches the modeled time.
+    The free run's loop is compared over its last log interval, from the throughputs the
+    trainer logs, so its start-up (the first collective waits for the last worker to start,
+    a second or more on a loaded machine) does not count as loop time."""
+    steps, every, batch = 30, 15, 100
     slow = [
         "trainer.world_size=2",
         f"trainer.steps={steps}",
-        f"trainer.eval_every={steps}",
+        f"trainer.eval_every={every}",
+        f"trainer.batch_size={batch}",
         "network=eth1g",
-        "network.latency_ms=20",
+        "network.latency_ms=50",
     ]
-    # 2 workers: ring allreduce costs 2 latencies per step, 40 ms, however fast the real loop.
-    per_step = 2 * 20e-3 + MLP_BYTES * 8 / 1e9
+    # 2 workers: ring allreduce costs 2 latencies per step, 100 ms, however fast the real loop.
+    per_step = 2 * 50e-3 + MLP_BYTES * 8 / 1e9
     free = train(tmp_path / "free", *slow)
     injected = train(tmp_path / "inject", *slow, "network.inject=true")
     for s in (free, injected):
         assert s["time/modeled_s"] >= steps * per_step
-    assert free["time/wall_s"] < 0.5 * free["time/modeled_s"]
+    samples = every * batch * 2
+    free_wall = samples / free["throughput/samples_per_s"]
+    free_modeled = samples / free["throughput/modeled_samples_per_s"]
+    assert free_modeled >= every * per_step
+    assert free_wall < 0.5 * free_modeled, (free_wall, free_modeled)
     assert injected["time/modeled_s"] <= injected["time/wall_s"]
     assert injected["time/wall_s"] <= 1.1 * injected["time/modeled_s"] + 0.5
 
