@@ -147,12 +147,19 @@ class _WorkerLinear(torch.autograd.Function):
     def forward(ctx, h, weight, bias):
         ctx.save_for_backward(h, weight)
         ctx.into = _INTO.get(id(weight))
+        if _one_row(weight) and _one_row(bias):
+            out = torch.addmm(bias[0], h.reshape(-1, h.shape[2]), weight[0].t())
+            return out.view(*h.shape[:2], -1)
         return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
 
     @staticmethod
     def backward(ctx, grad):
         h, weight = ctx.saved_tensors
-        grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_h = None
+        if ctx.needs_input_grad[0] and _one_row(weight):
+            grad_h = torch.mm(grad.reshape(-1, grad.shape[2]), weight[0]).view_as(h)
+        elif ctx.needs_input_grad[0]:
+            grad_h = torch.bmm(grad, weight)
         if ctx.into is None:
             return grad_h, torch.bmm(grad.transpose(1, 2), h), grad.sum(1)
         into, add = ctx.into
@@ -163,3 +170,8 @@ class _WorkerLinear(torch.autograd.Function):
         else:
             torch.bmm(grad.transpose(1, 2), h, out=into)
         return grad_h, None, grad.sum(1)
+
+
+def _one_row(t: torch.Tensor) -> bool:
+    """Every worker reads one row (`Replicas`' shared rows, stride 0 on the worker axis)."""
+    return t.shape[0] > 1 and t.stride(0) == 0
