@@ -12,9 +12,9 @@ applies one common update, the workers' parameters stay equal, so they are held 
 viewed n times (stride 0 on the worker axis). A forward or backward then reads one copy of
 the weights for all workers (the stacked linear layers take one product over all workers'
 samples: the same bits as over n equal copies, tested), and the optimizer steps row 0 alone,
-which moves every worker (`repro.optim.stacked`). Gradients are still one row per worker, and checkpoints hold n
-rows as always. Buffers (BatchNorm's running statistics, one per worker's data) stay rows of
-their own.
+which moves every worker (`repro.optim.stacked`). Gradients are still one row per worker,
+and checkpoints hold n rows as always. Buffers (BatchNorm's running statistics, one per
+worker's data) stay rows of their own.
 
 Forward/backward, `trainer.vectorize`:
 - `loop`: worker by worker, each through its own module whose parameters and buffers are
