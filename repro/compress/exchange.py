@@ -21,7 +21,7 @@ identically everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -180,10 +180,16 @@ def var_leader(comm: Collectives, grad_sq_norms: torch.Tensor) -> tuple[int, Com
     return int(torch.argmax(gathered[0].view(-1)).item()), record
 
 
-def var_sq_norms(var_norm: str, grads: dict[str, torch.Tensor], compensated: torch.Tensor):
+def var_sq_norms(
+    var_norm: str,
+    grads: dict[str, torch.Tensor],
+    compensated: torch.Tensor,
+    known: Mapping[str, torch.Tensor],
+):
     """Each held worker's squared norm that VAR-Topk ranks by (`method.var_norm`): of the
     gradient g ("grad", the paper's ||g||^2, and what "ewma_grad" smooths), or of the flat
-    compensated G = g + residual ("grad_plus_residual")."""
+    compensated G = g + residual ("grad_plus_residual"). `known`: the per-tensor values the
+    backward measured (of gradients it added into G), summed in the same order."""
     if var_norm == "grad_plus_residual":
         return sq_norms(compensated)
-    return sum(sq_norms(g) for g in grads.values())
+    return sum(known[n] if n in known else sq_norms(g) for n, g in grads.items())

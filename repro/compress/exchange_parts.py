@@ -16,7 +16,7 @@ here the shapes meet (`repro.compress.compressor`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -44,7 +44,9 @@ _NORM_BYTES = 4  # VAR-Topk's allgather carries one float32 per worker
 class ExchangeInput:
     """One exchange's G (`compensated`, (workers, numel)) and what an exchange may decide
     by: the raw gradients (VAR's ||g||^2), the step (STAR's round robin), the modeled link,
-    the dense gradient's modeled bytes and the compressor's ratio (the cost model's M, c)."""
+    the dense gradient's modeled bytes and the compressor's ratio (the cost model's M, c).
+    `grad_sq_norms`: each held worker's ||g||^2 of the gradients the backward added into
+    their residuals, by name (their rows in `grads` are G then)."""
 
     compensated: torch.Tensor
     grads: dict[str, torch.Tensor]
@@ -52,13 +54,14 @@ class ExchangeInput:
     link: Link
     nbytes: float
     ratio: float | None
+    grad_sq_norms: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Exchange(Protocol):
     """The part's interface. An exchange that also prices itself (`seconds`, as
     `PolicyExchange` does) can serve a ratio controller that probes. `reads_gradients`:
-    it decides by the raw gradients `x.grads` as well as by G, so the backward must leave
-    them apart from G."""
+    it decides by the raw gradients' squared norms as well as by G, so a backward that puts
+    a gradient into G measures it first (`GradientTargets.sq_norms`)."""
 
     reads_gradients: bool
 
@@ -121,7 +124,7 @@ class Leaders:
     def choose(self, comm: Collectives, x: ExchangeInput) -> tuple[int, list]:
         if self.rule != "var":
             return star_leader(x.step, comm.world_size), []
-        ranks_by = var_sq_norms(self.var_norm, x.grads, x.compensated)
+        ranks_by = var_sq_norms(self.var_norm, x.grads, x.compensated, x.grad_sq_norms)
         if self.var_norm == "ewma_grad":
             ranks_by = self.norms.update(ranks_by)
         leader, record = var_leader(comm, ranks_by)

@@ -48,10 +48,13 @@ class GradientTargets(NamedTuple):
     the tensor holds (True: G = g + residual formed in the residual) or written over it
     (False: G = g in the buffer it is sent from). The trainer's layers take them
     (`repro.workload.worker_layers.weight_grads_into`); the memory, which owns the
-    buffers, offers them."""
+    buffers, offers them. `sq_norms`: for an exchange that ranks by ||g||^2 (VAR-Topk),
+    a (workers,) tensor per name that the backward fills with each worker's squared norm of
+    the gradient it puts in place, which an added gradient no longer shows apart from G."""
 
     tensors: dict[str, torch.Tensor]
     add: bool
+    sq_norms: dict[str, torch.Tensor] | None = None
 
 
 class ErrorFeedback:

@@ -129,14 +129,16 @@ class Replicas:
         layers can take it for gets its gradient added into, or written to, its target by
         the gradient's own product, and `p.grad` is that target
         (`repro.workload.worker_layers.weight_grads_into`); every other parameter, and
-        every other vectorization, gets fresh gradients and leaves its target untouched."""
+        every other vectorization, gets fresh gradients and leaves its target untouched.
+        `into.sq_norms` are filled for the gradients put in place, and for those alone."""
         if self.vectorize == "loop":
             return self._loop(x, y, loss_fn)
         params = dict(zip(self.names, self.params, strict=True))
-        targets = {}
+        targets, norms = {}, {}
         if into and self.vectorize == "stacked":
             targets = {params[n]: t.view(params[n].shape) for n, t in into.tensors.items()}
-        with worker_layers.weight_grads_into(targets, bool(into and into.add)):
+            norms = {params[n]: t for n, t in (into.sq_norms or {}).items()}
+        with worker_layers.weight_grads_into(targets, bool(into and into.add), norms):
             if self.vectorize == "stacked":
                 outputs = self.template.forward_workers(params, x)
             else:

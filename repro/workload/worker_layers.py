@@ -27,16 +27,27 @@ from contextlib import contextmanager
 import torch
 from torch.nn import functional as F
 
-_INTO: dict[int, tuple[torch.Tensor, bool]] = {}  # id(weight leaf) -> (target, add)
+# id(weight leaf) -> (target, add, where each worker's ||gradient||^2 goes or None)
+_INTO: dict[int, tuple[torch.Tensor, bool, torch.Tensor | None]] = {}
 
 
 @contextmanager
-def weight_grads_into(targets: Mapping[torch.Tensor, torch.Tensor], add: bool) -> Iterator[None]:
+def weight_grads_into(
+    targets: Mapping[torch.Tensor, torch.Tensor],
+    add: bool,
+    norms: Mapping[torch.Tensor, torch.Tensor] | None = None,
+) -> Iterator[None]:
     """While active, a workers' linear layer whose weight is a key of `targets` adds its
     weight's gradient into that tensor (same shape), or writes it there (`add` False), in
     the backward, and gives autograd none for it. Weights that reach no layer directly (a
-    convolution's, reshaped first) get their gradients from autograd as usual."""
-    _INTO.update({id(w): (t, add) for w, t in targets.items()})
+    convolution's, reshaped first) get their gradients from autograd as usual.
+
+    `norms` (by weight, a (workers,) tensor each): where such a layer also writes each
+    worker's squared gradient norm, `repro.compress.memory.sq_norms` of the gradient's rows
+    to the bit (tested), for a caller that ranks by ||g||^2 once g is gone into a residual
+    (VAR-Topk)."""
+    norms = norms or {}
+    _INTO.update({id(w): (t, add, norms.get(w)) for w, t in targets.items()})
     try:
         yield
     finally:
@@ -174,10 +185,15 @@ class _WorkerLinear(torch.autograd.Function):
 
 
 def _weight_grads(
-    grad_t: torch.Tensor, h: torch.Tensor, into: torch.Tensor | None, add: bool
+    grad_t: torch.Tensor,
+    h: torch.Tensor,
+    into: torch.Tensor | None,
+    add: bool,
+    norms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Every worker's weight gradient grad_t[w] @ h[w]: written to a fresh tensor (`into`
-    None), written to `into`, or added into it.
+    None), written to `into`, or added into it; each one's squared norm into `norms[w]`
+    (if given), taken from the product before it is added.
 
     A large weight's products are taken worker by worker, each added or written while still
     in cache, where one batched product (8 MB for cnn1d_wide's hidden layer at 8 workers)
@@ -191,22 +207,30 @@ def _weight_grads(
     if into is None:
         into, add = grad_t.new_empty(workers, rows, cols), False
     if rows * cols < _PER_WORKER_FROM:
+        product = torch.bmm(grad_t, h) if add else torch.bmm(grad_t, h, out=into)
+        if norms is not None:
+            norms.copy_(_sq_norms(product.view(workers, -1)))
         if add:
-            into.add_(torch.bmm(grad_t, h))
-        else:
-            torch.bmm(grad_t, h, out=into)
+            into.add_(product)
         return into
     for w in range(workers):
+        product = torch.mm(grad_t[w], h[w]) if add else torch.mm(grad_t[w], h[w], out=into[w])
+        if norms is not None:
+            norms[w : w + 1] = _sq_norms(product.view(1, -1))
         if add:
-            into[w].add_(torch.mm(grad_t[w], h[w]))
-        else:
-            torch.mm(grad_t[w], h[w], out=into[w])
+            into[w].add_(product)
     return into
 
 
 # Weights of at least this many entries (a 256 KB float32 product per worker, a cache's
 # share) take their gradient products worker by worker.
 _PER_WORKER_FROM = 65_536
+
+
+def _sq_norms(rows: torch.Tensor) -> torch.Tensor:
+    """Each row's ||row||^2 by the kernel `repro.compress.memory.sq_norms` uses (a layer
+    must not import the methods' package), so a row measured here has its bits."""
+    return torch.linalg.vector_norm(rows, dim=1).square()
 
 
 def _one_row(t: torch.Tensor) -> bool:

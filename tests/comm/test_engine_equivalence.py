@@ -108,15 +108,27 @@ def test_gradients_put_in_place_train_as_fresh_ones_bit_for_bit(shared_root, nam
     """Every variant, 4 stacked workers, 6 steps: the run whose backward puts gradients
     where the strategy asks (added into residuals, written into the send buffer) and the
     same run with fresh gradients every step (the strategy offers no targets) take the same
-    decisions and hold the same parameters, bit for bit, after every step."""
+    decisions and hold the same parameters, bit for bit, after every step. An exchange that
+    ranks by ||g||^2 (VAR) is offered its gradients in place too, measured by the backward."""
     torch.set_num_threads(1)
-    runs = []
+    runs, measured = [], []
     for offered in (True, False):
         cfg = config(IN_PLACE[name], f"{name}-{offered}", 4, shared_root, "simulated", 6, "stacked")
         trainer = Trainer(cfg, AxisCollectives(4), "cpu", "stacked")
-        if not offered:
+        if offered:
+            offer = trainer.strategy.gradient_targets
+
+            def watched(offer=offer):
+                targets = offer()
+                measured.append(targets is not None and bool(targets.sq_norms))
+                return targets
+
+            trainer.strategy.gradient_targets = watched
+        else:
             trainer.strategy.gradient_targets = lambda: None
         runs.append(trace(trainer, 6))
+    exchange = getattr(trainer.strategy, "exchange", None)
+    assert any(measured) == getattr(exchange, "reads_gradients", False)
     for step, (put, fresh) in enumerate(zip(*runs, strict=True), start=1):
         assert put["decisions"] == fresh["decisions"], f"step {step}"
         assert put["modeled_s"] == fresh["modeled_s"], f"step {step}"

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.compress.memory import GradientTargets
+from repro.compress.memory import GradientTargets, sq_norms
 from repro.config import compose
 from repro.errors import UserError
 from repro.train.replicas import Replicas
@@ -118,7 +118,9 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
     into their targets as each product is made (or written there by it), the same bits as the
     gradient written out and then added (or copied); the convolutions' weights and the
     biases get fresh gradients and leave their targets untouched (float32, as runs train;
-    shared rows, as Top-k holds them)."""
+    shared rows, as Top-k holds them). The squared norms measured of the gradients put in
+    place are `sq_norms` of the fresh gradients to the bit (VAR-Topk ranks by them), one
+    weight taken worker by worker (hidden) and one by a batched product (fc)."""
     torch.manual_seed(0)
     model = build_model("cnn1d_wide", 10)
     x, y = _batch(torch.float32)
@@ -129,16 +131,19 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add):
         n: torch.randn(WORKERS, p[0].numel(), generator=g) for n, p in plain.named_parameters()
     }
     into = {n: t.clone() for n, t in targets.items()}
+    norms = {n: torch.full((WORKERS,), -1.0) for n in targets}
     plain.forward_backward(x, y, F.cross_entropy)
-    fused.forward_backward(x, y, F.cross_entropy, GradientTargets(into, add))
+    fused.forward_backward(x, y, F.cross_entropy, GradientTargets(into, add, norms))
     put = []
     for (name, p), (_, q) in zip(plain.named_parameters(), fused.named_parameters(), strict=True):
         fresh, got = p.grad.reshape(WORKERS, -1), q.grad.reshape(WORKERS, -1)
         want = fresh + targets[name] if add else fresh
         if q.grad.data_ptr() == into[name].data_ptr():
             put.append(name)
+            assert torch.equal(norms[name], sq_norms(fresh)), name
         else:  # a fresh gradient: its target untouched, the addition done here
             assert torch.equal(into[name], targets[name])
+            assert torch.equal(norms[name], torch.full((WORKERS,), -1.0))
             got = got + targets[name] if add else got
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), name
     assert put == ["hidden.weight", "fc.weight"]
