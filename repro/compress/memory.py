@@ -128,7 +128,10 @@ class ErrorFeedback:
         if sent is None:
             self._forget(compensated)
             return
-        compensated.scatter_(1, sent, 0.0)
+        if sent.shape[0] > 1 and sent.stride(0) == 0:  # the same positions in every row
+            compensated.index_fill_(1, sent[0], 0.0)
+        else:
+            compensated.scatter_(1, sent, 0.0)
         self._store(compensated)
 
     def _forget(self, compensated: torch.Tensor) -> None:
