@@ -197,7 +197,7 @@ def _weight_grads(
 
     A large weight's products are taken worker by worker, each added or written while still
     in cache, where one batched product (8 MB for cnn1d_wide's hidden layer at 8 workers)
-    was written out and read back to be added: a STAR step 0.6-0.9 ms shorter. `baddbmm_`
+    was written out and read back to be added: a STAR or AG step 0.6-0.8 ms shorter. `baddbmm_`
     (beta = 1) was 1.4-1.9 ms slower. Small weights keep the one batched product, whose
     launch is cheaper than n; a worker's `mm` and its row of `bmm` differ in the last bit
     for some shapes, so each weight is taken one way in all three cases, and a gradient put
