@@ -56,6 +56,12 @@ class GradientTargets(NamedTuple):
     add: bool
     sq_norms: dict[str, torch.Tensor] | None = None
 
+    def measured(self, grads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The squared norms the backward measured, by name: of the gradients in `grads`
+        that it put in place (each is then its target itself), and of those alone."""
+        norms = self.sq_norms or {}
+        return {n: v for n, v in norms.items() if _same_memory(grads[n], self.tensors[n])}
+
 
 class ErrorFeedback:
     """Per-parameter residuals: compensate before compressing, keep what was not sent."""

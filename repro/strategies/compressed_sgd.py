@@ -32,8 +32,6 @@ from repro.netmodel.cost import Link
 from repro.strategies.base import Metrics, StepInfo, Strategy
 
 if TYPE_CHECKING:
-    import torch
-
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
     from repro.compress.compressor import Compressor
@@ -137,7 +135,7 @@ class CompressedSGD(Strategy):
         from repro.compress.exchange_parts import ExchangeInput
 
         grads = {name: p.grad.reshape(p.shape[0], -1) for name, p in self.params}
-        put = self._put_norms(grads)
+        put = {} if self._offered is None else self._offered.measured(grads)
         flat = self.memory.compensate_flat(grads)
         compressor = self.compressor.for_exchange(ratio)
         x = ExchangeInput(flat, grads, step, link, self.nbytes, ratio, put)
@@ -149,18 +147,6 @@ class CompressedSGD(Strategy):
             p.grad = avg.reshape(p.shape)
         self.memory.update(flat, result)  # flat becomes the residual: read last
         return result
-
-    def _put_norms(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The squared norms the backward measured, of the gradients it put in place this
-        step (their rows are then the offered tensors themselves), by name."""
-        offered = self._offered
-        if offered is None or not offered.sq_norms:
-            return {}
-        return {
-            n: norms
-            for n, norms in offered.sq_norms.items()
-            if grads[n].data_ptr() == offered.tensors[n].data_ptr()
-        }
 
     def _sync_seconds(self, cr: float, link: Link) -> float:
         return self.exchange.seconds(link, self.nbytes, cr, self.comm.world_size)
