@@ -28,6 +28,7 @@ import contextlib
 import functools
 import logging
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -80,6 +81,11 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
         end = stop.exit()
         if stopped and not isinstance(end, KeyboardInterrupt):  # else the command says it
             log.warning("%s stopped by %s", stopped, stop.name)
+        stops.restore()
+        # Ctrl-C reaches a worker twice (from the terminal, then passed on by its launcher,
+        # which cannot tell it came to all): the second, in the exit's hooks once the default
+        # handler was back, printed a KeyboardInterrupt traceback under the one-line stop
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise end from None
     finally:
         stops.restore()
