@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from repro.compress.select import zero_selected
+
 if TYPE_CHECKING:
     from repro.compress.exchange import ExchangeResult
 
@@ -134,10 +136,7 @@ class ErrorFeedback:
         if sent is None:
             self._forget(compensated)
             return
-        if sent.shape[0] > 1 and sent.stride(0) == 0:  # the same positions in every row
-            compensated.index_fill_(1, sent[0], 0.0)
-        else:
-            compensated.scatter_(1, sent, 0.0)
+        zero_selected(compensated, sent)
         self._store(compensated)
 
     def _forget(self, compensated: torch.Tensor) -> None:

@@ -23,7 +23,8 @@ threshold with the same tie rule applied. Indices come back in ascending order; 
 downstream depends on the order of the selected entries.
 
 The compiled loops are numba's, compiled on first use and cached beside this file, as
-Adasum's fused loops are (`repro.comm.adasum_kernels`).
+Adasum's fused loops are (`repro.comm.adasum_kernels`). The selected positions are also
+where error feedback zeroes G once they went out (`zero_selected`), by a compiled loop too.
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def topk_indices(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> to
         select_kernels.select_rows(bits.numpy(), starts.numpy(), list(ks), out.numpy())
         return out
     return _by_torch(x, ks, sizes)
+
+
+def zero_selected(x: torch.Tensor, indices: torch.Tensor) -> None:
+    """Zero each row of x (rows, n) at its `indices` (rows, k), in place: error feedback's
+    residual once the selected entries went out (`repro.compress.memory`). One index row
+    expanded over the rows (stride 0: AR-Topk's leader positions) zeroes the same positions
+    in every row. The indices must be a selection's, in [0, n).
+
+    On the CPU a compiled loop writes the zeros: torch's `scatter_` took 0.65 ms for 8 rows
+    of 27,119 positions (AG-Topk at c = 0.1 on `cnn1d_wide`), the loop 0.12 ms; elsewhere
+    torch's `scatter_`, or `index_fill_` for one row. Both write the same zeros.
+    """
+    shared = indices.shape[0] > 1 and indices.stride(0) == 0
+    rows = indices[:1] if shared else indices
+    if x.device.type == "cpu" and x.dtype in _INT_VIEWS and x.is_contiguous():
+        from repro.compress import select_kernels
+
+        select_kernels.zero_rows_at(x.detach().numpy(), rows.long().contiguous().numpy())
+    elif shared:
+        x.index_fill_(1, rows[0], 0.0)
+    else:
+        x.scatter_(1, rows, 0.0)
 
 
 def _by_torch(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:

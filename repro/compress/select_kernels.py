@@ -39,6 +39,9 @@ values, k = 271: 5.1 ms before the candidates, 3.1 ms with this order).
 Four interleaved counters per bucket keep repeated increments of one bucket (magnitudes
 crowd into a few exponents) from waiting on each other. Every count is an integer, so the
 result depends on no order of summation.
+
+Beside them, the loop that zeroes a selection's positions in place (the residual error
+feedback keeps, `repro.compress.select.zero_selected`).
 """
 
 from __future__ import annotations
@@ -268,6 +271,22 @@ def _select(bits, width, starts, ks, out):
                     peaks,
                 )
                 at += ks[s]
+
+
+@numba.njit(cache=True, nogil=True)
+def _zero_at(rows, positions):
+    shared = positions.shape[0] == 1
+    for r in range(rows.shape[0]):
+        row = rows[r]
+        at = positions[0 if shared else r]
+        for j in range(at.shape[0]):
+            row[at[j]] = 0
+
+
+def zero_rows_at(rows: np.ndarray, positions: np.ndarray) -> None:
+    """Zero row r of `rows` (n, width) at positions[r] (n, k), or every row at positions[0]
+    when `positions` has one row; the positions must lie in [0, width)."""
+    _zero_at(rows, positions)
 
 
 def select_rows(bits: np.ndarray, starts: np.ndarray, ks: list[int], out: np.ndarray) -> None:

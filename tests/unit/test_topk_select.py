@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from repro.compress import select_kernels
-from repro.compress.select import topk_indices
+from repro.compress.select import topk_indices, zero_selected
 from repro.compress.topk import compress
 
 WIDE = 271_224  # cnn1d_wide's parameters: the Top-k run set's rows
@@ -188,3 +188,24 @@ def _narrowed(row: torch.Tensor, k: int) -> int:
     return select_kernels._candidates(
         bits, magnitude, 0, row.numel(), k, listed, vals, sample, peaks
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shared", [False, True])
+def test_zeroing_the_selection_writes_what_scatter_writes(dtype, shared):
+    # per-row positions (AG-Topk) and one row expanded over all (AR-Topk's leader), each
+    # against torch's own writes; a strided view takes torch's path and must agree too
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 10_000, generator=gen, dtype=dtype)
+    rows = 1 if shared else 8
+    idx = torch.stack([torch.randperm(10_000, generator=gen)[:997].sort().values] * rows)
+    idx = idx.expand(8, -1) if shared else idx
+    expected = x.scatter(1, idx.contiguous(), 0.0)
+    got = x.clone()
+    zero_selected(got, idx)
+    assert torch.equal(got, expected)
+    assert int((got == 0).sum()) == 8 * 997  # nothing else touched (no zeros in randn)
+    wide = torch.zeros(8, 20_000, dtype=dtype)
+    wide[:, ::2] = x
+    zero_selected(wide[:, ::2], idx)
+    assert torch.equal(wide[:, ::2], expected) and int((wide[:, 1::2] != 0).sum()) == 0
