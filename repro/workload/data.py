@@ -12,6 +12,7 @@ first takes the lock and fetches, the others wait and then read what it left.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -206,6 +207,15 @@ def load(dataset: str, root: str, download: bool, num_samples: int, seed: int) -
     )
 
 
+@functools.lru_cache(maxsize=2)
+def _epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The epoch's permutation of the training set, drawn once for every sampler of a
+    process that asks for it (read, never written): 32 simulated workers at 7 steps an epoch
+    drew the same 32,000 entries 32 times, 0.5 ms a step."""
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
 class ShardSampler:
     """Deterministic per-rank batches, resumable from (epoch, position).
 
@@ -227,8 +237,7 @@ class ShardSampler:
         self._shard = self._make_shard()
 
     def _make_shard(self) -> torch.Tensor:
-        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        perm = torch.randperm(self.n, generator=g)
+        perm = _epoch_permutation(self.n, self.seed, self.epoch)
         return perm[self.rank :: self.world][: self.per_epoch * self.batch]
 
     def next_indices(self) -> torch.Tensor:
