@@ -60,15 +60,18 @@ _PEAKS_BELOW_SHARE = 16
 
 
 @numba.njit(cache=True, nogil=True)
-def _select_segment(row, width, start, stop, k, out, at, top, low, listed, vals, sample, peaks):
-    """Write segment [start, stop)'s k indices of largest magnitude into out[at:at + k]."""
+def _select_segment(
+    row, width, start, stop, k, out, kept, at, top, low, listed, vals, sample, peaks
+):
+    """Write segment [start, stop)'s k indices of largest magnitude into out[at:at + k],
+    and the entries there (their bits) into kept[at:at + k]."""
     magnitude = (np.int64(1) << (width - 1)) - 1  # every bit but the sign
     shift = width - 1 - _TOP
     m = -1
     if stop - start >= _SAMPLED_FROM:
         m = _candidates(row, magnitude, start, stop, k, listed, vals, sample, peaks)
         if m == _MOSTLY_ZERO:
-            if _zero_threshold(row, magnitude, start, stop, k, out, at):
+            if _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
                 return
             m = -1
     elif k * _BLOCK <= stop - start:
@@ -95,7 +98,7 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed, vals,
             break
         rank -= count
         bucket -= 1
-    if bucket == 0 and _zero_threshold(row, magnitude, start, stop, k, out, at):
+    if bucket == 0 and _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
         return
     if m < 0:
         m = 0
@@ -131,6 +134,7 @@ def _select_segment(row, width, start, stop, k, out, at, top, low, listed, vals,
             if u == prefix:
                 rank -= 1
             out[w] = i
+            kept[w] = row[i]
             w += 1
 
 
@@ -215,7 +219,7 @@ def _listed(row, magnitude, start, stop, estimate, listed, vals, peaks, blocks):
 
 
 @numba.njit(cache=True, nogil=True)
-def _zero_threshold(row, magnitude, start, stop, k, out, at):
+def _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
     """When fewer than k entries are non-zero the threshold is 0 and the selection is every
     non-zero entry and the first zeros, in index order: written in one pass, True. Else
     nothing is written, False. A model whose gradients vanish (dead units) sends rows of
@@ -230,10 +234,12 @@ def _zero_threshold(row, magnitude, start, stop, k, out, at):
     for i in range(start, stop):
         if (np.int64(row[i]) & magnitude) != 0:
             out[w] = i
+            kept[w] = row[i]
             w += 1
         elif zeros > 0:
             zeros -= 1
             out[w] = i
+            kept[w] = row[i]
             w += 1
         if w == at + k:
             break
@@ -241,7 +247,7 @@ def _zero_threshold(row, magnitude, start, stop, k, out, at):
 
 
 @numba.njit(cache=True, nogil=True)
-def _select(bits, width, starts, ks, out):
+def _select(bits, width, starts, ks, out, kept):
     top = np.zeros(_LANES << _TOP, dtype=np.int32)
     low = np.zeros(1 << _DIGIT, dtype=np.int64)
     longest = 0
@@ -262,6 +268,7 @@ def _select(bits, width, starts, ks, out):
                     starts[s + 1],
                     ks[s],
                     out[r],
+                    kept[r],
                     at,
                     top,
                     low,
@@ -289,9 +296,12 @@ def zero_rows_at(rows: np.ndarray, positions: np.ndarray) -> None:
     _zero_at(rows, positions)
 
 
-def select_rows(bits: np.ndarray, starts: np.ndarray, ks: list[int], out: np.ndarray) -> None:
-    """Fill `out` (rows, sum(ks)) with each row's selected indices, segment by segment;
-    segment s spans columns starts[s]:starts[s + 1] of `bits` (rows, n), the floats' bits
-    as signed integers of their width."""
+def select_rows(
+    bits: np.ndarray, starts: np.ndarray, ks: list[int], out: np.ndarray, kept: np.ndarray
+) -> None:
+    """Fill `out` (rows, sum(ks)) with each row's selected indices, segment by segment, and
+    `kept` (same shape, `bits`' type) with the bits found there; segment s spans columns
+    starts[s]:starts[s + 1] of `bits` (rows, n), the floats' bits as signed integers of
+    their width."""
     width = bits.dtype.itemsize * 8
-    _select(bits, width, starts, np.asarray(ks, dtype=np.int64), out)
+    _select(bits, width, starts, np.asarray(ks, dtype=np.int64), out, kept)

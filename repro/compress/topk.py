@@ -28,7 +28,7 @@ import torch
 
 from repro.compress.compressor import DENSE, Dense, Encoded
 from repro.compress.memory import sq_norms
-from repro.compress.select import topk_indices
+from repro.compress.select import topk_entries
 
 _INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
 
@@ -94,16 +94,14 @@ def compress(
     if x.dim() != 2:
         raise ValueError(f"compress expects (workers, size) rows, got shape {tuple(x.shape)}")
     if layer_sizes is None:
-        indices = topk_indices(x, [k], [x.shape[1]])
-        return x.gather(1, indices), indices
+        return topk_entries(x, [k], [x.shape[1]])
     if sum(layer_sizes) != x.shape[1]:
         raise ValueError(f"layer sizes sum to {sum(layer_sizes)}, the rows have {x.shape[1]}")
     if shares is None:
         shares = layer_ks(layer_sizes, k)
     elif len(shares) != len(layer_sizes) or sum(shares) != k:
         raise ValueError(f"{len(shares)} shares summing to {sum(shares)} do not split k={k}")
-    indices = topk_indices(x, shares, layer_sizes)
-    return x.gather(1, indices), indices
+    return topk_entries(x, shares, layer_sizes)
 
 
 def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch.Tensor:

@@ -10,10 +10,20 @@ import pytest
 import torch
 
 from repro.compress import select_kernels
-from repro.compress.select import topk_indices, zero_selected
+from repro.compress.select import topk_entries, topk_indices, zero_selected
 from repro.compress.topk import compress
 
 WIDE = 271_224  # cnn1d_wide's parameters: the Top-k run set's rows
+_BITS = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+def _selected(x: torch.Tensor, ks, sizes) -> torch.Tensor:
+    """The selection's indices, once its values are checked to be x's entries there bit for
+    bit (-0.0 apart from +0.0, a subnormal's own bits)."""
+    values, indices = topk_entries(x, ks, sizes)
+    bits = _BITS[x.dtype]
+    assert torch.equal(values.view(bits), x.gather(1, indices).view(bits))
+    return indices
 
 
 def _stable_reference(x: torch.Tensor, ks, sizes) -> torch.Tensor:
@@ -31,7 +41,7 @@ def _stable_reference(x: torch.Tensor, ks, sizes) -> torch.Tensor:
 def test_the_same_set_as_torch_topk_on_eight_wide_rows(dtype, k):
     # Gaussian values: ties at a threshold are all but impossible, so the set is topk's
     x = torch.randn(8, WIDE, generator=torch.Generator().manual_seed(k), dtype=dtype)
-    got = topk_indices(x, [k], [WIDE])
+    got = _selected(x, [k], [WIDE])
     assert got.shape == (8, k) and got.dtype == torch.int64
     expected = torch.topk(x.abs(), k, dim=1).indices.sort(dim=1).values
     assert torch.equal(got, expected)
@@ -45,7 +55,7 @@ def test_ties_at_the_threshold_go_to_the_lowest_indices(dtype, k):
     # float16 on the CPU takes the torch path, which must follow the same rule.
     gen = torch.Generator().manual_seed(7)
     x = torch.randint(-5, 6, (8, WIDE), generator=gen).to(dtype)
-    got = topk_indices(x, [k], [WIDE])
+    got = _selected(x, [k], [WIDE])
     assert torch.equal(got, _stable_reference(x, [k], [WIDE]))
     mag = x.abs()
     kept = torch.zeros_like(mag, dtype=torch.bool).scatter_(1, got, True)
@@ -60,7 +70,7 @@ def test_layer_segments_each_keep_their_own_count():
     ks = [1, 0, 19, 0, 19, 0, 2_560, 10, 102, 1]
     x = torch.randn(8, sum(sizes), generator=gen)
     x[:, 150:160] = 2.5  # a tied block inside the third segment
-    got = topk_indices(x, ks, sizes)
+    got = _selected(x, ks, sizes)
     assert torch.equal(got, _stable_reference(x, ks, sizes))
     # and no tensor's entries come from another tensor's columns
     starts = torch.tensor([0, *sizes]).cumsum(0)
@@ -93,7 +103,7 @@ def test_rows_of_almost_only_zeros_keep_their_non_zeros_and_the_first_zeros(nonz
     where = torch.randperm(WIDE, generator=gen)[:nonzero]
     x[:, where] = torch.randn(8, nonzero, generator=gen) * 1e-40
     x[5] = torch.randn(WIDE, generator=gen)  # one live row beside the dead ones
-    got = topk_indices(x, [271], [WIDE])
+    got = _selected(x, [271], [WIDE])
     assert torch.equal(got, _stable_reference(x, [271], [WIDE]))
     # a sample of a dead row is mostly zeros: the zero threshold is tried before anything
     # else; at 5,000 non-zeros the sample holds enough of them to narrow the row as usual
@@ -128,7 +138,7 @@ def test_a_sample_that_sees_only_the_largest_values_falls_back_to_the_whole_segm
     x = torch.rand(2, 40_000, generator=gen)
     x[:, ::9] = 10.0 + torch.rand(2, len(range(0, 40_000, 9)), generator=gen)
     assert _narrowed(x[0], k) == -1  # the estimate did fall short
-    got = topk_indices(x, [k], [40_000])
+    got = _selected(x, [k], [40_000])
     assert torch.equal(got, _stable_reference(x, [k], [40_000]))
 
 
@@ -174,7 +184,7 @@ def test_short_segments_narrowed_by_their_block_peaks_keep_torch_topk_s_set(k):
     x[2, :10_240] = 0.0  # a dead layer: the bound is 0 and the zero threshold takes it
     x[2, 9_000] = 1.0
     ks = [k, 1, min(k, 29)]
-    assert torch.equal(topk_indices(x, ks, sizes), _stable_reference(x, ks, sizes))
+    assert torch.equal(_selected(x, ks, sizes), _stable_reference(x, ks, sizes))
 
 
 def _narrowed(row: torch.Tensor, k: int) -> int:
