@@ -40,8 +40,9 @@ Four interleaved counters per bucket keep repeated increments of one bucket (mag
 crowd into a few exponents) from waiting on each other. Every count is an integer, so the
 result depends on no order of summation.
 
-Beside them, the loop that zeroes a selection's positions in place (the residual error
-feedback keeps, `repro.compress.select.zero_selected`).
+Beside them, the loops that zero a selection's positions in place (the residual error
+feedback keeps, `repro.compress.select.zero_selected`) and that add every worker's values
+at its positions (AG-Topk's sum, `repro.compress.select.add_selected`).
 """
 
 from __future__ import annotations
@@ -288,6 +289,19 @@ def _zero_at(rows, positions):
         at = positions[0 if shared else r]
         for j in range(at.shape[0]):
             row[at[j]] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_at(total, positions, values):
+    for r in range(positions.shape[0]):
+        for j in range(positions.shape[1]):
+            total[positions[r, j]] += values[r, j]
+
+
+def add_rows_at(total: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
+    """total[positions[r, j]] += values[r, j] for every row r, then every j, in that order
+    (the order of `index_add_` over the flattened rows, so the sums have its bits)."""
+    _add_at(total, positions, values)
 
 
 def zero_rows_at(rows: np.ndarray, positions: np.ndarray) -> None:

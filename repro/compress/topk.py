@@ -28,7 +28,7 @@ import torch
 
 from repro.compress.compressor import DENSE, Dense, Encoded
 from repro.compress.memory import sq_norms
-from repro.compress.select import topk_entries
+from repro.compress.select import add_selected, topk_entries
 
 _INDEX_DTYPES = {4: torch.int32, 8: torch.int64}
 
@@ -147,10 +147,9 @@ class TopKAt:
     def combine(self, rows: torch.Tensor, workers: int, numel: int) -> torch.Tensor:
         """The sum of every worker's sparse vector, divided by the workers."""
         k = self.k
-        idx_dtype = _INDEX_DTYPES[rows.element_size()]
-        all_indices = rows[:, k : 2 * k].contiguous().view(idx_dtype).long()
+        indices = rows[:, k : 2 * k].view(_INDEX_DTYPES[rows.element_size()])
         total = torch.zeros(numel, dtype=rows.dtype, device=rows.device)
-        total.index_add_(0, all_indices.reshape(-1), rows[:, :k].reshape(-1))
+        add_selected(total, indices, rows[:, :k])
         return total.div_(workers)
 
 

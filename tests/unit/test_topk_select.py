@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from repro.compress import select_kernels
-from repro.compress.select import topk_entries, topk_indices, zero_selected
+from repro.compress.select import add_selected, topk_entries, topk_indices, zero_selected
 from repro.compress.topk import compress
 
 WIDE = 271_224  # cnn1d_wide's parameters: the Top-k run set's rows
@@ -219,3 +219,27 @@ def test_zeroing_the_selection_writes_what_scatter_writes(dtype, shared):
     wide[:, ::2] = x
     zero_selected(wide[:, ::2], idx)
     assert torch.equal(wide[:, ::2], expected) and int((wide[:, 1::2] != 0).sum()) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adding_every_row_s_values_gives_index_add_s_sums_bit_for_bit(dtype):
+    # 8 workers' positions overlapping heavily (AG-Topk's sum), read as the allgather's
+    # message holds them: values and indices side by side in each row, indices in the
+    # values' width; a float sum depends on its order, so this pins the order
+    gen = torch.Generator().manual_seed(11)
+    k, numel = 3_000, 10_000
+    values = torch.randn(8, k, generator=gen, dtype=dtype) * 10 ** torch.randint(
+        -4, 4, (8, k), generator=gen
+    ).to(dtype)
+    indices = torch.stack([torch.randperm(numel, generator=gen)[:k] for _ in range(8)])
+    width = torch.int32 if dtype == torch.float32 else torch.int64
+    message = torch.cat([values, indices.to(width).view(dtype)], dim=1)
+    expected = torch.zeros(numel, dtype=dtype)
+    expected.index_add_(0, indices.reshape(-1), values.reshape(-1))
+    got = torch.zeros(numel, dtype=dtype)
+    add_selected(got, message[:, k:].view(width), message[:, :k])
+    assert torch.equal(got, expected)
+    # another order gives other bits, so the test can tell
+    other = torch.zeros(numel, dtype=dtype)
+    other.index_add_(0, indices.flip(0).reshape(-1), values.flip(0).reshape(-1))
+    assert not torch.equal(got, other)
