@@ -284,29 +284,37 @@ def _select(bits, width, starts, ks, out, kept):
 @numba.njit(cache=True, nogil=True)
 def _zero_at(rows, positions):
     shared = positions.shape[0] == 1
+    width = rows.shape[1]
     for r in range(rows.shape[0]):
         row = rows[r]
         at = positions[0 if shared else r]
         for j in range(at.shape[0]):
+            if not 0 <= at[j] < width:
+                raise IndexError("a position lies outside the rows")
             row[at[j]] = 0
 
 
 @numba.njit(cache=True, nogil=True)
 def _add_at(total, positions, values):
+    n = total.shape[0]
     for r in range(positions.shape[0]):
         for j in range(positions.shape[1]):
+            if not 0 <= positions[r, j] < n:
+                raise IndexError("a position lies outside the vector")
             total[positions[r, j]] += values[r, j]
 
 
 def add_rows_at(total: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
     """total[positions[r, j]] += values[r, j] for every row r, then every j, in that order
-    (the order of `index_add_` over the flattened rows, so the sums have its bits)."""
+    (the order of `index_add_` over the flattened rows, so the sums have its bits). A
+    position outside `total` raises IndexError, as `index_add_` refuses it, rather than
+    writing past the end (a damaged message)."""
     _add_at(total, positions, values)
 
 
 def zero_rows_at(rows: np.ndarray, positions: np.ndarray) -> None:
     """Zero row r of `rows` (n, width) at positions[r] (n, k), or every row at positions[0]
-    when `positions` has one row; the positions must lie in [0, width)."""
+    when `positions` has one row. A position outside [0, width) raises IndexError."""
     _zero_at(rows, positions)
 
 

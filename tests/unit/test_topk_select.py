@@ -219,6 +219,8 @@ def test_zeroing_the_selection_writes_what_scatter_writes(dtype, shared):
     wide[:, ::2] = x
     zero_selected(wide[:, ::2], idx)
     assert torch.equal(wide[:, ::2], expected) and int((wide[:, 1::2] != 0).sum()) == 0
+    with pytest.raises(IndexError):  # refused, as torch refuses it, not written past the end
+        zero_selected(got, torch.full_like(idx, 10_000))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -243,3 +245,5 @@ def test_adding_every_row_s_values_gives_index_add_s_sums_bit_for_bit(dtype):
     other = torch.zeros(numel, dtype=dtype)
     other.index_add_(0, indices.flip(0).reshape(-1), values.flip(0).reshape(-1))
     assert not torch.equal(got, other)
+    with pytest.raises(IndexError):  # a damaged message's position is refused
+        add_selected(got, torch.tensor([[3, numel]]), torch.ones(1, 2, dtype=dtype))
