@@ -327,3 +327,25 @@ def select_rows(
     their width."""
     width = bits.dtype.itemsize * 8
     _select(bits, width, starts, np.asarray(ks, dtype=np.int64), out, kept)
+
+
+def _load_all() -> None:
+    """Compile each loop, or load it from the cache, with the types a float32 run passes it.
+
+    Done once, when the first selection imports this module, so that numba's and LLVM's
+    start-up (about a second of CPU) happens at one moment of a run, before its first
+    checkpoint, rather than again at the first exchange that zeroes or sums: a stop signal
+    that lands inside LLVM's callbacks is reported by ctypes as an ignored exception with a
+    traceback (seen when a sweep worker's second trial, an allgather, loaded the sum's loop
+    as Ctrl-C arrived).
+    """
+    rows = np.ones((2, 8), dtype=np.float32)
+    positions = np.zeros((2, 1), dtype=np.int64)
+    out, kept = np.empty((2, 1), dtype=np.int64), np.empty((2, 1), dtype=np.int32)
+    select_rows(rows.view(np.int32), np.array([0, 8], dtype=np.int64), [1], out, kept)
+    zero_rows_at(rows, positions)
+    message = np.zeros((2, 4), dtype=np.float32)  # values and indices side by side
+    add_rows_at(np.zeros(8, dtype=np.float32), message.view(np.int32)[:, 2:3], message[:, :1])
+
+
+_load_all()
