@@ -31,6 +31,7 @@ every worker's values (`add_selected`), by compiled loops too.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 
@@ -61,15 +62,14 @@ def topk_entries(
         raise ValueError(f"segments {list(sizes)} with ks {list(ks)} do not fit rows {x.shape}")
     if any(not 0 <= k <= size for k, size in zip(ks, sizes, strict=True)):
         raise ValueError(f"every k must lie in [0, its segment's size]: ks {list(ks)}")
-    if x.device.type == "cpu" and x.dtype in _INT_VIEWS:
-        from repro.compress import select_kernels  # numba loads only when a selection runs
-
+    kernels = _compiled(x, writes=False)
+    if kernels is not None:
         starts = torch.tensor([0, *sizes], dtype=torch.int64).cumsum(0)
         out = torch.empty(x.shape[0], sum(ks), dtype=torch.int64)
         values = torch.empty(x.shape[0], sum(ks), dtype=x.dtype)
         bits = x.detach().contiguous().view(_INT_VIEWS[x.dtype])
         kept = values.view(_INT_VIEWS[x.dtype]).numpy()
-        select_kernels.select_rows(bits.numpy(), starts.numpy(), list(ks), out.numpy(), kept)
+        kernels.select_rows(bits.numpy(), starts.numpy(), list(ks), out.numpy(), kept)
         return values, out
     indices = _by_torch(x, ks, sizes)
     return x.gather(1, indices), indices
@@ -89,10 +89,9 @@ def zero_selected(x: torch.Tensor, indices: torch.Tensor) -> None:
     """
     shared = indices.shape[0] > 1 and indices.stride(0) == 0
     rows = indices[:1] if shared else indices
-    if x.device.type == "cpu" and x.dtype in _INT_VIEWS and x.is_contiguous():
-        from repro.compress import select_kernels
-
-        select_kernels.zero_rows_at(x.detach().numpy(), rows.long().contiguous().numpy())
+    kernels = _compiled(x, writes=True)
+    if kernels is not None:
+        kernels.zero_rows_at(x.detach().numpy(), rows.long().contiguous().numpy())
     elif shared:
         x.index_fill_(1, rows[0], 0.0)
     else:
@@ -107,12 +106,22 @@ def add_selected(total: torch.Tensor, indices: torch.Tensor, values: torch.Tenso
     `index_add_` wanted them copied out contiguous and widened to int64 first (on a c = 0.1
     step, 0.9 ms for the copies and the sum; the loop takes about half).
     """
-    if total.device.type == "cpu" and total.dtype in _INT_VIEWS and total.is_contiguous():
-        from repro.compress import select_kernels
-
-        select_kernels.add_rows_at(total.numpy(), indices.numpy(), values.detach().numpy())
+    kernels = _compiled(total, writes=True)
+    if kernels is not None:
+        kernels.add_rows_at(total.numpy(), indices.numpy(), values.detach().numpy())
     else:
         total.index_add_(0, indices.reshape(-1).long(), values.reshape(-1))
+
+
+def _compiled(x: torch.Tensor, writes: bool) -> ModuleType | None:
+    """The compiled loops where they serve `x` (a CPU float32 or float64 tensor, contiguous
+    where they write into it), loaded on the first call: numba loads only when a selection
+    runs. None: torch's own ops serve it (CUDA, half precision, a strided view)."""
+    if x.device.type != "cpu" or x.dtype not in _INT_VIEWS or (writes and not x.is_contiguous()):
+        return None
+    from repro.compress import select_kernels
+
+    return select_kernels
 
 
 def _by_torch(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
