@@ -7,7 +7,9 @@ run's momentum and weight decay): the same samples' arithmetic with nothing of t
 method or of the worker axis. The simulated step is `Trainer.train_step` as the run set
 runs it (its labels composed as `repro reproduce` composes them; the untuned learning
 rates, which change no arithmetic), plus its evaluation amortised per step at the run's
-`trainer.eval_every`. Goal: every step at most 1.5x its floor.
+`trainer.eval_every`. Goal: every step at most 1.5x its floor. Where the floor and the
+run's evaluation together already exceed that (an evaluation cadence and test set fixed by
+the run set's regime), the line says so with their ratio: no faster step can meet the goal.
 
 Floor steps and simulated steps alternate one by one in the same process (one torch
 thread, as the simulated engine runs), so both see the same moments of load, and each is
@@ -160,10 +162,25 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
         "floor": min(floors),
         "step": step_s + evaluation,
         "ratio": (step_s + evaluation) / min(floors),
+        "bound": (min(floors) + evaluation) / min(floors),
         "parts": parts,
         "workers": n,
         "batch": n * cfg.trainer.batch_size,
     }
+
+
+def row_lines(paper: str, label: str, r: dict) -> list[str]:
+    """The two lines of one workload's result (`measure`): its ratio against the goal, and
+    where the floor and its evaluation alone pass the goal, by how much; then its parts."""
+    mark = "ok" if r["ratio"] <= GOAL else f"over {GOAL}x"
+    if r["bound"] > GOAL:
+        mark += f"; the floor and its evaluation alone: {r['bound']:.2f}x"
+    parts = "  ".join(f"{k} {v * 1e3:.2f}" for k, v in r["parts"].items() if v > 5e-5)
+    return [
+        f"{paper} {label} ({r['workers']} workers, batch {r['batch']}): step "
+        f"{r['step'] * 1e3:.1f} ms / floor {r['floor'] * 1e3:.1f} ms = {r['ratio']:.2f}x ({mark})",
+        f"    ms/step: {parts}",
+    ]
 
 
 def run(labels: list[str] | None = None, rounds: int = 5, steps: int = 8) -> list[str]:
@@ -171,14 +188,6 @@ def run(labels: list[str] | None = None, rounds: int = 5, steps: int = 8) -> lis
     lines = [f"start: {_load()}"]
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
         for paper, label, cfg in workloads(Path(tmp), labels):
-            r = measure(label, cfg, rounds, steps)
-            mark = "ok" if r["ratio"] <= GOAL else f"over {GOAL}x"
-            lines.append(
-                f"{paper} {label} ({r['workers']} workers, batch {r['batch']}): step "
-                f"{r['step'] * 1e3:.1f} ms / floor {r['floor'] * 1e3:.1f} ms = "
-                f"{r['ratio']:.2f}x ({mark})"
-            )
-            parts = "  ".join(f"{k} {v * 1e3:.2f}" for k, v in r["parts"].items() if v > 5e-5)
-            lines.append(f"    ms/step: {parts}")
+            lines += row_lines(paper, label, measure(label, cfg, rounds, steps))
     lines.append(f"end: {_load()}")
     return lines
