@@ -162,7 +162,6 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
         "floor": min(floors),
         "step": step_s + evaluation,
         "ratio": (step_s + evaluation) / min(floors),
-        "bound": (min(floors) + evaluation) / min(floors),
         "parts": parts,
         "workers": n,
         "batch": n * cfg.trainer.batch_size,
@@ -173,8 +172,9 @@ def row_lines(paper: str, label: str, r: dict) -> list[str]:
     """The two lines of one workload's result (`measure`): its ratio against the goal, and
     where the floor and its evaluation alone pass the goal, by how much; then its parts."""
     mark = "ok" if r["ratio"] <= GOAL else f"over {GOAL}x"
-    if r["bound"] > GOAL:
-        mark += f"; the floor and its evaluation alone: {r['bound']:.2f}x"
+    bound = (r["floor"] + r["parts"]["evaluation"]) / r["floor"]
+    if bound > GOAL:
+        mark += f"; the floor and its evaluation alone: {bound:.2f}x"
     parts = "  ".join(f"{k} {v * 1e3:.2f}" for k, v in r["parts"].items() if v > 5e-5)
     return [
         f"{paper} {label} ({r['workers']} workers, batch {r['batch']}): step "

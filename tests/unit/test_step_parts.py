@@ -28,7 +28,6 @@ def _result(floor_ms: float, step_ms: float, evaluation_ms: float) -> dict:
         "floor": floor,
         "step": step_ms / 1e3,
         "ratio": step_ms / floor_ms,
-        "bound": (floor + evaluation) / floor,
         "parts": {"forward/backward": (step_ms - evaluation_ms) / 1e3, "evaluation": evaluation},
         "workers": 8,
         "batch": 1024,
