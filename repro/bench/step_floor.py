@@ -161,7 +161,6 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
     return {
         "floor": min(floors),
         "step": step_s + evaluation,
-        "ratio": (step_s + evaluation) / min(floors),
         "parts": parts,
         "workers": n,
         "batch": n * cfg.trainer.batch_size,
@@ -171,14 +170,15 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
 def row_lines(paper: str, label: str, r: dict) -> list[str]:
     """The two lines of one workload's result (`measure`): its ratio against the goal, and
     where the floor and its evaluation alone pass the goal, by how much; then its parts."""
-    mark = "ok" if r["ratio"] <= GOAL else f"over {GOAL}x"
+    ratio = r["step"] / r["floor"]
+    mark = "ok" if ratio <= GOAL else f"over {GOAL}x"
     bound = (r["floor"] + r["parts"]["evaluation"]) / r["floor"]
     if bound > GOAL:
         mark += f"; the floor and its evaluation alone: {bound:.2f}x"
     parts = "  ".join(f"{k} {v * 1e3:.2f}" for k, v in r["parts"].items() if v > 5e-5)
     return [
         f"{paper} {label} ({r['workers']} workers, batch {r['batch']}): step "
-        f"{r['step'] * 1e3:.1f} ms / floor {r['floor'] * 1e3:.1f} ms = {r['ratio']:.2f}x ({mark})",
+        f"{r['step'] * 1e3:.1f} ms / floor {r['floor'] * 1e3:.1f} ms = {ratio:.2f}x ({mark})",
         f"    ms/step: {parts}",
     ]
 

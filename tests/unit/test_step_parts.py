@@ -27,7 +27,6 @@ def _result(floor_ms: float, step_ms: float, evaluation_ms: float) -> dict:
     return {
         "floor": floor,
         "step": step_ms / 1e3,
-        "ratio": step_ms / floor_ms,
         "parts": {"forward/backward": (step_ms - evaluation_ms) / 1e3, "evaluation": evaluation},
         "workers": 8,
         "batch": 1024,
