@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -102,9 +103,17 @@ def storage_of(spec_path: Path):
     return open_storage(spec_from_dict(yaml.safe_load(spec_path.read_text()), str(spec_path)))
 
 
+# A trial of `kill_and_resume` trains about 2 s: one this young is far from its end.
+YOUNG_S = 1.0
+
+
 def kill_mid_sweep(spec_path: Path, storage) -> set[int]:
     """Start the sweep in its own session, SIGKILL the whole session as soon as a trial has
-    completed while another runs; return the completed trial numbers at that moment."""
+    completed while another runs; return the completed trial numbers at that moment.
+
+    The running trial must have started within the last second: the two workers' first
+    trials start together, so when the first completes the second is about to, and could
+    complete between the read and the kill (a killed sweep with no trial left RUNNING)."""
     env = {**os.environ, "WANDB_SILENT": "true"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro", "sweep", str(spec_path), "--workers", "2"],
@@ -119,10 +128,17 @@ def kill_mid_sweep(spec_path: Path, storage) -> set[int]:
         while time.monotonic() < deadline:
             try:
                 study = optuna.load_study(study_name="tiny", storage=storage)
-                states = [t.state for t in study.get_trials(deepcopy=False)]
+                every = study.get_trials(deepcopy=False)
             except (KeyError, FileNotFoundError):
-                states = []
-            if TrialState.COMPLETE in states and TrialState.RUNNING in states:
+                every = []
+            now = datetime.now()  # Optuna stamps a trial's start in local time
+            young = [
+                t
+                for t in every
+                if t.state == TrialState.RUNNING
+                and (now - t.datetime_start).total_seconds() < YOUNG_S
+            ]
+            if young and any(t.state == TrialState.COMPLETE for t in every):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 return {t.number for t in study.get_trials(states=(TrialState.COMPLETE,))}
