@@ -143,7 +143,9 @@ def kill_mid_sweep(spec_path: Path, storage) -> set[int]:
                 proc.wait()
                 return {t.number for t in study.get_trials(states=(TrialState.COMPLETE,))}
             time.sleep(0.2)
-        pytest.fail("the sweep never had a completed and a running trial at once")
+        pytest.fail(
+            f"the sweep never had a completed trial beside a running one under {YOUNG_S} s old"
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
