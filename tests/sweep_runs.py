@@ -111,9 +111,9 @@ def kill_mid_sweep(spec_path: Path, storage) -> set[int]:
     """Start the sweep in its own session, SIGKILL the whole session as soon as a trial has
     completed while another runs; return the completed trial numbers at that moment.
 
-    The running trial must have started within the last second: the two workers' first
-    trials start together, so when the first completes the second is about to, and could
-    complete between the read and the kill (a killed sweep with no trial left RUNNING)."""
+    The running trial must be under `YOUNG_S` old: the two workers' first trials start
+    together, so when the first completes the second is about to, and could complete
+    between the read and the kill (a killed sweep with no trial left RUNNING)."""
     env = {**os.environ, "WANDB_SILENT": "true"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "repro", "sweep", str(spec_path), "--workers", "2"],
