@@ -22,7 +22,7 @@ import os
 import select
 import sys
 
-from repro.errors import UserError
+from repro.errors import UserError, dropped_stops_sent_again
 
 # command -> module whose `main(argv) -> int` implements it, or module:function
 COMMANDS = {
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             module, _, function = commands[cmd].partition(":")
-            return getattr(importlib.import_module(module), function or "main")(rest) or 0
+            with dropped_stops_sent_again():
+                return getattr(importlib.import_module(module), function or "main")(rest) or 0
         finally:  # argparse's --help exits: flush here, where a closed pipe is caught
             sys.stdout.flush()
     except BrokenPipeError:

@@ -4,13 +4,22 @@ The CLI turns a `UserError` into a single line on stderr and a non-zero exit cod
 traceback: the message must name the setting and the fix. Beside it, the checks and the
 argument parser that every command shares, so that each refuses in the same words, and the
 stop a SIGTERM makes, so that each command ends on it as on Ctrl-C.
+
+A signal can land while C code has called back into Python (numba's compiler notifying
+llvmlite's object cache, which happens throughout a first compile): the exception its
+handler raises there is printed as ignored and dropped by the C caller, and the command
+ran on as if no signal had come. `dropped_stops_sent_again` catches such a stop at
+`sys.unraisablehook`, unprinted, and sends its signal again `REDELIVER_S` later, by when
+the callback has returned into code the stop can end.
 """
 
+import _thread
 import argparse
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 
 class UserError(Exception):
@@ -97,3 +106,45 @@ def say_stopped(stop: KeyboardInterrupt, what: str) -> int:
         word, signum = "terminated", signal.SIGTERM
     print(f"{word}: {what}", file=sys.stderr, flush=True)
     return 128 + signum
+
+
+REDELIVER_S = 0.05
+"""How long after a dropped stop its signal comes again (module doc): the C code that called
+back returns long before (llvmlite's cache callback takes microseconds)."""
+
+
+def send_again(signum: int, still: Callable[[], bool]) -> None:
+    """Call the main thread's handler of `signum` again `REDELIVER_S` from now, as if the
+    signal came again, if `still()` then holds (the handler in place is still the one whose
+    stop was dropped)."""
+
+    def resend() -> None:
+        if still():
+            _thread.interrupt_main(signum)
+
+    timer = threading.Timer(REDELIVER_S, resend)
+    timer.daemon = True
+    timer.start()
+
+
+@contextlib.contextmanager
+def dropped_stops_sent_again() -> Iterator[None]:
+    """Inside, a KeyboardInterrupt (Ctrl-C, or `Terminated`) dropped by C code that had called
+    back into Python is sent again (module doc) instead of printed; other unraisable
+    exceptions go to the hook that was there before."""
+    before, left = sys.unraisablehook, threading.Event()
+
+    def hook(unraisable) -> None:
+        stop = unraisable.exc_value
+        if not isinstance(stop, KeyboardInterrupt):
+            before(unraisable)
+            return
+        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+        send_again(signum, lambda: not left.is_set())
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        left.set()
+        sys.unraisablehook = before

@@ -14,6 +14,10 @@ preempted or interrupted point did nothing wrong.
 SLURM signals every process of a job at once, and wandb's service may die before this
 process handles its own SIGTERM; the run then fails with a lost connection first. So a
 failing run waits up to `STOP_GRACE_S` for a stop signal before it counts as a crash.
+
+A `Stopped` raised where the signal landed inside a callback from C code is dropped by
+the C caller (`repro.errors.dropped_stops_sent_again` says when), and the run went on to
+its end as if no signal had come; the handler is armed again and the signal sent again.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from repro.errors import Terminated, sigterm_taken
+from repro.errors import Terminated, send_again, sigterm_taken
 
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers
@@ -71,24 +75,41 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._armed = False
+        self._raised: Stopped | None = None
         self._before: dict[int, Any] = {}
+        self._hook_before: Callable[[Any], None] | None = None
 
     def install(self) -> StopSignals:
         for s in SIGNALS:
             self._before[s] = signal.signal(s, self._handle)
+        self._hook_before, sys.unraisablehook = sys.unraisablehook, self._dropped
         return self
 
     def restore(self) -> None:
         for s, handler in self._before.items():
             signal.signal(s, handler)
         self._before.clear()
+        if self._hook_before is not None:
+            sys.unraisablehook, self._hook_before = self._hook_before, None
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.received is None:
             self.received = signum
         if self._armed:
             self._armed = False  # once: marking the trial must not be cut short again
-            raise Stopped(self.received)
+            self._raised = Stopped(self.received)
+            raise self._raised
+
+    def _dropped(self, unraisable: Any) -> None:
+        """The `sys.unraisablehook` while installed: the stop just raised, dropped by C code
+        that had called back into Python (module doc), is armed again and its signal sent
+        again shortly; anything else goes to the hook that was there before."""
+        if self._raised is None or unraisable.exc_value is not self._raised:
+            self._hook_before(unraisable)
+            return
+        # the armed block is still open: the C call that dropped the stop was made inside it
+        self._raised, self._armed = None, True
+        send_again(self.received, lambda: bool(self._before))
 
     @contextlib.contextmanager
     def armed(self) -> Iterator[None]:
@@ -98,7 +119,7 @@ class StopSignals:
         try:
             yield
         finally:
-            self._armed = False
+            self._armed, self._raised = False, None
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` armed. A failure that a stop signal caused (its cleanup replacing

@@ -1,17 +1,26 @@
-"""Stop signals of a sweep worker, the stopped trial's mark and re-queue, and the run
-directory a retried or re-numbered trial uses (real signals, real Optuna journal storage)."""
+"""Stop signals of a command and of a sweep worker, the stopped trial's mark and re-queue,
+and the run directory a retried or re-numbered trial uses (real signals, real callbacks
+from C, real Optuna journal storage)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import time
 
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from repro.errors import Terminated, sigterm_stops, sigterm_taken
+from repro.errors import (
+    REDELIVER_S,
+    Terminated,
+    dropped_stops_sent_again,
+    sigterm_stops,
+    sigterm_taken,
+)
 from repro.sweep import stops as stops_module
 from repro.sweep.journal import open_journal_file
 from repro.sweep.spec import spec_from_dict
@@ -59,6 +68,52 @@ def test_a_signal_stops_only_an_armed_block_and_is_kept_for_the_loop():
     finally:
         stops.restore()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def _called_back(signum: int):
+    """A function called from C (as numba's compiler calls llvmlite's cache back) in which
+    `signum` arrives: what its handler raises there, the C caller drops."""
+    return ctypes.CFUNCTYPE(None)(lambda: signal.raise_signal(signum))
+
+
+def _run_on() -> None:
+    ran_on_until = time.monotonic() + 20 * REDELIVER_S
+    while time.monotonic() < ran_on_until:
+        time.sleep(0.001)
+    pytest.fail("ran on past a stop its callback dropped")
+
+
+@pytest.mark.parametrize(
+    "signum, stop", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
+)
+def test_a_commands_stop_dropped_by_c_code_that_called_back_comes_again(capfd, signum, stop):
+    """Ctrl-C (Python's own handler) or SIGTERM (`sigterm_stops`) landing in a callback from
+    C: the command must still stop, saying nothing but its one line."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(stop) as caught, dropped_stops_sent_again(), sigterm_stops():
+            _called_back(signum)()
+            _run_on()
+        assert type(caught.value) is stop
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_stop_dropped_by_c_code_that_called_back_comes_again_and_ends_the_block(capfd):
+    """The signal lands inside a callback from C (as inside numba's compiler): the `Stopped`
+    raised there is dropped by the C caller, so the block must be stopped again once the
+    callback has returned, and nothing printed (the command's one line is all it says)."""
+    stops = StopSignals().install()
+    try:
+        with pytest.raises(Stopped) as caught, stops.armed():
+            _called_back(signal.SIGINT)()
+            _run_on()
+        assert caught.value.name == "SIGINT"
+        os.kill(os.getpid(), signal.SIGINT)  # marking the trial: kept, not raised
+    finally:
+        stops.restore()
+    assert capfd.readouterr().err == ""
 
 
 def test_sigterm_ends_a_worker_in_the_commands_own_process_as_the_command_says_it():
