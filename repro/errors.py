@@ -113,34 +113,37 @@ REDELIVER_S = 0.05
 back returns long before (llvmlite's cache callback takes microseconds)."""
 
 
-def send_again(signum: int, still: Callable[[], bool]) -> None:
-    """Call the main thread's handler of `signum` again `REDELIVER_S` from now, as if the
-    signal came again, if `still()` then holds (the handler in place is still the one whose
-    stop was dropped)."""
-
-    def resend() -> None:
-        if still():
-            _thread.interrupt_main(signum)
-
-    timer = threading.Timer(REDELIVER_S, resend)
-    timer.daemon = True
-    timer.start()
+def _keyboard_signal(stop: BaseException) -> int | None:
+    """The signal whose handler raised `stop`, if it is a command's stop: Ctrl-C's
+    KeyboardInterrupt, or SIGTERM's `Terminated`."""
+    if not isinstance(stop, KeyboardInterrupt):
+        return None
+    return signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
 
 
 @contextlib.contextmanager
-def dropped_stops_sent_again() -> Iterator[None]:
-    """Inside, a KeyboardInterrupt (Ctrl-C, or `Terminated`) dropped by C code that had called
-    back into Python is sent again (module doc) instead of printed; other unraisable
-    exceptions go to the hook that was there before."""
+def dropped_stops_sent_again(
+    signal_of: Callable[[BaseException], int | None] = _keyboard_signal,
+) -> Iterator[None]:
+    """Inside, an exception dropped by C code that had called back into Python, for which
+    `signal_of` names the signal whose handler raised it, is not printed: the main thread's
+    handler of that signal is called again `REDELIVER_S` later, as if the signal came again
+    (module doc), unless this block has been left by then. Other unraisable exceptions go to
+    the hook that was there before."""
     before, left = sys.unraisablehook, threading.Event()
 
+    def resend(signum: int) -> None:
+        if not left.is_set():  # else the handler in place is not the one whose stop dropped
+            _thread.interrupt_main(signum)
+
     def hook(unraisable) -> None:
-        stop = unraisable.exc_value
-        if not isinstance(stop, KeyboardInterrupt):
+        signum = signal_of(unraisable.exc_value)
+        if signum is None:
             before(unraisable)
             return
-        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
-        send_again(signum, lambda: not left.is_set())
+        timer = threading.Timer(REDELIVER_S, resend, (signum,))
+        timer.daemon = True
+        timer.start()
 
     sys.unraisablehook = hook
     try:

@@ -16,8 +16,8 @@ process handles its own SIGTERM; the run then fails with a lost connection first
 failing run waits up to `STOP_GRACE_S` for a stop signal before it counts as a crash.
 
 A `Stopped` raised where the signal landed inside a callback from C code is dropped by
-the C caller (`repro.errors.dropped_stops_sent_again` says when), and the run went on to
-its end as if no signal had come; the handler is armed again and the signal sent again.
+the C caller, and the run went on to its end as if no signal had come; the handler is armed
+again and the signal sent again (`repro.errors.dropped_stops_sent_again`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from repro.errors import Terminated, send_again, sigterm_taken
+from repro.errors import Terminated, dropped_stops_sent_again, sigterm_taken
 
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers
@@ -77,20 +77,19 @@ class StopSignals:
         self._armed = False
         self._raised: Stopped | None = None
         self._before: dict[int, Any] = {}
-        self._hook_before: Callable[[Any], None] | None = None
+        self._dropped_hook = contextlib.ExitStack()
 
     def install(self) -> StopSignals:
         for s in SIGNALS:
             self._before[s] = signal.signal(s, self._handle)
-        self._hook_before, sys.unraisablehook = sys.unraisablehook, self._dropped
+        self._dropped_hook.enter_context(dropped_stops_sent_again(self._dropped))
         return self
 
     def restore(self) -> None:
         for s, handler in self._before.items():
             signal.signal(s, handler)
         self._before.clear()
-        if self._hook_before is not None:
-            sys.unraisablehook, self._hook_before = self._hook_before, None
+        self._dropped_hook.close()
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.received is None:
@@ -100,16 +99,14 @@ class StopSignals:
             self._raised = Stopped(self.received)
             raise self._raised
 
-    def _dropped(self, unraisable: Any) -> None:
-        """The `sys.unraisablehook` while installed: the stop just raised, dropped by C code
-        that had called back into Python (module doc), is armed again and its signal sent
-        again shortly; anything else goes to the hook that was there before."""
-        if self._raised is None or unraisable.exc_value is not self._raised:
-            self._hook_before(unraisable)
-            return
+    def _dropped(self, stop: BaseException) -> int | None:
+        """For an exception C code dropped (module doc): if it is the stop just raised, arm
+        again and name the signal to send again; anything else is not this one's."""
+        if stop is not self._raised:
+            return None
         # the armed block is still open: the C call that dropped the stop was made inside it
         self._raised, self._armed = None, True
-        send_again(self.received, lambda: bool(self._before))
+        return self.received
 
     @contextlib.contextmanager
     def armed(self) -> Iterator[None]:
