@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,9 +85,15 @@ def at_once(runs: Sequence[tuple[str, Config]]) -> int:
     return max(1, min(os.cpu_count() or 1, len(simulated_first(runs)[0])))
 
 
-def expected_time(runs: Sequence[tuple[str, Config]], minutes_per_run: float) -> str:
-    """The line saying how long `runs` take here, from the measured minutes of one run one at
-    a time (0: not measured): the simulated ones `at_once` at a time, then the rest in turn."""
+def expected_time(
+    runs: Sequence[tuple[str, Config]],
+    minutes_per_run: float,
+    measured: Mapping[str, float] | None = None,
+) -> str:
+    """The line saying how long `runs` take here. A run's minutes are `measured`'s for its
+    experiment label (what that run took here at its earlier seeds), else the set's measured
+    minutes of one run one at a time (0: not measured). The simulated ones run `at_once` at
+    a time, each started as a slot frees and the longest first, then the rest in turn."""
     simulated, rest = simulated_first(runs)
     slots = at_once(runs)
     how = f"{len(runs)} run{'s' if len(runs) != 1 else ''} to do"
@@ -96,13 +102,24 @@ def expected_time(runs: Sequence[tuple[str, Config]], minutes_per_run: float) ->
         how += "processes, one at a time"
     else:
         how += f", {slots} at a time"
-    if minutes_per_run <= 0:
+    measured = measured or {}
+    labels = {cfg.experiment.label for _, cfg in runs}
+    if minutes_per_run <= 0 and not labels <= measured.keys():
         return f"expected time: not measured for this set (experiment.expected_minutes); {how}"
-    minutes = minutes_per_run * (len(simulated) / slots + len(rest))
-    return (
-        f"expected time: about {minutes:.1f} min ({how}; from experiment.expected_minutes, "
-        "measured on a 2-core machine)"
-    )
+
+    def minutes(cfg: Config) -> float:
+        return measured.get(cfg.experiment.label, minutes_per_run)
+
+    ends = [0.0] * slots
+    for m in sorted((minutes(cfg) for _, cfg in simulated), reverse=True):
+        ends[ends.index(min(ends))] += m
+    total = max(ends) + sum(minutes(cfg) for _, cfg in rest)
+    sources = []
+    if labels & measured.keys():
+        sources.append("the same runs' earlier seeds here")
+    if labels - measured.keys():
+        sources.append("experiment.expected_minutes, measured on a 2-core machine")
+    return f"expected time: about {total:.1f} min ({how}; from {' and '.join(sources)})"
 
 
 def launch_runs(
@@ -111,11 +128,13 @@ def launch_runs(
     then: str = "",
     minutes_per_run: float | None = None,
     also: str = "",
+    measured: Mapping[str, float] | None = None,
 ) -> Launched:
     """Run or submit `(label, config)` runs where their `cluster` group says; `then` names
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
-    run set's measured minutes per run, 0 when not measured) the expected time of the runs
-    left to do here is printed before any starts, followed by `also`."""
+    run set's measured minutes per run, 0 when not measured; `measured`: minutes by label,
+    `expected_time`) the expected time of the runs left to do here is printed before any
+    starts, followed by `also`."""
     from repro.train.checkpoint_pick import finished_or_resumable
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
@@ -143,7 +162,7 @@ def launch_runs(
         print(f"{title}: every run has finished", flush=True)
     elif runs_here(pending[0][1].cluster):
         if minutes_per_run is not None:
-            line = expected_time(pending, minutes_per_run)
+            line = expected_time(pending, minutes_per_run, measured)
             print(f"{title}: {line}{also}", flush=True)
         launched.summaries += _run_here(pending, title)
     else:

@@ -24,9 +24,16 @@ from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
 from repro.pages.writer import fmt
 from repro.track.runs import find_runs
-from repro.track.series import Seeded, any_seed, seeds_of
+from repro.track.series import Seeded, any_seed, points, seeds_of
 
 Composed = Sequence[tuple[str, Config]]
+
+RUN_START_S = 8.0
+"""Seconds a run takes here outside its trainer's clock (`time/wall_s`): its process's
+data, model and tracker set-up before the first step, the final model's and log's writes
+after the last. Fitted to the added rounds of one `make reproduce-all` on the 2 cores, two
+runs side by side: a round of Top-k or Adasum runs took 5-10 s a run more than the runs'
+logged wall times."""
 
 
 def _reads(claim, runs) -> set[str]:
@@ -52,6 +59,18 @@ def most_added(claims: ClaimsFile, runs: Composed, scale: str, minutes_per_run: 
         return "; no claim here can add seeds"
     line = expected_time(extra, minutes_per_run).removeprefix("expected time: ")
     return f"; seeds added where a claim stays undecided: at most {line}"
+
+
+def measured_minutes(runs: Seeded) -> dict[str, float]:
+    """Each label's minutes here, for the expected time of its next seed: the mean over its
+    seeds of the last logged `time/wall_s`, plus `RUN_START_S`; a label without one is left
+    out (the set's `experiment.expected_minutes` stands in)."""
+    out = {}
+    for label, by_seed in runs.items():
+        walls = [ys[-1] for run in by_seed.values() if (ys := points(run, "time/wall_s")[1])]
+        if walls:
+            out[label] = (sum(walls) / len(walls) + RUN_START_S) / 60
+    return out
 
 
 def wanted(results: list[ClaimResult], runs: Seeded) -> tuple[set[tuple[str, int]], list[str]]:
@@ -104,7 +123,12 @@ def extend(
         chosen = [
             (name, cfg) for name, cfg in make(count) if (cfg.experiment.label, cfg.seed) in pairs
         ]
-        launched = launch_runs(chosen, f"{title} (added seeds)", minutes_per_run=minutes_per_run)
+        launched = launch_runs(
+            chosen,
+            f"{title} (added seeds)",
+            minutes_per_run=minutes_per_run,
+            measured=measured_minutes(runs),
+        )
         if launched.jobs:
             print(f"{title}: run `repro reproduce {paper} scale={scale}` again once they end")
             return

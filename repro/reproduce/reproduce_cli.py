@@ -4,7 +4,8 @@ then its report.
 The set's runs are composed up front (`repro.reproduce.run_sets`): a bad setting in any of
 them stops the command before a run starts. Before starting, the command prints the set's
 expected time from `experiment.expected_minutes` (one seed's runs one after another,
-measured on a 2-core machine) and the most that seeds added for undecided claims can take.
+measured on a 2-core machine) and the most that seeds added for undecided claims can take;
+each round of added seeds is timed from what the same runs took here at their earlier seeds.
 The runs go where the `cluster` group says (`repro.cluster.launcher`): here, after which the
 claims are evaluated, seeds are added to the runs of each claim whose interval straddles a
 band edge, up to its seed cap (`repro.reproduce.more_seeds`), and the report is built; or as

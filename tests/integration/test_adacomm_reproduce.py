@@ -102,6 +102,10 @@ def added_seeds_where_undecided(tmp_path, args):
         added[2],
     ), added
     assert len(added) == 3  # adacomm_loss decided at 2 seeds, sync_loss at its cap at 3
+    # each round's expected time comes from what its runs took here at their first seeds
+    timed = [ln for ln in third.stdout.splitlines() if "(added seeds): expected time" in ln]
+    assert len(timed) == 2, third.stdout
+    assert all(ln.endswith("from the same runs' earlier seeds here)") for ln in timed), timed
     made = sorted((label_of(r), seed_of(r)) for r in find_runs(tmp_path / "runs"))
     labels = ("local_sgd_tau4", "local_sgd_tau16", "adacomm_lrdecay")
     assert made == sorted(

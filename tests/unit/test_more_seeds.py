@@ -11,7 +11,7 @@ from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time
 from repro.errors import UserError
-from repro.reproduce.more_seeds import most_added, wanted
+from repro.reproduce.more_seeds import RUN_START_S, measured_minutes, most_added, wanted
 from repro.reproduce.run_sets import run_set
 from tests.helpers import repro_cli
 from tests.unit.report_data import claim_dict, make_run, seeded
@@ -72,6 +72,21 @@ def test_the_most_the_extension_adds_is_each_read_label_up_to_its_largest_cap():
         f"; seeds added where a claim stays undecided: at most {line}"
     )
     assert "6 runs to do" in line
+
+
+def test_a_labels_measured_minutes_are_its_seeds_mean_last_wall_time_plus_start():
+    runs = seeded(
+        [
+            make_run("sync", sec_per_step=3.0, steps=[10, 20]),  # last time/wall_s 120
+            make_run("sync", sec_per_step=6.0, steps=[10, 20], seed=1),  # 240
+            make_run("adacomm", sec_per_step=1.0, steps=[10, 30, 40]),  # 80
+            make_run("never_logged", extra=lambda s: {"time/wall_s": float("nan")}),
+        ]
+    )
+    assert measured_minutes(runs) == {
+        "sync": pytest.approx((180 + RUN_START_S) / 60),
+        "adacomm": pytest.approx((80 + RUN_START_S) / 60),
+    }
 
 
 def test_a_seed_cap_below_the_default_seeds_is_one_line_before_any_run(tmp_path):

@@ -84,12 +84,13 @@ def test_expected_time_scales_with_runs_and_side_by_side_slots(monkeypatch):
         "experiment.expected_minutes, measured on a 2-core machine)"
     )
     # a run on worker processes (Adasum's cost pair) takes both cores: it runs after the
-    # simulated ones, alone; 3 simulated 2 at a time and 1 alone: 2.5 x 1.5 = 3.75 minutes
+    # simulated ones, alone; 3 simulated 2 at a time (the third once a slot frees: 2 x 1.5)
+    # and 1 alone: 3 x 1.5 = 4.5 minutes
     on_workers = copy.deepcopy(runs[0][1])
     on_workers.trainer.engine = "processes"
     mixed = [*runs[:3], ("cost", on_workers)]
     assert expected_time(mixed, 1.5) == (
-        "expected time: about 3.8 min (4 runs to do: 3 simulated, 2 at a time, then 1 on "
+        "expected time: about 4.5 min (4 runs to do: 3 simulated, 2 at a time, then 1 on "
         "worker processes, one at a time; from experiment.expected_minutes, measured on a "
         "2-core machine)"
     )
@@ -118,3 +119,23 @@ def test_a_bad_claims_file_stops_reproduce_before_any_run(tmp_path, monkeypatch)
         main(["adacomm", "scale=tiny", f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/d"])
     assert str(err.value) == message
     assert not (tmp_path / "runs").exists()
+
+
+def test_expected_time_of_runs_measured_here_packs_them_longest_first(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    runs = run_set("adacomm", "tiny", [])[:3]  # sync, local_sgd_tau4, local_sgd_tau16
+    measured = {"sync": 3.0, "local_sgd_tau4": 2.0, "local_sgd_tau16": 2.0}
+    # sync in one slot, tau4 in the other, tau16 after tau4 (2 + 2): 4 minutes, not 7 / 2
+    assert expected_time(runs, 1.5, measured) == (
+        "expected time: about 4.0 min (3 runs to do, 2 at a time; from the same runs' "
+        "earlier seeds here)"
+    )
+    # a label not measured takes the set's average: 3 in one slot, 2 + 1.5 in the other
+    del measured["local_sgd_tau16"]
+    assert expected_time(runs, 1.5, measured) == (
+        "expected time: about 3.5 min (3 runs to do, 2 at a time; from the same runs' "
+        "earlier seeds here and experiment.expected_minutes, measured on a 2-core machine)"
+    )
+    # an unmeasured set whose every run was measured here still has an expected time
+    assert expected_time(runs[:1], 0.0, {"sync": 3.0}).startswith("expected time: about 3.0")
+    assert expected_time(runs[:2], 0.0, {"sync": 3.0}).startswith("expected time: not measured")
