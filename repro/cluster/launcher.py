@@ -93,7 +93,7 @@ def expected_time(
     """The line saying how long `runs` take here. A run's minutes are `measured`'s for its
     experiment label (what that run took here at its earlier seeds), else the set's measured
     minutes of one run one at a time (0: not measured). The simulated ones run `at_once` at
-    a time, each started as a slot frees and the longest first, then the rest in turn."""
+    a time, each started as a slot frees in `longest_first` order, then the rest in turn."""
     simulated, rest = simulated_first(runs)
     slots = at_once(runs)
     how = f"{len(runs)} run{'s' if len(runs) != 1 else ''} to do"
@@ -111,8 +111,8 @@ def expected_time(
         return measured.get(cfg.experiment.label, minutes_per_run)
 
     ends = [0.0] * slots
-    for m in sorted((minutes(cfg) for _, cfg in simulated), reverse=True):
-        ends[ends.index(min(ends))] += m
+    for _, cfg in longest_first(simulated):  # the order `_run_side_by_side` starts them in
+        ends[ends.index(min(ends))] += minutes(cfg)
     total = max(ends) + sum(minutes(cfg) for _, cfg in rest)
     sources = []
     if labels & measured.keys():
