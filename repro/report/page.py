@@ -26,7 +26,6 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from repro.claims.choices import choices_table
 from repro.claims.claims_file import ClaimsFile
@@ -47,7 +46,7 @@ from repro.report.run_setup import (
 )
 from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
 from repro.sweep.tuned import TuningTable, tuning_table
-from repro.track.series import Run, Seeded, cfg, every_run, points, seeds_of
+from repro.track.series import Run, Seeded, cfg, every_run, last_logged, seeds_of
 
 # the summary key under which a run's wandb page is recorded
 WANDB_URL = "wandb_url"
@@ -164,11 +163,6 @@ def claims_table(
     return Table(title, headers, rows, headers.index("verdict"), ids)
 
 
-def _last(run: Run, metric: str) -> Any:
-    ys = points(run, metric)[1]
-    return ys[-1] if ys else None
-
-
 def _status(exit_code: int | None) -> str:
     if exit_code is None:
         return "incomplete (no exit record)"
@@ -179,8 +173,8 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
     """One row per run and seed; with `page_dir`, each run id links to its directory."""
     rows = []
     for label, seed, run in every_run(runs):
-        last = [fmt(_last(run, metric)) for metric in LAST_COLUMNS.values()]
-        sent = _last(run, "comm/bytes")
+        last = [fmt(last_logged(run, metric)) for metric in LAST_COLUMNS.values()]
+        sent = last_logged(run, "comm/bytes")
         mb = fmt(None if sent is None else sent / 1e6)
         link = run_cell(run, page_dir) if page_dir is not None else str(run.run_id)
         rows.append([name(label), label, str(seed), *last, mb, _status(run.exit_code), link])

@@ -27,7 +27,7 @@ from repro.report.sweep_source import find_source
 from repro.sweep.front import Front, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import KNEE_RING, draw_front
-from repro.track.series import Seeded
+from repro.track.series import Seeded, last_logged
 
 
 def chosen_shares(front: SweepFrontSpec, runs: Seeded) -> dict[float, float]:
@@ -56,20 +56,17 @@ def _knee_words(front: SweepFrontSpec, data: Front) -> str:
     )
 
 
-def _last(run: Any, metric: str) -> float | None:
-    """The run's last logged value of `metric` (its final point, as a trial's objective)."""
-    for row in reversed(run.history):
-        value = row.get(metric)
-        if isinstance(value, int | float) and math.isfinite(value):
-            return float(value)
-    return None
+def _end(run: Any, metric: str) -> float | None:
+    """The run's last logged value of `metric` (its final point, as a trial's objective),
+    None where that is not a finite number."""
+    value = last_logged(run, metric)
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _chosen_ends(ax: Any, front: SweepFrontSpec, runs: Seeded) -> int:
     """The chosen run's end in objective space, one cross per seed; how many were drawn."""
     ends = [
-        (_last(run, front.x), _last(run, front.y))
-        for run in runs.get(front.chosen_run, {}).values()
+        (_end(run, front.x), _end(run, front.y)) for run in runs.get(front.chosen_run, {}).values()
     ]
     ends = [(x, y) for x, y in ends if x is not None and y is not None]
     if ends:

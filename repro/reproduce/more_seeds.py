@@ -24,7 +24,7 @@ from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
 from repro.pages.writer import fmt
 from repro.track.runs import find_runs
-from repro.track.series import Seeded, any_seed, points, seeds_of
+from repro.track.series import Seeded, any_seed, last_logged, seeds_of
 
 Composed = Sequence[tuple[str, Config]]
 
@@ -67,7 +67,8 @@ def measured_minutes(runs: Seeded) -> dict[str, float]:
     out (the set's `experiment.expected_minutes` stands in)."""
     out = {}
     for label, by_seed in runs.items():
-        walls = [ys[-1] for run in by_seed.values() if (ys := points(run, "time/wall_s")[1])]
+        ends = [last_logged(run, "time/wall_s") for run in by_seed.values()]
+        walls = [w for w in ends if w is not None]
         if walls:
             out[label] = (sum(walls) / len(walls) + RUN_START_S) / 60
     return out

@@ -118,6 +118,12 @@ def points(run: Run, metric: str, x: str = "step") -> tuple[list[float], list[An
     return xs, ys
 
 
+def last_logged(run: Run, metric: str) -> Any:
+    """The last value of `metric` logged at a step (`points`' last), or None if none was."""
+    ys = points(run, metric)[1]
+    return ys[-1] if ys else None
+
+
 def curve(
     run: Run, metric: str, x: str = "step", window: int = 1
 ) -> tuple[list[float], list[float]]:

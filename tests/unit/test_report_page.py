@@ -9,10 +9,10 @@ from pathlib import Path
 from repro.claims.claims_file import Claim, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import evaluate
-from repro.pages.writer import FigureOut, Table, md_cell, to_html, to_markdown
+from repro.pages.writer import FigureOut, Table, fmt, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
 from repro.report.missing_runs import missing_notes
-from repro.report.page import WANDB_URL, assemble
+from repro.report.page import WANDB_URL, assemble, metrics_table
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
@@ -195,3 +195,21 @@ def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
         "not run: stated for scale paper, whose runs this scale does not make"
     )
     assert plain_verdict(result, "paper") == "not run: a run it reads is missing"
+
+
+def test_the_run_table_reads_each_metrics_last_logged_value_past_rows_without_it():
+    """A run's last rows may lack a metric (a checkpoint-only row) or log it as NaN: the run
+    table's final column is the last value actually logged, and a dash where none ever was."""
+    run = make_run(
+        "sync", extra=lambda s: {"test/acc": float("nan")} if s == 100 else {}, steps=[10, 20, 100]
+    )
+    run.history.append({"step": 110, "train/loss": 0.5})
+    for row in run.history:
+        row.pop("comm/bytes", None)
+    table = metrics_table({"sync": {0: run}}, name=str)
+    row = dict(zip(table.headers, table.rows[0], strict=True))
+    assert row["steps"] == fmt(110)
+    assert row["final train loss"] == fmt(0.5)
+    assert row["test acc"] == fmt(0.2)  # step 100's NaN and step 110's absence skipped
+    assert row["wall time (s)"] == fmt(200.0)
+    assert row["payload sent (MB)"] == fmt(None)
