@@ -198,7 +198,7 @@ def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
 
 
 def test_the_run_table_reads_each_metrics_last_logged_value_past_rows_without_it():
-    """A run's last rows may lack a metric (a checkpoint-only row) or log it as NaN: the run
+    """A run's last rows may lack a metric (a row of other metrics) or log it as NaN: the run
     table's final column is the last value actually logged, and a dash where none ever was."""
     run = make_run(
         "sync", extra=lambda s: {"test/acc": float("nan")} if s == 100 else {}, steps=[10, 20, 100]
