@@ -6,8 +6,8 @@ oneDNN kernels took 1.7-1.9x as long forward and 1.2x backward as one ungrouped
 convolution over all W workers' samples (the MNIST-1D CNN, 8 workers, one thread). A
 model can instead write its forward over the worker axis with these layers
 (`CNN1D.forward_workers`), which keep activations channels-last, (workers, batch, length,
-channels), so that no layer needs a layout change, and compute each layer as one batched
-matrix product over the workers (`torch.baddbmm`: row w multiplies worker w's weight).
+channels), so that no layer needs a layout change, and compute each layer as batched
+matrix products over the workers (`torch.baddbmm`: row w multiplies worker w's weight).
 
 Each function equals torch's own layer applied worker by worker, to float rounding (the
 products are summed in another order): tested against a lone worker's module.
@@ -60,66 +60,132 @@ def conv1d(
     """Every worker's `F.conv1d` (zero padding, no dilation, one group) as im2col + bmm.
 
     h is (workers, batch, length, c_in), weight (workers, c_out, c_in, k), bias (workers,
-    c_out); the result is (workers, batch, length_out, c_out). The columns
-    (`_Columns`) hold tap j of channel c in column j * c_in + c, and the weight is laid out
-    the same way.
+    c_out); the result is (workers, batch, length_out, c_out). The columns hold tap j of
+    channel c in column j * c_in + c, and the weight is laid out the same way.
     """
-    workers, batch, _, c_in = h.shape
-    c_out, k = weight.shape[1], weight.shape[3]
-    cols = _Columns.apply(h, k, stride, padding)
-    w = weight.permute(0, 1, 3, 2).reshape(workers, c_out, k * c_in)
-    out = linear(cols.flatten(1, 2), w, bias)
-    return out.view(workers, batch, cols.shape[2], c_out)
+    return _WorkerConv.apply(h, weight, bias, stride, padding)
 
 
-class _Columns(torch.autograd.Function):
-    """The im2col columns of a channels-last input: the k strided slices of the zero-padded
-    input side by side, (workers, batch, length_out, k * c_in).
+class _WorkerConv(torch.autograd.Function):
+    """The convolution as the columns' product with the weight, a few workers at a time.
 
-    Built by autograd from slices and one `cat`, the backward gave each slice a zero tensor
-    of the padded input's size and added the k of them; `Tensor.unfold`'s backward took
-    0.5 ms per call here, more than the whole convolution. The forward copies the windows
-    that lie inside the input straight from it and pads only the few at its ends (a padded
-    copy of the whole input was a fill and a copy of the input's size per convolution);
-    the backward adds each tap's gradient, where it lands inside the input, into one zero
-    buffer, taps in descending order as autograd summed them, so the input's gradient has
-    the same bits.
+    The columns are k times the input's size. Written out for all workers and read back by
+    one product (12 MB per layer for the Adasum CNN at 32 x 128 samples, past this core's
+    cache), the columns and the products took 1.2-1.3x as long, forward and backward, as
+    here, where each chunk of workers' columns (at most `_CHUNK_BYTES`) is built in one
+    reused buffer and used at once by that chunk's products, and the backward builds them
+    again rather than keeping them; the Adasum CNN's whole forward and backward at 32
+    workers took about 0.9x as long. Where all workers fit one chunk (the Top-k and AdaComm
+    runs) the columns are kept for the backward, as before. On the run sets' shapes a
+    chunk's `bmm` gives each worker the bits of its row of one `bmm` over all workers, so
+    the chunking moves no result (tested).
+
+    Backward: the weight's gradient g^T cols and the columns' gradient g w per worker, the
+    latter added back tap by tap onto the input's positions (`_add_taps`).
     """
 
     @staticmethod
-    def forward(ctx, h, k, stride, padding):
-        workers, batch, length, c_in = h.shape
-        out_len = (length + 2 * padding - k) // stride + 1
-        ctx.geometry = (h.shape, k, stride, padding, out_len)
+    def forward(ctx, h, weight, bias, stride, padding):
         h = h.contiguous()
-        cols = h.new_empty(workers, batch, out_len, k * c_in)
-        # window t covers input positions stride * t - padding onwards, k of them; those
-        # in [first, last) need no padding
-        first = min(out_len, -(-padding // stride))
-        last = max(first, min(out_len, (length + padding - k) // stride + 1))
-        _windows_into(cols[:, :, first:last], h, stride * first - padding, stride)
-        for lo, hi in ((0, first), (last, out_len)):
-            if lo < hi:
-                start, end = stride * lo - padding, stride * (hi - 1) - padding + k
-                piece = h[:, :, max(start, 0) : min(end, length)]
-                pad = (0, 0, max(-start, 0), max(end - length, 0))
-                _windows_into(cols[:, :, lo:hi], F.pad(piece, pad), 0, stride)
-        return cols
+        workers, batch, length, c_in = h.shape
+        c_out, k = weight.shape[1], weight.shape[3]
+        out_len = (length + 2 * padding - k) // stride + 1
+        w = weight.permute(0, 1, 3, 2).reshape(workers, c_out, k * c_in)
+        out = h.new_empty(workers, batch, out_len, c_out)
+        chunks = _chunks(h, out_len, k)
+        for at, n, cols in chunks:
+            _columns_into(cols, h[at : at + n], k, stride, padding)
+            rows = out[at : at + n].view(n, batch * out_len, c_out)
+            torch.baddbmm(
+                bias[at : at + n].unsqueeze(1), cols.flatten(1, 2), w[at : at + n].mT, out=rows
+            )
+        # one chunk's columns are kept: built again, they cost the small runs 3-10% a step
+        ctx.save_for_backward(h, w, *(chunks[0][2:] if len(chunks) == 1 else ()))
+        ctx.geometry = (k, stride, padding, out_len)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        shape, k, stride, padding, out_len = ctx.geometry
-        workers, batch, length, c_in = shape
-        grad_in = grad.new_zeros(shape)
-        for j in reversed(range(k)):
-            # tap j of window t reads input position stride * t - padding + j
-            lo = max(0, -((j - padding) // stride))
-            hi = min(out_len, (length - 1 + padding - j) // stride + 1)
-            if lo < hi:
-                at = stride * lo - padding + j
-                taps = grad[:, :, lo:hi, j * c_in : (j + 1) * c_in]
-                grad_in[:, :, at : at + stride * (hi - lo - 1) + 1 : stride] += taps
-        return grad_in, None, None, None
+        h, w, *kept = ctx.saved_tensors
+        k, stride, padding, out_len = ctx.geometry
+        workers, batch, _, c_in = h.shape
+        c_out = w.shape[1]
+        grad = grad.reshape(workers, batch * out_len, c_out)
+        grad_w = h.new_empty(workers, c_out, k * c_in)
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_cols = None
+        for at, n, cols in [(0, workers, *kept)] if kept else _chunks(h, out_len, k):
+            if not kept:
+                _columns_into(cols, h[at : at + n], k, stride, padding)
+            g = grad[at : at + n]
+            torch.bmm(g.mT, cols.flatten(1, 2), out=grad_w[at : at + n])
+            if grad_h is not None:
+                if grad_cols is None:
+                    grad_cols = torch.empty_like(cols)
+                taps = torch.bmm(g, w[at : at + n], out=grad_cols[:n].flatten(1, 2))
+                _add_taps(grad_h[at : at + n], taps.view_as(cols), k, stride, padding)
+        # the weight's own layout, as autograd's backward of the permute gives it
+        grad_weight = grad_w.view(workers, c_out, k, c_in).permute(0, 1, 3, 2)
+        return grad_h, grad_weight, grad.sum(1), None, None
+
+
+def _chunks(h: torch.Tensor, out_len: int, k: int) -> list[tuple[int, int, torch.Tensor]]:
+    """(first worker, workers, columns buffer) for each chunk of `h`'s workers whose
+    columns fit `_CHUNK_BYTES`; one buffer serves every chunk."""
+    workers, batch, _, c_in = h.shape
+    per_worker = batch * out_len * k * c_in * h.element_size()
+    size = max(1, min(workers, _CHUNK_BYTES // per_worker))
+    buffer = h.new_empty(size, batch, out_len, k * c_in)
+    spans = [(at, min(size, workers - at)) for at in range(0, workers, size)]
+    return [(at, n, buffer[:n]) for at, n in spans]
+
+
+# A chunk's columns: at 32 workers, chunks of 0.8, 1.6 and 3.2 MB took about as long (a
+# core's L2 here is 1 MB, the shared L3 32 MB).
+_CHUNK_BYTES = 1_600_000
+
+
+def _columns_into(cols: torch.Tensor, h: torch.Tensor, k: int, stride: int, padding: int) -> None:
+    """Write the im2col columns of a channels-last input into `cols` (workers, batch,
+    length_out, k * c_in): the k strided slices of the zero-padded input side by side.
+
+    The windows that lie inside the input are copied straight from it, and only the few
+    at its ends are padded (a padded copy of the whole input was a fill and a copy of the
+    input's size per convolution)."""
+    length, out_len = h.shape[2], cols.shape[2]
+    # window t covers input positions stride * t - padding onwards, k of them; those in
+    # [first, last) need no padding
+    first = min(out_len, -(-padding // stride))
+    last = max(first, min(out_len, (length + padding - k) // stride + 1))
+    _windows_into(cols[:, :, first:last], h, stride * first - padding, stride)
+    for lo, hi in ((0, first), (last, out_len)):
+        if lo < hi:
+            start, end = stride * lo - padding, stride * (hi - 1) - padding + k
+            piece = h[:, :, max(start, 0) : min(end, length)]
+            pad = (0, 0, max(-start, 0), max(end - length, 0))
+            _windows_into(cols[:, :, lo:hi], F.pad(piece, pad), 0, stride)
+
+
+def _add_taps(
+    grad_in: torch.Tensor, grad_cols: torch.Tensor, k: int, stride: int, padding: int
+) -> None:
+    """Write into `grad_in` the input's gradient from its columns' gradient: each tap's
+    gradient, where it lands inside the input, added into zeros, taps in descending order
+    as autograd sums the gradients of the k slices, so that the bits are autograd's.
+
+    (Autograd's own backward of the slices gave each a zero tensor of the padded input's
+    size; `Tensor.unfold`'s backward took 0.5 ms per call here, more than the whole
+    convolution.)"""
+    length, c_in, out_len = grad_in.shape[2], grad_in.shape[3], grad_cols.shape[2]
+    grad_in.zero_()
+    for j in reversed(range(k)):
+        # tap j of window t reads input position stride * t - padding + j
+        lo = max(0, -((j - padding) // stride))
+        hi = min(out_len, (length - 1 + padding - j) // stride + 1)
+        if lo < hi:
+            at = stride * lo - padding + j
+            taps = grad_cols[:, :, lo:hi, j * c_in : (j + 1) * c_in]
+            grad_in[:, :, at : at + stride * (hi - lo - 1) + 1 : stride] += taps
 
 
 def _windows_into(out: torch.Tensor, h: torch.Tensor, at: int, stride: int) -> None:

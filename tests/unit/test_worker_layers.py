@@ -35,18 +35,48 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
     x = torch.randn(WORKERS, 5, c_in, length, generator=g, dtype=torch.float64)
     w = torch.randn(WORKERS, c_out, c_in, k, generator=g, dtype=torch.float64)
     b = torch.randn(WORKERS, c_out, generator=g, dtype=torch.float64)
-    x.requires_grad_()
+    for t in (x, w, b):
+        t.requires_grad_()
     out = worker_layers.conv1d(x.transpose(2, 3), w, b, stride, padding).transpose(2, 3)
     upstream = torch.randn(out.shape, generator=g, dtype=torch.float64)
-    (grad_x,) = torch.autograd.grad(out, x, upstream)
+    grads = torch.autograd.grad(out, (x, w, b), upstream)
     for i in range(WORKERS):
-        xi = x[i].detach().requires_grad_()
-        want = F.conv1d(xi, w[i], b[i], stride=stride, padding=padding)
+        mine = [t[i].detach().requires_grad_() for t in (x, w, b)]
+        want = F.conv1d(*mine, stride=stride, padding=padding)
         assert out[i].shape == want.shape
         assert _relative(out[i], want) < 1e-12
         # the input's gradient: every tap's contribution, the padding's dropped
-        (want_grad,) = torch.autograd.grad(want, xi, upstream[i])
-        assert _relative(grad_x[i], want_grad) < 1e-12
+        for ours, wanted in zip(grads, torch.autograd.grad(want, mine, upstream[i]), strict=True):
+            assert _relative(ours[i], wanted) < 1e-12
+
+
+@pytest.mark.parametrize("workers", [8, 32])
+def test_conv1d_in_chunks_of_workers_has_the_bits_of_one_product(monkeypatch, workers):
+    """The Adasum CNN's three convolutions at its 8- and 32-worker rungs (128 samples a
+    worker), whose columns outgrow one chunk: built and multiplied a few workers at a time,
+    they give the bits of one product over all workers, forward and every gradient, so the
+    chunking moves no result of those runs."""
+    g = torch.Generator().manual_seed(1)
+    layers = [(1, 5, 2, 2, 40), (25, 3, 2, 1, 20), (25, 3, 1, 1, 10)]
+    default = worker_layers._CHUNK_BYTES
+    for c_in, k, stride, padding, length in layers:
+        h = torch.randn(workers, 128, length, c_in, generator=g)
+        w = torch.randn(workers, 25, c_in, k, generator=g) / (c_in * k) ** 0.5
+        b = torch.randn(workers, 25, generator=g)
+        results, chunks = [], []
+        for chunk_bytes in (default, 1 << 40):
+            monkeypatch.setattr(worker_layers, "_CHUNK_BYTES", chunk_bytes)
+            out_len = (length + 2 * padding - k) // stride + 1
+            chunks.append(len(list(worker_layers._chunks(h, out_len, k))))
+            leaves = [t.clone().requires_grad_() for t in (h, w, b)]
+            out = worker_layers.conv1d(*leaves, stride, padding)
+            upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+            results.append([out, *torch.autograd.grad(out, leaves, upstream)])
+        assert chunks[1] == 1
+        if c_in > 1:  # the wide layers' columns: 384 KB a worker
+            assert chunks[0] > 1
+        for ours, one_product in zip(*results, strict=True):
+            assert torch.equal(ours.contiguous().view(torch.int32), one_product.view(torch.int32))
 
 
 @pytest.mark.parametrize(
@@ -56,22 +86,25 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
     [(5, 2, 2, 40), (3, 2, 1, 20), (3, 1, 1, 10), (4, 3, 0, 17), (5, 2, 2, 3), (3, 1, 3, 7)]
     + [(3, 3, 2, 8), (1, 1, 0, 4), (2, 1, 1, 1)],
 )
-def test_columns_gradient_has_the_bits_of_autograds_sum_over_taps(k, stride, padding, length):
+def test_columns_and_their_gradient_have_the_bits_of_autograds_slices(k, stride, padding, length):
     """The columns are the padded input's k strided slices side by side, whichever windows
-    reach into the padding; their own backward adds the taps as autograd adds the gradients
-    of those slices (last tap first): in float32, where the order shows, the same bits,
-    sign of zero included."""
+    reach into the padding; their gradient adds the taps as autograd adds the gradients of
+    those slices (last tap first): in float32, where the order shows, the same bits, sign
+    of zero included."""
     g = torch.Generator().manual_seed(2)
     h = torch.randn(WORKERS, 6, length, 5, generator=g).requires_grad_()
-    cols = worker_layers._Columns.apply(h, k, stride, padding)
     padded = F.pad(h, (0, 0, padding, padding))
-    span = stride * (cols.shape[2] - 1) + 1
+    out_len = (length + 2 * padding - k) // stride + 1
+    span = stride * (out_len - 1) + 1
     want = torch.cat([padded[:, :, j : j + span : stride] for j in range(k)], dim=3)
+    cols = torch.empty_like(want)
+    worker_layers._columns_into(cols, h.detach(), k, stride, padding)
     assert torch.equal(cols, want)
     upstream = torch.randn(cols.shape, generator=g)
-    (ours,) = torch.autograd.grad(cols, h, upstream)
+    ours = torch.full_like(h, float("nan"))  # every entry written, none left over
+    worker_layers._add_taps(ours, upstream, k, stride, padding)
     (autograds,) = torch.autograd.grad(want, h, upstream)
-    assert torch.equal(ours.contiguous().view(torch.int32), autograds.view(torch.int32))
+    assert torch.equal(ours.view(torch.int32), autograds.view(torch.int32))
 
 
 def test_linear_is_each_workers_linear():
