@@ -45,7 +45,7 @@ def test_conv1d_is_each_workers_conv1d(c_in, c_out, k, stride, padding, length):
         want = F.conv1d(*mine, stride=stride, padding=padding)
         assert out[i].shape == want.shape
         assert _relative(out[i], want) < 1e-12
-        # the input's gradient: every tap's contribution, the padding's dropped
+        # every gradient; the input's: every tap's contribution, the padding's dropped
         for ours, wanted in zip(grads, torch.autograd.grad(want, mine, upstream[i]), strict=True):
             assert _relative(ours[i], wanted) < 1e-12
 
