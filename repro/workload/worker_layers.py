@@ -80,8 +80,9 @@ class _WorkerConv(torch.autograd.Function):
     chunk's `bmm` gives each worker the bits of its row of one `bmm` over all workers, so
     the chunking moves no result (tested).
 
-    Backward: the weight's gradient g^T cols and the columns' gradient g w per worker, the
-    latter added back tap by tap onto the input's positions (`_add_taps`).
+    Backward: the weight's gradient g^T cols (`_weight_grads`, as the linear layer's) and
+    the columns' gradient g w per worker, the latter added back tap by tap onto the input's
+    positions (`_add_taps`).
     """
 
     @staticmethod
@@ -114,11 +115,12 @@ class _WorkerConv(torch.autograd.Function):
         grad_w = h.new_empty(workers, c_out, k * c_in)
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_cols = None
-        for at, n, cols in [(0, workers, *kept)] if kept else _chunks(h, out_len, k):
+        chunks = [(0, workers, kept[0])] if kept else _chunks(h, out_len, k)
+        for at, n, cols in chunks:
             if not kept:
                 _columns_into(cols, h[at : at + n], k, stride, padding)
             g = grad[at : at + n]
-            torch.bmm(g.mT, cols.flatten(1, 2), out=grad_w[at : at + n])
+            _weight_grads(g.mT, cols.flatten(1, 2), grad_w[at : at + n], False)
             if grad_h is not None:
                 if grad_cols is None:
                     grad_cols = torch.empty_like(cols)
