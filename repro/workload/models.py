@@ -54,7 +54,7 @@ class CNN1D(nn.Module):
         for name in ("conv1", "conv2", "conv3"):
             conv = getattr(self, name)
             w, b = params[f"{name}.weight"], params[f"{name}.bias"]
-            h = F.relu(worker_layers.conv1d(h, w, b, conv.stride[0], conv.padding[0]))
+            h = worker_layers.conv1d(h, w, b, conv.stride[0], conv.padding[0], relu=True)
         # forward's flatten(1) is channel-major; h is channels-last
         h = h.transpose(2, 3).flatten(2)
         if self.hidden is not None:

@@ -79,6 +79,34 @@ def test_conv1d_in_chunks_of_workers_has_the_bits_of_one_product(monkeypatch, wo
             assert torch.equal(ours.contiguous().view(torch.int32), one_product.view(torch.int32))
 
 
+@pytest.mark.parametrize("workers", [4, 32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_conv1d_with_its_relu_has_the_bits_of_a_relu_after_it(workers, transposed):
+    """The ReLU taken chunk by chunk inside the convolution gives the bits of `F.relu` on
+    its output, forward and every gradient: with all workers in one chunk (4) and in
+    several (32), and for a contiguous gradient as for the transposed view the CNN's
+    channel-major flatten hands its last convolution."""
+    g = torch.Generator().manual_seed(4)
+    for c_in, k, stride, padding, length in [(1, 5, 2, 2, 40), (25, 3, 2, 1, 20)]:
+        h = torch.randn(workers, 128, length, c_in, generator=g)
+        w = torch.randn(workers, 25, c_in, k, generator=g) / (c_in * k) ** 0.5
+        b = torch.randn(workers, 25, generator=g)
+        results = []
+        for fused in (True, False):
+            leaves = [t.clone().requires_grad_() for t in (h, w, b)]
+            if fused:
+                out = worker_layers.conv1d(*leaves, stride, padding, relu=True)
+            else:
+                out = F.relu(worker_layers.conv1d(*leaves, stride, padding))
+            upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+            if transposed:
+                upstream = upstream.transpose(2, 3).contiguous().transpose(2, 3)
+            results.append([out, *torch.autograd.grad(out, leaves, upstream)])
+        assert (results[0][0] == 0).any() and (results[0][0] > 0).any()
+        for ours, relu_after in zip(*results, strict=True):
+            assert torch.equal(ours.contiguous().view(torch.int32), relu_after.view(torch.int32))
+
+
 @pytest.mark.parametrize(
     "k,stride,padding,length",
     # the CNN's three convolutions; windows reaching into both paddings (a short input);
