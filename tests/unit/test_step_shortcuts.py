@@ -48,6 +48,22 @@ def test_batches_equal_those_built_worker_by_worker(dataset, model, augment):
         assert torch.equal(x, want_x) and torch.equal(y, want_y)
 
 
+@pytest.mark.parametrize("dataset", ["synthetic", "synthetic_images"])
+def test_a_batch_is_the_arrays_rows_at_its_indices(dataset):
+    """One worker's indices or every worker's stacked: the batch holds the data set's rows
+    at them, in their shape (images then normalized as the workload's inputs)."""
+    model = "mlp" if dataset == "synthetic" else "resnet18"
+    cfg = WorkloadConfig(name="t", dataset=dataset, model=model, num_samples=64)
+    arrays = synthetic(64, 0) if dataset == "synthetic" else synthetic_images(64, 0)
+    workload = Workload(cfg, arrays, "cpu")
+    g = torch.Generator().manual_seed(0)
+    for shape in [(BATCH,), (WORLD, BATCH)]:
+        indices = torch.randint(0, arrays.n_train, shape, generator=g)
+        x, y = workload.batch(indices, None)
+        assert torch.equal(x, workload._inputs(arrays.x_train[indices], None))
+        assert torch.equal(y, arrays.y_train[indices])
+
+
 def test_times_without_stragglers_are_the_shifted_exponential_draw():
     cfg = ComputeConfig(mode="sampled", dist="shifted_exponential", mean_ms=20.0, shift_ms=5.0)
     model = ComputeModel(cfg, 4, seed=9)
