@@ -87,7 +87,11 @@ def test_conv1d_with_its_relu_has_the_bits_of_a_relu_after_it(workers, transpose
     several (32), and for a contiguous gradient as for the transposed view the CNN's
     channel-major flatten hands its last convolution."""
     g = torch.Generator().manual_seed(4)
-    for c_in, k, stride, padding, length in [(1, 5, 2, 2, 40), (25, 3, 2, 1, 20)]:
+    for c_in, k, stride, padding, length in [
+        (1, 5, 2, 2, 40),
+        (25, 3, 2, 1, 20),
+        (25, 3, 1, 1, 10),
+    ]:
         h = torch.randn(workers, 128, length, c_in, generator=g)
         w = torch.randn(workers, 25, c_in, k, generator=g) / (c_in * k) ** 0.5
         b = torch.randn(workers, 25, generator=g)
