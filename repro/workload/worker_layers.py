@@ -308,15 +308,12 @@ def _weight_grads(
     for w in range(workers):
         if in_gemm:
             into[w].addmm_(grad_t[w], h[w])
-        elif add:
-            product = torch.mm(grad_t[w], h[w])
-            if norms is not None:
-                norms[w : w + 1] = _sq_norms(product.view(1, -1))
+            continue
+        product = torch.mm(grad_t[w], h[w]) if add else torch.mm(grad_t[w], h[w], out=into[w])
+        if norms is not None:
+            norms[w : w + 1] = _sq_norms(product.view(1, -1))
+        if add:
             into[w].add_(product)
-        else:
-            torch.mm(grad_t[w], h[w], out=into[w])
-            if norms is not None:
-                norms[w : w + 1] = _sq_norms(into[w].view(1, -1))
     return into
 
 
