@@ -304,7 +304,7 @@ def _weight_grads(
         if add:
             into.add_(product)
         return into
-    in_gemm = add and norms is None and grad_t.shape[2] <= _ADDED_IN_GEMM_UP_TO
+    in_gemm = add and norms is None and grad_t.is_cpu and grad_t.shape[2] <= _ADDED_IN_GEMM_UP_TO
     for w in range(workers):
         if in_gemm:
             into[w].addmm_(grad_t[w], h[w])
@@ -326,7 +326,9 @@ _PER_WORKER_FROM = 65_536
 # so C gets the bits of the product written out and added (tested; here up to 192
 # samples, summed block by block past that), without the product's 1 MB write and read
 # back per worker (cnn1d_wide's hidden layer at 8 x 32 samples: 1.41-1.43 ms for the
-# eight products added, against 1.66-1.70 ms).
+# eight products added, against 1.66-1.70 ms). Only the CPU kernel's blocking was measured:
+# a GPU's library picks its kernel (and a split of the samples) per call, so there the
+# product is written out and added.
 _ADDED_IN_GEMM_UP_TO = 128
 
 
