@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
+import repro.compress.exchange as exchange
 from repro.comm.axis_collectives import AxisCollectives
-from repro.compress.exchange import star_leader
+from repro.compress.exchange import leader_exchange, star_leader
 from repro.compress.smoothed_norm import WindowedNorm
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
@@ -21,6 +22,38 @@ def test_star_starts_at_rank_0_and_goes_round_robin():
     # the trainer's steps count from 1; the authors' global step from 0 picks rank 0 first
     assert [star_leader(step, 3) for step in range(1, 8)] == [0, 1, 2, 0, 1, 2, 0]
     assert star_leader(1, 8) == 0
+
+
+@pytest.mark.parametrize("k", [3, 400, 2_000])
+def test_leader_message_row_by_row_has_the_bits_of_all_rows_at_once(monkeypatch, k):
+    """AR-Topk's message read row by row (dense positions) or all rows at once (sparse
+    ones): the same values, norms, average and gain, and each row the bits of that row
+    alone, as a worker process forms it."""
+    gen = torch.Generator().manual_seed(3)
+    g = torch.randn(6, 5_000, generator=gen) * torch.rand(6, 1, generator=gen) * 10
+    chosen = torch.randperm(5_000, generator=gen)[:k].sort().values
+    outs = {}
+    for way, row_by_row_from in (("all at once", 0), ("row by row", 10**9)):
+        monkeypatch.setattr(exchange, "_ROW_BY_ROW_FROM", row_by_row_from)
+        message = exchange._leader_message(g, chosen)
+        alone = torch.cat([exchange._leader_message(g[r : r + 1], chosen) for r in range(6)])
+        assert torch.equal(message, alone), way
+        result = leader_exchange(AxisCollectives(6), _Leader(k, chosen), g, leader=2)
+        outs[way] = message, result.average, result.gain
+    (m1, a1, g1), (m2, a2, g2) = outs.values()
+    assert torch.equal(m1, m2) and torch.equal(a1, a2) and g1 == g2
+    assert torch.equal(m1[:, :k], g[:, chosen])
+    torch.testing.assert_close(m1[:, k + 1], g.pow(2).sum(1), rtol=1e-5, atol=0)
+
+
+class _Leader:
+    """A sparsifier whose selection is fixed positions: the message is what is tested."""
+
+    def __init__(self, k: int, chosen: torch.Tensor):
+        self.k, self.chosen = k, chosen
+
+    def select(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.chosen.view(1, -1).expand(rows.shape[0], -1)
 
 
 def authors_smoothed(norms: list[float], window: int, a: float) -> list[float]:
