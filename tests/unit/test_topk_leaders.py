@@ -1,7 +1,8 @@
 """AR-Topk's leaders: STAR's round robin from rank 0, and VAR's smoothed-norm option
 (`method.var_norm=ewma_grad`) against a plain-Python rendering of the authors' rule: keep
 the last W norms, and once W are there, take their mean weighted by (1 - a)^j, j = 1 for the
-newest; 0 before, so rank 0 leads the first W - 1 steps."""
+newest; 0 before, so rank 0 leads the first W - 1 steps. And the message every worker
+then sends on the leader's positions, however its rows are read."""
 
 import math
 
@@ -43,6 +44,7 @@ def test_leader_message_row_by_row_has_the_bits_of_all_rows_at_once(monkeypatch,
     (m1, a1, g1), (m2, a2, g2) = outs.values()
     assert torch.equal(m1, m2) and torch.equal(a1, a2) and g1 == g2
     assert torch.equal(m1[:, :k], g[:, chosen])
+    torch.testing.assert_close(m1[:, k], g[:, chosen].pow(2).sum(1), rtol=1e-5, atol=0)
     torch.testing.assert_close(m1[:, k + 1], g.pow(2).sum(1), rtol=1e-5, atol=0)
 
 
