@@ -195,9 +195,34 @@ def _narrowed(row: torch.Tensor, k: int) -> int:
     peaks = np.empty(row.numel() // select_kernels._BLOCK + 1, dtype=np.int64)
     bits = row.contiguous().view(torch.int32).numpy()
     magnitude = np.int64(2**31 - 1)
+    low = np.empty(1 << select_kernels._DIGIT, dtype=np.int64)
     return select_kernels._candidates(
-        bits, magnitude, 0, row.numel(), k, listed, vals, sample, peaks
+        bits, magnitude, 0, row.numel(), k, listed, vals, sample, peaks, low
     )
+
+
+@pytest.mark.parametrize("width", [32, 64])
+@pytest.mark.parametrize("prefix_bits", [0, 20])
+def test_the_digit_passes_find_the_rank_th_largest_and_its_ties(width, prefix_bits):
+    # The threshold's digits (and the sample's estimate, and the k-th block peak) come from
+    # `_narrow`: among the values whose bits from `bits` up equal the prefix, the rank-th
+    # largest and how many values equal to it that rank takes, against a sort. Values
+    # crowd onto a few magnitudes (ties), include 0 and the largest magnitude, and half
+    # lie outside the prefix when one is set.
+    rng = np.random.default_rng(width + prefix_bits)
+    top = 2 ** (width - 1) - 1
+    bits = prefix_bits or width - 1
+    prefix = (rng.integers(1, top >> bits) << bits) if prefix_bits else 0
+    inside = prefix + rng.choice([0, 1, 7, (1 << bits) - 1, *rng.integers(0, 1 << bits, 60)], 3000)
+    outside = rng.integers(0, top, 3000, dtype=np.int64)
+    outside = outside[(outside >> bits) != (prefix >> bits)] if prefix_bits else outside[:0]
+    vals = rng.permutation(np.concatenate([inside, outside])).astype(np.int64)
+    low = np.empty(1 << select_kernels._DIGIT, dtype=np.int64)
+    ordered = np.sort(inside)[::-1]
+    for rank in (1, 2, 100, 1500, len(inside)):
+        value, count = select_kernels._narrow(vals, len(vals), rank, prefix, bits, low)
+        assert value == ordered[rank - 1]
+        assert count == rank - int((inside > value).sum())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
