@@ -44,7 +44,11 @@ whose sample is mostly zeros tries that first, before step 1 (8 dead rows of 271
 values, k = 271: 5.1 ms before the candidates, 3.1 ms with this order).
 Four interleaved counters per bucket keep repeated increments of one bucket (magnitudes
 crowd into a few exponents) from waiting on each other. Every count is an integer, so the
-result depends on no order of summation.
+result depends on no order of summation. A histogram's scan starts at the largest bucket
+counted, and afterwards only the buckets counted into are cleared (the histograms are all
+zeros between uses): a short segment, a layer's 25 biases, had paid for clearing and
+scanning every one of the 2,048 buckets and 1,024 digits (layer-wise, 8 rows: the nine
+short tensors in 0.04 ms instead of 0.24 at c = 0.001, 0.14 instead of 0.29 at c = 0.01).
 
 Beside them, the loops that zero a selection's positions in place (the residual error
 feedback keeps, `repro.compress.select.zero_selected`) and that add every worker's values
@@ -88,16 +92,19 @@ def _select_segment(
         bound, _ = _narrow(peaks, blocks, k, np.int64(0), width - 1, low)
         if bound > 0:  # else a dead segment: the passes below find its zero threshold
             m = _listed(row, magnitude, start, stop, bound, listed, vals, peaks, blocks)
-    top[:] = 0
+    lowest, highest = (1 << _TOP) - 1, 0
     if m >= 0:
         for j in range(m):
-            top[((vals[j] >> shift) << 2) | (j & (_LANES - 1))] += 1
+            b = vals[j] >> shift
+            top[(b << 2) | (j & (_LANES - 1))] += 1
+            lowest, highest = min(lowest, b), max(highest, b)
     else:
         for i in range(start, stop):
-            u = np.int64(row[i]) & magnitude
-            top[((u >> shift) << 2) | (i & (_LANES - 1))] += 1
+            b = (np.int64(row[i]) & magnitude) >> shift
+            top[(b << 2) | (i & (_LANES - 1))] += 1
+            lowest, highest = min(lowest, b), max(highest, b)
     rank = k  # the threshold is the rank-th largest of the entries matching its prefix
-    bucket = (1 << _TOP) - 1
+    bucket = highest
     while True:
         base = bucket << 2
         count = top[base] + top[base + 1] + top[base + 2] + top[base + 3]
@@ -105,6 +112,7 @@ def _select_segment(
             break
         rank -= count
         bucket -= 1
+    top[lowest << 2 : (highest + 1) << 2] = 0
     if bucket == 0 and _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
         return
     if m < 0:
@@ -143,15 +151,18 @@ def _narrow(vals, m, rank, prefix, bits, low):
         d = min(_DIGIT, bits)
         bits -= d
         mask = (np.int64(1) << d) - 1
-        low[:] = 0
+        lowest, highest = mask, np.int64(0)
         for j in range(m):
             u = vals[j]
             if (u & fixed) == prefix:
-                low[(u >> bits) & mask] += 1
-        digit = (1 << d) - 1
+                g = (u >> bits) & mask
+                low[g] += 1
+                lowest, highest = min(lowest, g), max(highest, g)
+        digit = highest
         while low[digit] < rank:
             rank -= low[digit]
             digit -= 1
+        low[lowest : highest + 1] = 0
         prefix |= np.int64(digit) << bits
         fixed |= mask << bits
     return prefix, rank

@@ -195,7 +195,7 @@ def _narrowed(row: torch.Tensor, k: int) -> int:
     peaks = np.empty(row.numel() // select_kernels._BLOCK + 1, dtype=np.int64)
     bits = row.contiguous().view(torch.int32).numpy()
     magnitude = np.int64(2**31 - 1)
-    low = np.empty(1 << select_kernels._DIGIT, dtype=np.int64)
+    low = np.zeros(1 << select_kernels._DIGIT, dtype=np.int64)
     return select_kernels._candidates(
         bits, magnitude, 0, row.numel(), k, listed, vals, sample, peaks, low
     )
@@ -217,12 +217,13 @@ def test_the_digit_passes_find_the_rank_th_largest_and_its_ties(width, prefix_bi
     outside = rng.integers(0, top, 3000, dtype=np.int64)
     outside = outside[(outside >> bits) != (prefix >> bits)] if prefix_bits else outside[:0]
     vals = rng.permutation(np.concatenate([inside, outside])).astype(np.int64)
-    low = np.empty(1 << select_kernels._DIGIT, dtype=np.int64)
+    low = np.zeros(1 << select_kernels._DIGIT, dtype=np.int64)
     ordered = np.sort(inside)[::-1]
     for rank in (1, 2, 100, 1500, len(inside)):
         value, count = select_kernels._narrow(vals, len(vals), rank, prefix, bits, low)
         assert value == ordered[rank - 1]
         assert count == rank - int((inside > value).sum())
+        assert not low.any()  # cleared for the next use, as every caller expects
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
