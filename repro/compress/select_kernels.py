@@ -7,9 +7,10 @@ bit leaves the magnitude's bits, which order as the magnitudes do. Per segment:
    (the sample's rank-th largest, found by step 3's digit passes: `np.partition` took
    three times as long), and one pass listing every entry at or above it (975 entries
    for k = 271 of 271,224 Gaussian values, c = 0.001). Every entry the selection can keep
-   is listed, so steps 1-3 run over the list alone; where the estimate fell above the k-th largest
-   (fewer than k listed) they run over the whole segment. One pass over the row instead of
-   two: on 8 rows of 271,224 values, 40% less time at c = 0.01 and 0.001, 20% at c = 0.1.
+   is listed, so steps 1-3 run over the list alone; where the estimate fell above the
+   k-th largest (fewer than k listed) they run over the whole segment. One pass over the
+   row instead of two: on 8 rows of 271,224 values, 40% less time at c = 0.01 and 0.001,
+   20% at c = 0.1.
    The listed entries' magnitudes are then copied beside their indices (`vals`), so the
    passes below read the list in order rather than gather from the row each time (c = 0.1:
    27,000 entries a row, four passes; 11% less time).
@@ -122,12 +123,12 @@ def _select_segment(
             listed[m] = i
             vals[m] = u
             m += (u >> shift) >= bucket
-    b = 0  # the threshold's bucket, copied out: the digit passes read it alone
+    held = 0  # the threshold's bucket, copied out: the digit passes read it alone
     for j in range(m):
         u = vals[j]
-        members[b] = u
-        b += (u >> shift) == bucket
-    prefix, rank = _narrow(members, b, rank, np.int64(bucket) << shift, shift, low)
+        members[held] = u
+        held += (u >> shift) == bucket
+    prefix, rank = _narrow(members, held, rank, np.int64(bucket) << shift, shift, low)
     # `rank` entries equal to the threshold are still needed; every larger one is kept
     w = at
     for j in range(m):
@@ -145,7 +146,7 @@ def _select_segment(
 def _narrow(vals, m, rank, prefix, bits, low):
     """The rank-th largest of those vals[:m] whose bits from bit `bits` up are `prefix`'s,
     found `_DIGIT` bits at a time from the top, and how many entries equal to it the rank
-    takes: (value, count). Integer counts only: no order of summation to depend on."""
+    takes: (value, count). `low`, the digits' histogram, is all zeros on entry and left so."""
     fixed = ~((np.int64(1) << bits) - 1)
     while bits > 0:
         d = min(_DIGIT, bits)
