@@ -73,10 +73,11 @@ _PEAKS_BELOW_SHARE = 16
 
 @numba.njit(cache=True, nogil=True)
 def _select_segment(
-    row, width, start, stop, k, out, kept, at, top, low, listed, vals, sample, peaks, members
+    row, start, stop, k, out, kept, at, top, low, listed, vals, sample, peaks, members
 ):
     """Write segment [start, stop)'s k indices of largest magnitude into out[at:at + k],
     and the entries there (their bits) into kept[at:at + k]."""
+    width = row.itemsize * 8
     magnitude = (np.int64(1) << (width - 1)) - 1  # every bit but the sign
     shift = width - 1 - _TOP
     m = -1
@@ -280,7 +281,7 @@ def _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
 
 
 @numba.njit(cache=True, nogil=True)
-def _select(bits, width, starts, ks, out, kept):
+def _select(bits, starts, ks, out, kept):
     top = np.zeros(_LANES << _TOP, dtype=np.int32)
     low = np.zeros(1 << _DIGIT, dtype=np.int64)
     longest = 0
@@ -297,7 +298,6 @@ def _select(bits, width, starts, ks, out, kept):
             if ks[s] > 0:
                 _select_segment(
                     bits[r],
-                    width,
                     starts[s],
                     starts[s + 1],
                     ks[s],
@@ -359,8 +359,7 @@ def select_rows(
     `kept` (same shape, `bits`' type) with the bits found there; segment s spans columns
     starts[s]:starts[s + 1] of `bits` (rows, n), the floats' bits as signed integers of
     their width."""
-    width = bits.dtype.itemsize * 8
-    _select(bits, width, starts, np.asarray(ks, dtype=np.int64), out, kept)
+    _select(bits, starts, np.asarray(ks, dtype=np.int64), out, kept)
 
 
 def _load_all() -> None:
