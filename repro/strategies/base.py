@@ -111,11 +111,12 @@ class StepInfo:
 
 class Rehearsal(Protocol):
     """Trial steps from a snapshot, restored exactly afterwards (`repro.train.rehearsal`):
-    `rehearse(n_steps, per_step)` runs n_steps of batch, forward/backward, `per_step(i)`
-    (which may exchange the gradients in `p.grad`) and the optimizer step, then puts model,
-    optimizer, data position and every RNG back. Strategies that need none ignore it."""
+    `rehearse(n_steps, *runs)` runs, for each `per_step` of `runs` in turn, n_steps of
+    batch, forward/backward, `per_step(i)` (which may exchange the gradients in `p.grad`)
+    and the optimizer step, then puts model, optimizer, data position and every RNG back.
+    Strategies that need none ignore it."""
 
-    def rehearse(self, n_steps: int, per_step: Callable[[int], None]) -> None: ...
+    def rehearse(self, n_steps: int, *runs: Callable[[int], None]) -> None: ...
 
 
 Metrics = dict[str, float | str]

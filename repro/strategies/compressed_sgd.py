@@ -12,12 +12,13 @@ it compresses in a new way, one compressor module. Flexible Top-k, signSGD and P
 are configs of this one strategy (strategies/topk.py, signsgd.py, powersgd.py).
 
 A ratio controller is optional. With the multi-objective one (Flexible Top-k, Eq. 6),
-probing uses the trainer's `Rehearsal`, handed over in `setup`: it runs probe steps from a
-snapshot of model, optimizer, data position and RNGs, calling `per_step(i)` after each
-backward (which exchanges the gradients in `p.grad` and writes the combined ones back),
-then restores the snapshot. All workers probe at the same step (per_step communicates).
-The strategy itself saves and restores its residuals, its parts' state and the live
-step's `p.grad` around the probe, so after probing the training trajectory differs only by
+probing uses the trainer's `Rehearsal`, handed over in `setup`: for each candidate in turn
+it runs probe steps from one snapshot of model, optimizer, data position and RNGs, calling
+that candidate's `per_step(i)` after each backward (which exchanges the gradients in
+`p.grad` and writes the combined ones back), then restores the snapshot. All workers
+probe at the same step (per_step communicates). The strategy itself restores its
+residuals and its parts' state at each candidate's first step and after the probe, and the
+live step's `p.grad` after it, so after probing the training trajectory differs only by
 the chosen ratio. The probes' communication records are returned with the step's records
 (the modeled clock pays for probing, as the method does), and the rehearsal charges the
 probe steps' compute.
@@ -32,6 +33,8 @@ from repro.netmodel.cost import Link
 from repro.strategies.base import Metrics, StepInfo, Strategy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
     from repro.compress.compressor import Compressor
@@ -156,18 +159,20 @@ class CompressedSGD(Strategy):
         live_grads = [p.grad.clone() for _, p in self.params]
         saved = self._parts_state()
         records: list[CommRecord] = []
-        probes: dict[float, tuple[float, float]] = {}
-        for c in self.controller.candidates:
-            self._load_parts_state(saved)
-            gains: list[float] = []
+        gains: dict[float, list[float]] = {c: [] for c in self.controller.candidates}
 
-            def per_step(i: int, c: float = c, gains: list[float] = gains) -> None:
+        def trial(c: float) -> Callable[[int], None]:
+            def per_step(i: int) -> None:
+                if i == 0:  # every candidate from the same residuals and exchange state
+                    self._load_parts_state(saved)
                 result = self._exchange(info.step + i, c, info.link)
-                gains.append(result.gain)
+                gains[c].append(result.gain)
                 records.extend(result.records)
 
-            self.rehearsal.rehearse(self.probe_steps, per_step)
-            probes[c] = (sum(gains) / len(gains), self._sync_seconds(c, info.link))
+            return per_step
+
+        self.rehearsal.rehearse(self.probe_steps, *(trial(c) for c in gains))
+        probes = {c: (sum(g) / len(g), self._sync_seconds(c, info.link)) for c, g in gains.items()}
         self._load_parts_state(saved)
         for (_, p), grad in zip(self.params, live_grads, strict=True):
             p.grad = grad

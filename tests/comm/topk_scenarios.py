@@ -101,22 +101,23 @@ class _Workers:
 
 class _Rehearsal:
     """The `Rehearsal` protocol at its smallest: trial steps from a snapshot of the models,
-    optimizer and data position, all restored afterwards; it records each call's length."""
+    optimizer and data position, all restored after each run; it records each run's length."""
 
     def __init__(self, workers: _Workers):
         self.workers, self.calls = workers, []
 
-    def rehearse(self, n_steps, per_step) -> None:
+    def rehearse(self, n_steps, *runs) -> None:
         w = self.workers
         snapshot = (w.replicas.state_dict(), copy.deepcopy(w.optimizer.state_dict()), w.position)
-        for i in range(n_steps):
-            w.train_batch()
-            per_step(i)
-            w.optimizer.step()
-        w.replicas.load_state_dict(snapshot[0])
-        w.optimizer.load_state_dict(snapshot[1])
-        w.position = snapshot[2]
-        self.calls.append(n_steps)
+        for per_step in runs:
+            for i in range(n_steps):
+                w.train_batch()
+                per_step(i)
+                w.optimizer.step()
+            w.replicas.load_state_dict(snapshot[0])
+            w.optimizer.load_state_dict(snapshot[1])
+            w.position = snapshot[2]
+            self.calls.append(n_steps)
 
 
 def run_moo(comm):

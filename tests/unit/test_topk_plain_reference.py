@@ -253,13 +253,14 @@ class Rehearsal:
     def __init__(self, replicas: Replicas):
         self.replicas, self.step = replicas, 0
 
-    def rehearse(self, n_steps, per_step) -> None:
+    def rehearse(self, n_steps, *runs) -> None:
         saved = self.replicas.state_dict()
-        for i in range(n_steps):
-            train_batch(self.replicas, self.step, i)
-            per_step(i)
-            sgd(self.replicas)
-        self.replicas.load_state_dict(saved)
+        for per_step in runs:
+            for i in range(n_steps):
+                train_batch(self.replicas, self.step, i)
+                per_step(i)
+                sgd(self.replicas)
+            self.replicas.load_state_dict(saved)
 
 
 def train_batch(replicas: Replicas, step: int, probe: int = -1) -> None:
