@@ -68,7 +68,14 @@ class ComputeModel:
     (seed, seed_offset, step), so a step's draw does not depend on which steps were drawn
     before it (resume and out-of-order calls give the same numbers), and every rank, drawing
     the same vector, agrees on every worker's time without communicating.
+
+    The draws are made `BLOCK` steps at a time, each step still from its own generator: a
+    generator made between a training step's large tensor operations finds numpy's code
+    and tables out of cache and took 0.14-0.23 ms, against 15 us for one made right after
+    another.
     """
+
+    BLOCK = 256
 
     def __init__(self, cfg: ComputeConfig, world_size: int, seed: int):
         if world_size < 1:
@@ -78,19 +85,29 @@ class ComputeModel:
         self.cfg = cfg
         self.world_size = world_size
         self.seed = seed
+        self._first = -1  # the first step of the block drawn, none yet
+        self._block: list = []
 
     def times(self, step: int) -> np.ndarray:
         """Compute seconds of every worker at `step` (sampled mode only)."""
+        if self.cfg.mode != "sampled":
+            raise ValueError("compute.mode=measured: the trainer supplies measured step times")
+        if not 0 <= step - self._first < len(self._block):
+            self._first = step - step % self.BLOCK
+            self._block = [self._draw(s) for s in range(self._first, self._first + self.BLOCK)]
+        return self._block[step - self._first].copy()
+
+    def _draw(self, step: int) -> np.ndarray:
         # numpy and scipy load where they are used: `ComputeConfig` is read while a config
         # is validated, which must not pay for them.
         import numpy as np
 
         cfg = self.cfg
-        if cfg.mode != "sampled":
-            raise ValueError("compute.mode=measured: the trainer supplies measured step times")
-        rng = np.random.default_rng([self.seed, cfg.seed_offset, step])
         mean_s = cfg.mean_ms / 1000
         shift_s = cfg.shift_ms / 1000
+        if cfg.dist == "constant" and cfg.straggler_prob == 0:
+            return np.full(self.world_size, mean_s)  # nothing random: no generator
+        rng = np.random.default_rng([self.seed, cfg.seed_offset, step])
         if cfg.dist == "constant":
             base = np.full(self.world_size, mean_s)
         elif cfg.dist == "exponential":

@@ -65,12 +65,24 @@ def test_a_batch_is_the_arrays_rows_at_its_indices(dataset):
 
 
 def test_times_without_stragglers_are_the_shifted_exponential_draw():
+    """Each step's own generator's draw, whichever block of steps was drawn before (the
+    blocks' edges, back to an earlier block), and a caller's writes reach no later call."""
     cfg = ComputeConfig(mode="sampled", dist="shifted_exponential", mean_ms=20.0, shift_ms=5.0)
     model = ComputeModel(cfg, 4, seed=9)
-    for step in (1, 2, 500):
+    for step in (1, 2, 255, 256, 500, 3, 511, 512, 768):
         rng = np.random.default_rng([9, 0, step])
         want = 0.005 + rng.exponential(0.015, 4)
+        got = model.times(step)
+        np.testing.assert_array_equal(got, want)
+        got[:] = -1.0
         np.testing.assert_array_equal(model.times(step), want)
+
+
+def test_constant_times_without_stragglers_are_the_mean():
+    cfg = ComputeConfig(mode="sampled", dist="constant", mean_ms=10.0)
+    model = ComputeModel(cfg, 3, seed=0)
+    for step in (0, 7, 300):
+        np.testing.assert_array_equal(model.times(step), np.full(3, 0.010))
 
 
 def test_clock_now_is_the_slowest_worker_after_every_change():
