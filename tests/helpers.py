@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -60,10 +59,6 @@ def reproduce_tiny_args(paper: str, tmp: Path) -> list[str]:
         "--reports",
         str(tmp / "reports"),
     ]
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
 
 
 def residual_after(x, indices):

@@ -53,7 +53,6 @@ class ProcessCollectives(Collectives):
         self.ranks = [rank]
         self.world_size = dist.get_world_size()
         self.group_size = dist.get_world_size(group)
-        self._group_rank = dist.get_rank(group)
         self.algo = algo
         self.device = torch.device(device)
         config = dist.get_backend_config(group)

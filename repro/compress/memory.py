@@ -200,8 +200,3 @@ def gain_from_norms(compressed_sq: float, compensated_sq: float) -> float:
         return 1.0
     return compressed_sq / compensated_sq
 
-
-def compression_gain(compressed: torch.Tensor, compensated: torch.Tensor) -> float:
-    """||g_c||^2 / ||g_e||^2 of one worker's sent part (dense or just its values) and its G."""
-    sq = compressed.double().pow(2).sum().item()
-    return gain_from_norms(sq, compensated.double().pow(2).sum().item())
