@@ -132,6 +132,30 @@ def test_records_in_one_step_add_up_after_one_wait():
     assert clock.comm_seconds == pytest.approx(11.5e-3)
 
 
+def test_clock_is_the_array_recurrence_bit_for_bit():
+    """Each worker's time is the sum of its compute times, and every record sets every
+    worker to the slowest one's time plus the record's cost: the same floats as that
+    recurrence written over a numpy array, step after step."""
+    rng = np.random.default_rng(5)
+    model = ComputeModel(sampled(dist="exponential", mean_ms=10.0), 8, seed=5)
+    clock = ModeledClock(8, link_fn=lambda: LINK)
+    reference = np.zeros(8)
+    for step in range(300):
+        times = model.times(step)
+        clock.advance_compute(times)
+        reference += times
+        for _ in range(rng.integers(0, 3)):
+            record = CommRecord("allreduce", int(rng.integers(1, 10**6)), 0.0, 8, "ring")
+            clock.charge([record])
+            reference[:] = reference.max() + ring_allreduce(LINK, record.nbytes, 8)
+        assert [clock.worker(i) for i in range(8)] == reference.tolist()
+        assert clock.now() == reference.max()
+    with pytest.raises(ValueError, match="8 compute times"):
+        clock.advance_compute([0.1] * 7)
+    with pytest.raises(ValueError, match=">= 0"):
+        clock.advance_compute([0.1] * 7 + [-1e-9])
+
+
 def test_charge_needs_a_link():
     with pytest.raises(ValueError, match="link"):
         ModeledClock(2).charge([ALLREDUCE])
