@@ -86,7 +86,7 @@ class ComputeModel:
         self.world_size = world_size
         self.seed = seed
         self._first = -1  # the first step of the block drawn, none yet
-        self._block: list = []
+        self._block: list[np.ndarray] = []
 
     def times(self, step: int) -> np.ndarray:
         """Compute seconds of every worker at `step` (sampled mode only)."""
