@@ -199,4 +199,3 @@ def gain_from_norms(compressed_sq: float, compensated_sq: float) -> float:
     if compensated_sq <= 0:
         return 1.0
     return compressed_sq / compensated_sq
-
