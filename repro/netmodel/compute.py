@@ -105,9 +105,8 @@ class ComputeModel:
         cfg = self.cfg
         mean_s = cfg.mean_ms / 1000
         shift_s = cfg.shift_ms / 1000
-        if cfg.dist == "constant" and cfg.straggler_prob == 0:
-            return np.full(self.world_size, mean_s)  # nothing random: no generator
-        rng = np.random.default_rng([self.seed, cfg.seed_offset, step])
+        random = cfg.dist != "constant" or cfg.straggler_prob > 0
+        rng = np.random.default_rng([self.seed, cfg.seed_offset, step]) if random else None
         if cfg.dist == "constant":
             base = np.full(self.world_size, mean_s)
         elif cfg.dist == "exponential":

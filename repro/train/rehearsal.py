@@ -57,7 +57,7 @@ class Rehearsal:
         for run, per_step in enumerate(runs):
             for i in range(n_steps):
                 if i == 0 and first is not None:
-                    seconds = first.replay(self.replicas, self.data)
+                    seconds = first.replay(self.replicas, self.data, last=run + 1 == len(runs))
                 else:
                     x, y = self.data.next_batch()
                     seconds = watch.time(self.replicas.forward_backward, x, y, self.loss_fn)[1]
@@ -87,10 +87,11 @@ class _FirstStep:
         self.data, self.seconds = data.state_dict(), seconds
 
     @torch.no_grad()
-    def replay(self, replicas: Replicas, data: WorkerData) -> float:
-        """Put the step's results back; its measured seconds, to be charged again."""
+    def replay(self, replicas: Replicas, data: WorkerData, last: bool) -> float:
+        """Put the step's results back (the saved gradients themselves to the `last` run,
+        which no later run needs them from); its measured seconds, to be charged again."""
         for p, grad in zip(replicas.params, self.grads, strict=True):
-            p.grad = grad.clone()
+            p.grad = grad if last else grad.clone()
         for b, saved in zip(replicas.buffers, self.buffers, strict=True):
             b.copy_(saved)
         data.load_state_dict(self.data)
