@@ -89,13 +89,17 @@ class ComputeModel:
         self._block: list[np.ndarray] = []
 
     def times(self, step: int) -> np.ndarray:
-        """Compute seconds of every worker at `step` (sampled mode only)."""
+        """Compute seconds of every worker at `step` (sampled mode only), read-only."""
         if self.cfg.mode != "sampled":
             raise ValueError("compute.mode=measured: the trainer supplies measured step times")
         if not 0 <= step - self._first < len(self._block):
             self._first = step - step % self.BLOCK
             self._block = [self._draw(s) for s in range(self._first, self._first + self.BLOCK)]
-        return self._block[step - self._first].copy()
+            for row in self._block:
+                # handed out uncopied (the time keeper scales it into a new array anyway),
+                # so a caller's write must fail rather than reach a later call
+                row.flags.writeable = False
+        return self._block[step - self._first]
 
     def _draw(self, step: int) -> np.ndarray:
         # numpy and scipy load where they are used: `ComputeConfig` is read while a config

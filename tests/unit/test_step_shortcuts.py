@@ -66,7 +66,8 @@ def test_a_batch_is_the_arrays_rows_at_its_indices(dataset):
 
 def test_times_without_stragglers_are_the_shifted_exponential_draw():
     """Each step's own generator's draw, whichever block of steps was drawn before (the
-    blocks' edges, back to an earlier block), and a caller's writes reach no later call."""
+    blocks' edges, back to an earlier block), read-only: no caller's write reaches a later
+    call."""
     cfg = ComputeConfig(mode="sampled", dist="shifted_exponential", mean_ms=20.0, shift_ms=5.0)
     model = ComputeModel(cfg, 4, seed=9)
     for step in (1, 2, 255, 256, 500, 3, 511, 512, 768):
@@ -74,7 +75,8 @@ def test_times_without_stragglers_are_the_shifted_exponential_draw():
         want = 0.005 + rng.exponential(0.015, 4)
         got = model.times(step)
         np.testing.assert_array_equal(got, want)
-        got[:] = -1.0
+        with pytest.raises(ValueError, match="read-only"):
+            got[:] = -1.0
         np.testing.assert_array_equal(model.times(step), want)
 
 
