@@ -86,19 +86,21 @@ class ComputeModel:
         self.world_size = world_size
         self.seed = seed
         self._first = -1  # the first step of the block drawn, none yet
-        self._block: list[np.ndarray] = []
+        self._block: np.ndarray | tuple = ()  # one row per step from _first
 
     def times(self, step: int) -> np.ndarray:
         """Compute seconds of every worker at `step` (sampled mode only), read-only."""
         if self.cfg.mode != "sampled":
             raise ValueError("compute.mode=measured: the trainer supplies measured step times")
         if not 0 <= step - self._first < len(self._block):
+            import numpy as np
+
             self._first = step - step % self.BLOCK
-            self._block = [self._draw(s) for s in range(self._first, self._first + self.BLOCK)]
-            for row in self._block:
-                # handed out uncopied (the time keeper scales it into a new array anyway),
-                # so a caller's write must fail rather than reach a later call
-                row.flags.writeable = False
+            block = np.stack([self._draw(s) for s in range(self._first, self._first + self.BLOCK)])
+            # its rows are handed out uncopied (the time keeper scales them into a new array
+            # anyway), so a caller's write must fail rather than reach a later call
+            block.flags.writeable = False
+            self._block = block
         return self._block[step - self._first]
 
     def _draw(self, step: int) -> np.ndarray:
@@ -109,8 +111,8 @@ class ComputeModel:
         cfg = self.cfg
         mean_s = cfg.mean_ms / 1000
         shift_s = cfg.shift_ms / 1000
-        random = cfg.dist != "constant" or cfg.straggler_prob > 0
-        rng = np.random.default_rng([self.seed, cfg.seed_offset, step]) if random else None
+        drawn = cfg.dist != "constant" or cfg.straggler_prob > 0
+        rng = np.random.default_rng([self.seed, cfg.seed_offset, step]) if drawn else None
         if cfg.dist == "constant":
             base = np.full(self.world_size, mean_s)
         elif cfg.dist == "exponential":
