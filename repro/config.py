@@ -43,12 +43,14 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
 # Keys that do not change what a run computes: left out of the run's identity hash, so that
 # a resumed run may change them (e.g. turn the progress bar off) without being refused.
+# `trainer.deterministic` changes nothing on the CPU and only the rounding on a GPU.
 NON_IDENTITY_KEYS = (
     "run_dir",
     "runs_root",
     "tracking",
     "cluster",
     "trainer.progress",
+    "trainer.deterministic",
     "trainer.collective_timeout_s",
     "trainer.keep_checkpoints",
     "trainer.divergence",

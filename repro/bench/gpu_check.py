@@ -13,9 +13,10 @@ CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relat
 the first step and 1e-3 after the last (NCCL may sum in another order across GPUs), both
 under deterministic kernels (`deterministic_kernels`: cuDNN's default ones alone make one
 engine differ from itself on ResNet-18). Then the simulated engine with 8 workers on one
-GPU runs each method, in its first variant, on each workload, with the default kernels and
-vectorized as it runs by default (`trainer.vectorize=auto`: the CNN through its own
-all-workers forward, ResNet-18 under vmap): the paper's 8-worker cluster on one device.
+GPU runs each method, in its first variant, on each workload, with the kernels and the
+vectorization a run takes by default (`trainer.deterministic`: the same fixed-order
+kernels; `trainer.vectorize=auto`: the CNN through its own all-workers forward, ResNet-18
+under vmap): the paper's 8-worker cluster on one device.
 Step times (the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
 
 A variant that fails under either engine is reported (its error in one line) and the
@@ -27,7 +28,6 @@ cover it.
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import sys
@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.devices import cuda_problem, pick_device
+from repro.comm.devices import cuda_problem, pick_device, set_kernel_order
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.stopwatch import Stopwatch
@@ -141,18 +141,18 @@ def _reset_peak(device: str) -> None:
 
 @contextmanager
 def deterministic_kernels() -> Iterator[None]:
-    """Reproducible kernels only, while the engines are compared: cuDNN's default
-    convolution and BatchNorm kernels sum with atomics, and on ResNet-18 (random images,
-    lr 0.05) one engine run twice differs by 6e-10 relative after the first step and 2e-3
-    after the fourth, the same gap as between the engines; under these kernels both are 0.
-    cuBLAS also needs CUBLAS_WORKSPACE_CONFIG before its first call, which `main` sets."""
+    """Reproducible kernels only, while the engines are compared (`set_kernel_order`, as a
+    run's `trainer.deterministic` sets them): cuDNN's default convolution and BatchNorm
+    kernels sum with atomics, and on ResNet-18 (random images, lr 0.05) one engine run
+    twice differs by 6e-10 relative after the first step and 2e-3 after the fourth, the
+    same gap as between the engines; under these kernels both are 0. The settings before
+    come back afterwards."""
     before = (
         torch.are_deterministic_algorithms_enabled(),
         torch.backends.cudnn.deterministic,
         torch.backends.cudnn.benchmark,
     )
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    set_kernel_order(True)
     try:
         yield
     finally:
@@ -280,11 +280,12 @@ def check(
         for name, workload in chosen.items():
             say(f"simulated engine, {scale_workers} workers on {one}, {name}:")
             for variant in (v for v in compared if v.first):
-                t = _attempt(
-                    lambda w=workload, v=variant: _simulated(
-                        root, w, v, scale_workers, one, "auto", steps + 1
+                with deterministic_kernels():
+                    t = _attempt(
+                        lambda w=workload, v=variant: _simulated(
+                            root, w, v, scale_workers, one, "auto", steps + 1
+                        )
                     )
-                )
                 ok &= not isinstance(t, str)
                 say(
                     f"  {variant.id} "
@@ -303,7 +304,6 @@ def main(argv: list[str]) -> int:
     print(
         f"gpu-check: {count} GPU(s) ({names}), torch {torch.__version__}, CUDA {torch.version.cuda}"
     )
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # see deterministic_kernels
     data_root = Path(argv[0]) if argv else Path(compose([]).data.root)
     ok = check("cuda", min(count, MAX_PROCESSES), data_root, lambda line: print(line, flush=True))
     print("gpu-check: " + ("every check passed" if ok else "some checks FAILED (see above)"))

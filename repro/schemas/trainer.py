@@ -57,7 +57,11 @@ class TrainerConfig:
     `steps` bounds the run; `time_budget_s > 0` also stops it once the modeled clock
     passes the budget (runs compared at equal modeled time, as in AdaComm's figures);
     `target_acc > 0` stops it at the first evaluation whose test accuracy reaches the target
-    (steps-to-target, as in Adasum's batch-scaling experiments)."""
+    (steps-to-target, as in Adasum's batch-scaling experiments).
+    `deterministic`: on a GPU, kernels that sum in one fixed order, so that a seed repeats
+    and a resumed run ends exactly as an uninterrupted one (`repro.comm.devices.
+    fix_kernel_order`); false takes cuDNN's fastest kernels, whose rounding differs from
+    run to run. The CPU's kernels are deterministic either way."""
 
     world_size: int = 1
     batch_size: int = 32
@@ -69,6 +73,7 @@ class TrainerConfig:
     time_budget_s: float = 0.0
     target_acc: float = 0.0
     device: str = "auto"
+    deterministic: bool = True
     progress: bool = True
     collective_timeout_s: float = 60.0
     keep_checkpoints: int = 2

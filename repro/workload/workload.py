@@ -59,6 +59,12 @@ class Workload:
         out[flip] = out[flip].flip(-1)
         return out
 
+    def sample(self, n: int) -> torch.Tensor:
+        """The first `n` training rows as the model takes them (images scaled to [0, 1] and
+        normalized, never augmented), on the CPU: the batch a memory estimate runs forward.
+        The stored rows themselves are uint8 for images, which no convolution accepts."""
+        return self._inputs(self.arrays.x_train[:n], None)
+
     @property
     def augments(self) -> bool:
         """Whether a training batch draws from its worker's augmentation generator."""

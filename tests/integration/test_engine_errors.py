@@ -46,6 +46,20 @@ CASES = [
         ],
         ("trainer.world_size=2000000", "GiB", "trainer.engine=processes"),
     ),
+    (
+        # 1024 ResNet-18 workers, about 200 GiB by the estimate, which runs the model on the
+        # images as it takes them (stored as uint8, normalized to float per batch)
+        [
+            "trainer.engine=simulated",
+            "compute.mode=sampled",
+            "workload=cifar100_resnet18",
+            "workload.dataset=synthetic_images",
+            "workload.num_samples=1024",
+            "trainer.world_size=1024",
+            "trainer.batch_size=1",
+        ],
+        ("trainer.world_size=1024", "GiB", "trainer.engine=processes"),
+    ),
 ]
 
 

@@ -52,3 +52,31 @@ def test_python_dash_m_repro_is_the_same_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "step=20" in proc.stdout
     assert (Path(tmp_path) / "run" / "summary.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["simulated", "processes"])
+def test_an_image_workload_trains_from_the_command_line(tmp_path, engine):
+    """CIFAR-shaped uint8 images through the memory checks, the normalization, training
+    and evaluation of both engines: the paper-scale path on a few small steps."""
+    proc = repro_cli(
+        "train",
+        "workload=cifar100_resnet18",
+        "workload.dataset=synthetic_images",
+        "workload.num_samples=40",
+        "trainer.world_size=2",
+        "trainer.batch_size=2",
+        "trainer.steps=2",
+        "trainer.eval_every=2",
+        "trainer.progress=false",
+        "tracking=disabled",
+        "compute.mode=sampled",
+        f"trainer.engine={engine}",
+        f"run_dir={tmp_path}/run",
+        f"data.root={tmp_path}/data",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["step"] == 2 and 0 <= summary["test/acc"] <= 1
+    assert summary["test/loss"] > 0

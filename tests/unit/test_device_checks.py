@@ -9,13 +9,21 @@ add, so each of the three ways a CPU tensor could reach NCCL fails here if reint
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
 
 from repro.comm import launch
 from repro.comm.collectives import DeviceMismatch
-from repro.comm.devices import CudaFacts, backend_for, choose_device, cuda_problem
+from repro.comm.devices import (
+    CudaFacts,
+    backend_for,
+    choose_device,
+    cuda_problem,
+    fix_kernel_order,
+)
 from repro.comm.process_collectives import ProcessCollectives, backend_map
 from repro.comm.record import CommRecord
 from repro.comm.stopwatch import Stopwatch
@@ -81,6 +89,38 @@ def test_this_machine_reports_why_cuda_is_unusable():
         pytest.skip("this machine has CUDA")
     problem = cuda_problem()
     assert problem and "\n" not in problem
+
+
+@pytest.fixture
+def kernel_settings(monkeypatch):
+    """torch's process-wide kernel settings, off at the start and put back afterwards."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = False
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
+
+
+def test_trainer_deterministic_fixes_the_kernel_order_on_a_gpu_only(kernel_settings):
+    """The CPU's settings stay as they are (its results bit for bit as before); a CUDA
+    device gets torch's deterministic mode, cuDNN's deterministic kernels and cuBLAS's
+    fixed workspace, which must be in the environment before its first handle."""
+    fix_kernel_order("cpu", True)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    fix_kernel_order("cuda:1", True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    fix_kernel_order("cuda:1", False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not torch.backends.cudnn.deterministic
 
 
 def test_nccl_without_cuda_is_refused_before_torch_fails(monkeypatch):
