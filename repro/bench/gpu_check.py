@@ -11,12 +11,14 @@ random images of that shape when CIFAR-100 is not under `data.root`):
 and checks them against each other as `tests/comm/test_engine_equivalence.py` does on the
 CPU: each step's decisions and modeled clock equal, parameters within 1e-6 relative after
 the first step and 1e-3 after the last (NCCL may sum in another order across GPUs), both
-under deterministic kernels (`deterministic_kernels`: cuDNN's default ones alone make one
-engine differ from itself on ResNet-18). Then the simulated engine with 8 workers on one
-GPU runs each method, in its first variant, on each workload, with the kernels and the
-vectorization a run takes by default (`trainer.deterministic`: the same fixed-order
-kernels; `trainer.vectorize=auto`: the CNN through its own all-workers forward, ResNet-18
-under vmap): the paper's 8-worker cluster on one device.
+under fixed-order kernels (`trainer.deterministic=true`, as runs take by default: under
+cuDNN's default convolution and BatchNorm kernels, which sum with atomics, one engine run
+twice on ResNet-18 differs by 6e-10 relative after the first step and 2e-3 after the
+fourth, the same gap as between the engines; under fixed-order kernels both are 0). Then
+the simulated engine with 8 workers on one GPU runs each method, in its first variant, on
+each workload, vectorized as it runs by default (`trainer.vectorize=auto`: the CNN through
+its own all-workers forward, ResNet-18 under vmap): the paper's 8-worker cluster on one
+device.
 Step times (the device's, `Stopwatch`) and peak GPU memory are printed for both engines.
 
 A variant that fails under either engine is reported (its error in one line) and the
@@ -32,15 +34,14 @@ import re
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.devices import cuda_problem, pick_device, set_kernel_order
+from repro.comm.devices import cuda_problem, pick_device
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.stopwatch import Stopwatch
@@ -109,6 +110,7 @@ def _config(root: Path, workload: list[str], variant: Variant, world: int, engin
             f"trainer.world_size={world}",
             "trainer.steps=1000",
             "trainer.progress=false",
+            "trainer.deterministic=true",  # see the module docstring
             f"trainer.engine={engine}",
             f"trainer.vectorize={vectorize}",
             f"run_dir={root / run}",
@@ -139,27 +141,6 @@ def _reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-@contextmanager
-def deterministic_kernels() -> Iterator[None]:
-    """Reproducible kernels only, while the engines are compared (`set_kernel_order`, as a
-    run's `trainer.deterministic` sets them): cuDNN's default convolution and BatchNorm
-    kernels sum with atomics, and on ResNet-18 (random images, lr 0.05) one engine run
-    twice differs by 6e-10 relative after the first step and 2e-3 after the fourth, the
-    same gap as between the engines; under these kernels both are 0. The settings before
-    come back afterwards."""
-    before = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.backends.cudnn.deterministic,
-        torch.backends.cudnn.benchmark,
-    )
-    set_kernel_order(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
-
-
 def _process_worker(
     rank: int, world: int, kind: str, root: str, chosen, compared: Sequence[Variant], steps: int
 ) -> dict:
@@ -171,14 +152,13 @@ def _process_worker(
     init_process_group(device)
     comm = ProcessCollectives(device=device)
     out: dict[tuple[str, str], Trace | str] = {}
-    with deterministic_kernels():
-        for name, workload in chosen.items():
-            for variant in compared:
-                _reset_peak(device)
-                cfg = _config(Path(root), workload, variant, world, "processes", "loop")
-                out[name, variant.id] = _attempt(
-                    lambda c=cfg: trace(Trainer(c, comm, device), steps, device)
-                )
+    for name, workload in chosen.items():
+        for variant in compared:
+            _reset_peak(device)
+            cfg = _config(Path(root), workload, variant, world, "processes", "loop")
+            out[name, variant.id] = _attempt(
+                lambda c=cfg: trace(Trainer(c, comm, device), steps, device)
+            )
     return out
 
 
@@ -258,12 +238,9 @@ def check(
         for name, workload in chosen.items():
             for variant in compared:
                 held = [r[name, variant.id] for r in ranks]
-                with deterministic_kernels():
-                    sim = _attempt(
-                        lambda w=workload, v=variant: _simulated(
-                            root, w, v, world, one, "loop", steps
-                        )
-                    )
+                sim = _attempt(
+                    lambda w=workload, v=variant: _simulated(root, w, v, world, one, "loop", steps)
+                )
                 failed = [t for t in (*held[:1], sim) if isinstance(t, str)]
                 if failed:
                     ok = False
@@ -280,12 +257,11 @@ def check(
         for name, workload in chosen.items():
             say(f"simulated engine, {scale_workers} workers on {one}, {name}:")
             for variant in (v for v in compared if v.first):
-                with deterministic_kernels():
-                    t = _attempt(
-                        lambda w=workload, v=variant: _simulated(
-                            root, w, v, scale_workers, one, "auto", steps + 1
-                        )
+                t = _attempt(
+                    lambda w=workload, v=variant: _simulated(
+                        root, w, v, scale_workers, one, "auto", steps + 1
                     )
+                )
                 ok &= not isinstance(t, str)
                 say(
                     f"  {variant.id} "

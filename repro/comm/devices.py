@@ -144,26 +144,22 @@ def pick_device(requested: str = "auto", gpus_per_node: int = 0, backend: str = 
     return choose_device(requested, gpus_per_node, backend, machine_facts())
 
 
-def set_kernel_order(deterministic: bool) -> None:
-    """Kernels that sum in one fixed order (torch's deterministic algorithms, cuDNN's
-    deterministic convolutions, cuBLAS on a fixed workspace), or with False the defaults,
-    among them cuDNN's fastest kernels, which sum with atomics in an order that varies from
-    run to run. cuBLAS reads its workspace setting when its first handle is made, so this
-    goes before the process's first matrix product on a GPU."""
+def fix_kernel_order(device: str, deterministic: bool) -> None:
+    """`trainer.deterministic` for this process when it trains on a CUDA device: kernels
+    that sum in one fixed order (torch's deterministic algorithms, cuDNN's deterministic
+    convolutions, cuBLAS on a fixed workspace), or with False the defaults, among them
+    cuDNN's fastest kernels, which sum with atomics in an order that varies between runs.
+
+    Under those defaults a ResNet-18 run differs from itself by 6e-10 relative after one
+    step, and training amplifies that: measured on an H200, a run killed after step 37 and
+    resumed ended 80 steps with parameters O(1) relative away from its uninterrupted twin
+    (bit for bit equal under fixed-order kernels). cuBLAS reads its workspace setting when
+    its first handle is made, so this goes before the process's first matrix product. The
+    CPU's kernels already sum in a fixed order, and its settings are left alone."""
+    if not device.startswith("cuda"):
+        return
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = False
-
-
-def fix_kernel_order(device: str, deterministic: bool) -> None:
-    """`trainer.deterministic` for this process when it trains on a CUDA device.
-
-    Under cuDNN's default kernels a ResNet-18 run differs from itself by 6e-10 relative
-    after one step, and training amplifies that: measured on an H200, a run killed after
-    step 37 and resumed ended 80 steps with parameters O(1) relative away from its
-    uninterrupted twin (bit for bit equal under fixed-order kernels). The CPU's kernels
-    already sum in a fixed order, and its settings are left alone."""
-    if device.startswith("cuda"):
-        set_kernel_order(deterministic)

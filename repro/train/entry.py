@@ -18,7 +18,7 @@ import torch
 
 from repro.comm import launch
 from repro.comm.axis_collectives import AxisCollectives
-from repro.comm.devices import fix_kernel_order, pick_device
+from repro.comm.devices import pick_device
 from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
@@ -47,7 +47,6 @@ def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
     torch.set_num_threads(1)
     os.environ.update(cfg.method.process_env())
     device = worker_device(cfg)
-    fix_kernel_order(device, cfg.trainer.deterministic)
     launch.init_process_group(device, timeout_s=cfg.trainer.collective_timeout_s)
     return Trainer(cfg, ProcessCollectives(device=device), device).run()
 
@@ -68,7 +67,6 @@ def check_simulated_memory(cfg: Config, device: str) -> None:
 def run_simulated(cfg: Config, device: str) -> dict:
     """Every worker of the run in this process."""
     torch.set_num_threads(1)  # as each worker process does: the same kernels, the same sums
-    fix_kernel_order(device, cfg.trainer.deterministic)
     comm = AxisCollectives(cfg.trainer.world_size)
     return Trainer(cfg, comm, device, cfg.trainer.vectorize).run()
 

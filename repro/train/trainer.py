@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from repro.comm.collectives import Collectives
+from repro.comm.devices import fix_kernel_order
 from repro.comm.stopwatch import Stopwatch
 from repro.config import Config, config_hash, run_dir_of
 from repro.netmodel.schedule import NetworkSchedule
@@ -40,6 +41,7 @@ class Trainer:
         self.cfg, self.comm = cfg, comm
         self.run_dir, self.hash = run_dir_of(cfg), config_hash(cfg)
         tc = cfg.trainer
+        fix_kernel_order(device, tc.deterministic)  # before the first matrix product
         self.workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), device)
         torch.manual_seed(cfg.seed)  # every worker starts from the same model
         template = self.workload.model_factory().to(device)

@@ -18,7 +18,6 @@ from repro.bench.gpu_check import (
     _attempt,
     _config,
     check,
-    deterministic_kernels,
     workloads,
 )
 from repro.comm.axis_collectives import AxisCollectives
@@ -89,12 +88,3 @@ def test_a_failing_method_becomes_its_one_line_error():
         raise RuntimeError("CUDA error: an illegal memory access\nmore detail")
 
     assert _attempt(broken) == "RuntimeError: CUDA error: an illegal memory access"
-
-
-def test_the_engines_are_compared_under_deterministic_kernels_and_the_defaults_come_back():
-    torch.use_deterministic_algorithms(False)
-    with deterministic_kernels():
-        assert torch.are_deterministic_algorithms_enabled()
-        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
-    assert not torch.are_deterministic_algorithms_enabled()
-    assert not torch.backends.cudnn.deterministic

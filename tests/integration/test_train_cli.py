@@ -1,6 +1,7 @@
 """`repro train` and `python -m repro train` as a user types them, multirun included."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -79,4 +80,4 @@ def test_an_image_workload_trains_from_the_command_line(tmp_path, engine):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["step"] == 2 and 0 <= summary["test/acc"] <= 1
-    assert summary["test/loss"] > 0
+    assert math.isfinite(summary["train/loss"]) and math.isfinite(summary["test/loss"])
