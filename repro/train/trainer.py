@@ -184,7 +184,10 @@ class Trainer:
         self.comm.barrier()
         if self.comm.ranks[0] != 0:
             return None
-        checkpoint.save_model(self.run_dir / "final_model.pt", final_model.state_dict())
+        # On the CPU: the trained model opens on any machine, not only one with the run's
+        # device (checkpoints keep their device: a run resumes where it ran).
+        weights = {k: v.cpu() for k, v in final_model.state_dict().items()}
+        checkpoint.save_model(self.run_dir / "final_model.pt", weights)
         summary = {**self.log.last_point, "run_dir": str(self.run_dir), "run_id": self.log.run_id}
         if self.cfg.trainer.target_acc > 0:
             summary["target/reached"] = float(self.reached_target())
