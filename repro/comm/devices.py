@@ -148,7 +148,7 @@ def fix_kernel_order(device: str, deterministic: bool) -> None:
     """`trainer.deterministic` for this process when it trains on a CUDA device: kernels
     that sum in one fixed order (torch's deterministic algorithms, cuDNN's deterministic
     convolutions, cuBLAS on a fixed workspace), or with False the defaults, among them
-    cuDNN's fastest kernels, which sum with atomics in an order that varies between runs.
+    cuDNN's heuristic picks, which sum with atomics in an order that varies between runs.
 
     Under those defaults a ResNet-18 run differs from itself by 6e-10 relative after one
     step, and training amplifies that: measured on an H200, a run killed after step 37 and

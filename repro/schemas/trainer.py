@@ -60,7 +60,7 @@ class TrainerConfig:
     (steps-to-target, as in Adasum's batch-scaling experiments).
     `deterministic`: on a GPU, kernels that sum in one fixed order, so that a seed repeats
     and a resumed run ends exactly as an uninterrupted one (`repro.comm.devices.
-    fix_kernel_order`); false takes cuDNN's fastest kernels, whose rounding differs from
+    fix_kernel_order`); false takes cuDNN's default kernels, whose rounding differs from
     run to run, for a shorter step (ResNet-18, 8 simulated workers on an H200, median of
     two rounds: sync about the same, local SGD 1.26x, Top-k 1.40x, PowerSGD 1.45x,
     Adasum-Adam 1.67x the time under false). The CPU's kernels are deterministic either

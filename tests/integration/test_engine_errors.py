@@ -47,7 +47,7 @@ CASES = [
         ("trainer.world_size=2000000", "GiB", "trainer.engine=processes"),
     ),
     (
-        # 1024 ResNet-18 workers, about 200 GiB by the estimate, which runs the model on the
+        # 1024 ResNet-18 workers, about 240 GiB by the estimate, which runs the model on the
         # images as it takes them (stored as uint8, normalized to float per batch)
         [
             "trainer.engine=simulated",
