@@ -19,6 +19,7 @@ command only does what is left.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import multiprocessing
@@ -26,7 +27,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,12 +245,28 @@ def _side_run_at(job: tuple[int, Config]):
     return (job[0], *_side_run(job[1]))
 
 
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Workers started inside are born with SIGINT blocked (held, not dropped) and let it in
+    once they have their own answer to it. A Ctrl-C reaches the whole process group, and one
+    landing while a spawned worker still imports torch would raise KeyboardInterrupt in
+    multiprocessing's bootstrap: "Process SpawnProcess-1:" and a traceback above the
+    command's one-line stop, and a side-by-side worker lost so leaves its pool waiting. A
+    Ctrl-C to this process meanwhile arrives on leaving: enter this where a stop is handled."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _side_worker_start() -> None:
     """A side-by-side worker leaves interrupts to the set's process, which stops every worker
     at once (a Ctrl-C reaches the whole process group), and dies with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # also drops one held since the spawn
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     from repro.comm.launch import die_with_parent
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
 
 
@@ -278,8 +295,10 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
         quiet.append((label, cfg))
     tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time, the longest first")
     ctx = multiprocessing.get_context("spawn")
-    pool = ctx.Pool(slots, initializer=_side_worker_start)
+    pool = None
     try:
+        with _interrupts_held():
+            pool = ctx.Pool(slots, initializer=_side_worker_start)
         outcomes = pool.imap_unordered(_side_run_at, list(enumerate(cfg for _, cfg in quiet)))
         for i, summary, diverged in outcomes:
             yield quiet[i][0], summary, diverged
@@ -287,12 +306,14 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
         # an error, or an interrupt sent to this process alone (a scheduler's signal, a
         # `kill`), ends the set now: queued runs never start and running ones stop, each to
         # resume from its last checkpoint; no worker outlives the set
-        pool.terminate()
+        if pool is not None:
+            pool.terminate()
         raise
     else:
         pool.close()
     finally:
-        pool.join()
+        if pool is not None:
+            pool.join()
 
 
 STOP_WAIT_S = 60.0
@@ -329,9 +350,10 @@ class Workers:
             ctx.Process(target=_worker_main, args=(fn, self.label, i))
             for i, fn in enumerate(workers)
         ]
-        for p in procs:
-            p.start()
         try:
+            with _interrupts_held():
+                for p in procs:
+                    p.start()
             for p in procs:
                 p.join()
         except (Terminated, KeyboardInterrupt) as stop:
@@ -341,6 +363,7 @@ class Workers:
             # running on unsignalled while this process waits for it to exit, or dying with
             # it and leaving its trial RUNNING
             signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+            procs = [p for p in procs if p.pid is not None]  # a SIGTERM may cut the starts
             for p in procs:
                 if p.is_alive():
                     os.kill(p.pid, signum)
@@ -357,10 +380,11 @@ class Workers:
 
 
 def _worker_main(fn: Callable[[], object], label: str, index: int) -> None:
-    from repro.comm.launch import die_with_parent
-
-    die_with_parent()
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one held arrives here
+        from repro.comm.launch import die_with_parent
+
+        die_with_parent()
         fn()
     except UserError as err:
         print(f"error: {label} worker {index}: {err}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ finishes the work, the interrupted runs resuming from their checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -50,10 +51,13 @@ PID` and `kill -INT PID` to the command alone."""
 
 
 def _interrupt(
-    args: list[str], cwd: Path, ready: Callable[[], bool], how: str = "ctrl_c"
+    args: list[str],
+    cwd: Path,
+    ready: Callable[[], bool],
+    how: str | tuple[Callable[[int, int], None], int] = "ctrl_c",
 ) -> tuple[int, str, str]:
-    """Start `repro ARGS` in its own process group and stop it `how` (`STOPS`) once `ready()`
-    holds; either way no process of the group may outlive the command."""
+    """Start `repro ARGS` in its own process group and stop it `how` (`STOPS`, or how to send
+    which signal) once `ready()` holds; either way no process of the group may outlive it."""
     exe = Path(sys.executable).parent / "repro"
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
@@ -76,7 +80,7 @@ def _interrupt(
                 out, err = proc.communicate()
                 pytest.fail(f"never ready to interrupt (exit {proc.returncode}):\n{out}\n{err}")
             time.sleep(0.2)
-        send, signum = STOPS[how]
+        send, signum = STOPS[how] if isinstance(how, str) else how
         send(proc.pid, signum)
         out, err = proc.communicate(timeout=GUARD_S)
         assert _left(proc.pid) == [], "processes outlived the command"
@@ -102,6 +106,7 @@ def _one_line(rc: int, out: str, err: str, starts: str, how: str = "ctrl_c") -> 
     word = "terminated" if STOPS[how][1] == signal.SIGTERM else "interrupted"
     assert rc == 128 + STOPS[how][1], out + err
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+    assert "Process Spawn" not in out + err, out + err  # multiprocessing's "a worker raised"
     said = [line for line in (out + err).splitlines() if word in line.lower()]
     assert len(said) == 1 and said[0].startswith(f"{word}: {starts}"), said
     assert err.rstrip().splitlines()[-1] == said[0]  # the last thing the command says
@@ -261,3 +266,56 @@ def test_a_killed_training_run_says_so_and_the_rerun_resumes(tmp_path):
     again = repro_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert (run / "summary.json").exists() and len([*(run / "wandb").glob("offline-run-*")]) == 2
+
+
+def _ps() -> list[list[str]]:
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,sess=,args="], capture_output=True, text=True)
+    return [
+        row for row in (line.split(None, 2) for line in ps.stdout.splitlines()) if len(row) == 3
+    ]
+
+
+def _spawned(session: int) -> list[int]:
+    """The workers that the command leading `session` spawned (multiprocessing's spawn)."""
+    return [int(pid) for pid, sess, args in _ps() if sess == str(session) and "spawn_main" in args]
+
+
+def _worker_loading_torch(marker: str) -> Callable[[], bool]:
+    """Ready once a worker spawned by the command (the process whose arguments hold `marker`)
+    has begun loading torch: the second or so before it has its own answer to a Ctrl-C."""
+
+    def ready() -> bool:
+        commands = [int(p) for p, _, args in _ps() if marker in args and "spawn_main" not in args]
+        for worker in (w for command in commands for w in _spawned(command)):
+            try:
+                if "libtorch" in Path(f"/proc/{worker}/maps").read_text():
+                    return True
+            except OSError:  # it ended meanwhile
+                continue
+        return False
+
+    return ready
+
+
+def _to_workers(session: int, signum: int) -> None:
+    for worker in _spawned(session):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signum)
+
+
+def test_ctrl_c_while_a_sweep_starts_its_workers_says_so_in_one_line(tmp_path):
+    """Ctrl-C reaches workers still importing torch: they hold it until they can answer it,
+    so none prints multiprocessing's "Process SpawnProcess-1:" and a traceback."""
+    _, spec_path, args = _sweep(tmp_path)
+    rc, out, err = _interrupt(args, tmp_path, _worker_loading_torch(str(tmp_path)))
+    _one_line(rc, out, err, f"sweep {spec_path} stopped")
+
+
+def test_a_run_sets_workers_leave_sigint_to_it_from_their_start(tmp_path):
+    """A run set's side-by-side workers leave interrupts to the set's process, which stops
+    them all, from the moment they start: SIGINT sent to them alone while they import torch
+    neither stops them nor prints "Process SpawnPoolWorker-1:" and a traceback."""
+    args = [*reproduce_tiny_args("adacomm", tmp_path), "--no-report"]
+    how = (_to_workers, signal.SIGINT)
+    rc, out, err = _interrupt(args, tmp_path, _worker_loading_torch(str(tmp_path)), how)
+    assert rc == 0 and "Process Spawn" not in out + err and "Traceback" not in out + err, out + err
