@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
@@ -253,6 +254,9 @@ def _interrupts_held() -> Iterator[None]:
     multiprocessing's bootstrap: "Process SpawnProcess-1:" and a traceback above the
     command's one-line stop, and a side-by-side worker lost so leaves its pool waiting. A
     Ctrl-C to this process meanwhile arrives on leaving: enter this where a stop is handled."""
+    # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
+    # first worker, or its pool's first lock), so it starts before the block
+    resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
