@@ -282,7 +282,7 @@ def _spawned(session: int) -> list[int]:
 
 def _worker_loading_torch(marker: str) -> Callable[[], bool]:
     """Ready once a worker spawned by the command (the process whose arguments hold `marker`)
-    has begun loading torch: the second or so before it has its own answer to a Ctrl-C."""
+    has begun loading torch: mid-start, in the second or so its imports take."""
 
     def ready() -> bool:
         commands = [int(p) for p, _, args in _ps() if marker in args and "spawn_main" not in args]
