@@ -13,6 +13,7 @@ first takes the lock and fetches, the others wait and then read what it left.
 from __future__ import annotations
 
 import functools
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -151,12 +152,15 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
     from torchvision import datasets
 
     cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[name]
+    made = _first_missing(Path(root))
     try:
         # With download, one process of the node fetches; the others find the files verified.
         with node_lock(root, name) if download else nullcontext():
             train = cls(root=root, train=True, download=download)
             test = cls(root=root, train=False, download=download)
     except (OSError, RuntimeError) as e:
+        if made is not None:  # the lock and the download's folders: a refused run leaves none
+            shutil.rmtree(made, ignore_errors=True)
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(
             f"{name} is not under data.root={root} and could not be downloaded ({reason}); "
@@ -174,12 +178,19 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
     )
 
 
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (None when `path` exists)."""
+    made = None
+    while not path.exists() and path != path.parent:
+        made, path = path, path.parent
+    return made
+
+
 def check_root(root: str) -> None:
     """Refuse a `data.root` that is (or lies under) something other than a directory,
     which the writers would otherwise report as a disk fault ("file exists")."""
-    at = Path(root)
-    while not at.exists() and at != at.parent:
-        at = at.parent
+    made = _first_missing(Path(root))
+    at = Path(root) if made is None else made.parent
     if at.exists() and not at.is_dir():
         what = "is" if at == Path(root) else f"lies under {at}, which is"
         raise UserError(

@@ -131,17 +131,18 @@ def test_cfg_job_with_multirun_prints_every_combination(tmp_path):
 
 
 @pytest.mark.slow
-def test_cifar_offline_names_data_root(tmp_path):
+def test_cifar_offline_names_data_root_and_leaves_no_folder(tmp_path):
     proc = repro_cli(
         "train",
         "workload=cifar10_resnet20",
-        f"data.root={tmp_path}/cifar",
+        f"data.root={tmp_path}/data/cifar",
         f"runs_root={tmp_path}/runs",
         "tracking=disabled",
         cwd=tmp_path,
     )
     _assert_one_line_error(proc, "data.root")
-    assert not (tmp_path / "runs").exists()
+    # Neither the run nor the data folders the download lock and torchvision had made.
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
