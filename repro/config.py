@@ -295,6 +295,17 @@ def identity(cfg: Config) -> dict:
     return d
 
 
+def flat(d: dict, prefix: str = "") -> dict:
+    """Nested settings as one mapping of dotted keys (`{"optim.lr": 0.1, ...}`)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def config_hash(cfg: Config) -> str:
     return hash_of(identity(cfg))
 

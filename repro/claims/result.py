@@ -28,7 +28,8 @@ class ClaimResult:
     """A claim with our value (the mean over seeds; None when not computed), its interval,
     its verdict, each seed's value, and how we got there. `edge` is the band or partly edge
     an undecided interval straddles; `magnitude` what the claim's magnitude claims say when
-    one of them is not reproduced."""
+    one of them is not reproduced; `off_set` the settings where the runs it read are not the
+    run set's (then it is not assessed)."""
 
     claim: Any  # the `repro.claims.claims_file.Claim` judged, not imported: this is a leaf
     ours: float | None
@@ -39,6 +40,7 @@ class ClaimResult:
     interval: Interval | None = None
     edge: float | None = None
     magnitude: str = ""
+    off_set: str = ""
 
     @property
     def seeds(self) -> int:

@@ -16,7 +16,8 @@ rule) and the wider partly rule:
   at a cap of 1);
 * "not run" when a run a claim needs is absent for some seed, "not measured" when the runs
   lack a metric or setting, "not assessed" when the claim does not apply to the report's
-  scale (its values are still computed and shown).
+  scale, or when a run it reads is not the run set's (`repro.claims.set_regime`: made with
+  other settings than the set fixed for the claim); its values are still computed and shown.
 
 A seed whose value is undefined (NaN: a ratio of two runs that both never reached the
 target) lies outside every band, so the claim is not reproduced. A model check (it follows
@@ -27,13 +28,14 @@ its worst seed's, and it is never counted among the reproductions.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 from repro.claims.bootstrap import mean_interval
 from repro.claims.claims_file import Claim
-from repro.claims.reads import seeds_read
+from repro.claims.reads import labels_read, seeds_read
 from repro.claims.result import ClaimResult, Interval
-from repro.track.series import MissingRun, NotMeasurable, Seeded, at_seed
+from repro.track.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed
 
 ORDER = ("not reproduced", "partly", "reproduced")
 
@@ -88,7 +90,24 @@ def claim_seeds(claim: Claim, runs: Seeded) -> list[int]:
     return seeds_read(claim.metric["calculator"], claim.metric.get("params") or {}, runs)
 
 
-def _one(claim: Claim, runs: Seeded, scale: str) -> ClaimResult:
+OffSet = Mapping[str, Mapping[int, list[str]]]
+
+
+def departed(claim: Claim, runs: Seeded, seeds: list[int], off: OffSet) -> str:
+    """The settings where the runs `claim` reads at `seeds` are not the run set's runs
+    (`repro.claims.set_regime.off_set`), each once: "" when they all are."""
+    params = claim.metric.get("params") or {}
+    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
+    found = [
+        text
+        for label in sorted(labels & set(off))
+        for seed in seeds
+        for text in off[label].get(seed, [])
+    ]
+    return "; ".join(dict.fromkeys(found))
+
+
+def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
     seeds = claim_seeds(claim, runs)
     try:
         values, note = _measure(claim, runs, seeds)
@@ -102,6 +121,9 @@ def _one(claim: Claim, runs: Seeded, scale: str) -> ClaimResult:
     if scale not in claim.scales:
         note = f"applies to scale {', '.join(claim.scales)}, not {scale}; {note}"
         return ClaimResult(claim, ours, "not assessed", note, values)
+    if away := departed(claim, runs, seeds, off):
+        note = f"its runs are not the run set's ({away}); {note}"
+        return ClaimResult(claim, ours, "not assessed", note, values, off_set=away)
     judged = {seed: claim.judge(value) for seed, value in values.items()}
     if claim.kind == "model_check":
         worst = min(judged.values(), key=ORDER.index)
@@ -124,9 +146,12 @@ def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
     return ("magnitude not reproduced: " + "; ".join(failed)) if failed else ""
 
 
-def evaluate(claims: list[Claim], runs: Seeded, scale: str) -> list[ClaimResult]:
-    """Evaluate every claim on the runs of one reproduction at `scale` (never raises)."""
-    results = [_one(claim, runs, scale) for claim in claims]
+def evaluate(
+    claims: list[Claim], runs: Seeded, scale: str, off: OffSet | None = None
+) -> list[ClaimResult]:
+    """Evaluate every claim on the runs of one reproduction at `scale` (never raises); a
+    claim reading a run that `off` lists is not assessed."""
+    results = [_one(claim, runs, scale, off or {}) for claim in claims]
     by_id = {r.claim.id: r for r in results}
     return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
 
@@ -154,6 +179,7 @@ VERDICTS_TEXT = (
     "seeds: the interval straddles an edge, so seeds are added to that claim's runs up to "
     "the claim's seed cap, past which it is inconclusive at N seeds, with its interval; "
     "not run / not measured / not assessed: a run or metric is missing, or the claim is "
-    "stated for another scale. Model checks (claims that follow from the modeled clock or "
-    "the rule itself) are listed apart, judged on their worst seed, and not counted"
+    "stated for another scale or read from runs the run set does not make (other settings). "
+    "Model checks (claims that follow from the modeled clock or the rule itself) are listed "
+    "apart, judged on their worst seed, and not counted"
 )

@@ -15,7 +15,8 @@ from pathlib import Path
 from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
-from repro.claims.verdicts import evaluate
+from repro.claims.set_regime import departures, off_set, set_settings
+from repro.claims.verdicts import OffSet, evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown
 from repro.report.page import assemble
@@ -39,9 +40,10 @@ def select_runs(
 
     Refuses (UserError) when there is no such run, when several scales' groups exist and no
     scale was chosen, and when runs of the group name different scales. Of several runs with
-    one label and seed a finished one is kept over an unfinished one (a crashed run beside
-    its re-run), then the newest: a changed config or method default gets a run directory of
-    its own, and the report must show what the current code computes.
+    one label and seed the run set's own is kept (`repro.claims.set_regime`: not one made
+    with extra overrides beside it), then a finished one over an unfinished one (a crashed
+    run beside its re-run), then the newest: a changed config or method default gets a run
+    directory of its own, and the report must show what the current code computes.
     """
     scales = [scale] if scale else list(SCALES)
     groups = {f"{paper}_{s}": s for s in scales}
@@ -63,19 +65,25 @@ def select_runs(
             f"run group {group} under {where} mixes scales {', '.join(sorted(declared))}: "
             "a report never mixes scales; move the odd runs to their own group"
         )
+    wanted = set_settings(group)
+
+    def rank(run: Run) -> tuple[bool, bool, float]:
+        in_set = label_of(run) in wanted and not departures(run, wanted[label_of(run)])
+        return in_set, run.exit_code == 0, run.started
+
+    candidates: dict[tuple[str, int], list[Run]] = {}
+    for run in members:
+        candidates.setdefault((label_of(run), seed_of(run)), []).append(run)
     chosen: dict[str, dict[int, Run]] = {}
     notes: list[str] = []
-    for run in members:
-        label, seed = label_of(run), seed_of(run)
-        by_seed = chosen.setdefault(label, {})
-        if seed in by_seed:
-            keep = max(by_seed[seed], run, key=lambda r: (r.exit_code == 0, r.started))
+    for (label, seed), found in candidates.items():
+        keep, *others = sorted(found, key=rank, reverse=True)
+        chosen.setdefault(label, {})[seed] = keep
+        if others:
+            why = " (the run set's own)" if rank(keep)[0] > rank(others[0])[0] else ""
             notes.append(
-                f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}"
+                f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}{why}"
             )
-            by_seed[seed] = keep
-        else:
-            by_seed[seed] = run
     ordered_runs = {label: dict(sorted(by_seed.items())) for label, by_seed in chosen.items()}
     return (
         groups[group],
@@ -97,16 +105,18 @@ def render_parts(
     *,
     command: str,
     notes: Sequence[str] = (),
+    off: OffSet | None = None,
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
     """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`;
-    returns the results and figures, which the index page shows again.
+    returns the results and figures, which the index page shows again. `off` lists the runs
+    that are not the run set's (`repro.claims.set_regime.off_set`).
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
     make_dir(out_dir, "--out")
-    results = evaluate(claims.claims, runs, scale)
+    results = evaluate(claims.claims, runs, scale, off)
     figures = []
     for spec in claims.figures:
         seeds = seeds_sentence(spec, runs, claims.display_name)
@@ -119,7 +129,7 @@ def render_parts(
         figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
     figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
     regenerate = [*notes, f"Regenerate: {command}"]
-    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir)
+    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off)
     (out_dir / "report.md").write_text(to_markdown(page))
     (out_dir / "report.html").write_text(to_html(page))
     return results, figures
@@ -147,5 +157,6 @@ def build_report(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
-    render_parts(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes)
+    off = off_set(runs, paper, chosen_scale)
+    render_parts(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes, off=off)
     return Path(out_dir) / "report.html"

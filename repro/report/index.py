@@ -18,6 +18,7 @@ from pathlib import Path
 from repro.claims.claims_file import SCALES, ClaimsFile, known_papers, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
+from repro.claims.set_regime import off_set
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.build import default_claims_dir, render_parts, select_runs
@@ -79,7 +80,10 @@ def _section(
         _, runs, notes = select_runs(found, paper, scale, runs_root)
     except UserError as err:
         return replace(base, refused=str(err))
-    results, figures = render_parts(claims, runs, scale, out / sub, command=command, notes=notes)
+    off = off_set(runs, paper, scale)
+    results, figures = render_parts(
+        claims, runs, scale, out / sub, command=command, notes=notes, off=off
+    )
     seeds = ", ".join(map(str, seeds_of(runs)))
     count = len(every_run(runs))
     return replace(base, results=results, figures=figures, seeds=seeds, runs=count)

@@ -6,6 +6,9 @@ table row says "not run". Rather than repeating advice at every place, the page 
 missing label once, with what reads it, and the one command that makes the runs: the
 reproduction at the report's scale when its run set (`configs/experiment/<paper>_<scale>.yaml`)
 lists the label; a label that set does not list is said to belong to another scale's set.
+A run made otherwise than the set makes it (extra overrides: `repro.claims.set_regime`) is
+not the set's run either: its label is named with the settings that depart, once, beside the
+same command.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import yaml
 from repro.claims.claims_file import ClaimsFile
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
+from repro.claims.verdicts import OffSet
 from repro.config import CONFIG_DIR
 from repro.pages.writer import Code, Para
 from repro.track.series import Seeded, any_seed
@@ -94,3 +98,24 @@ def missing_notes(
             )
         )
     return notes
+
+
+def off_set_notes(paper: str, scale: str, off: OffSet) -> list[Para]:
+    """The runs standing in for the set's own, made with other settings (label -> seed ->
+    departures, `repro.claims.set_regime.off_set`): each label with its seeds and settings,
+    and the command that makes the set's runs, which a report then reads instead."""
+    if not off:
+        return []
+    parts = []
+    for label, by_seed in off.items():
+        settings = "; ".join(dict.fromkeys(t for found in by_seed.values() for t in found))
+        seeds = ", ".join(str(seed) for seed in sorted(by_seed))
+        parts.append(f"{label} (seed{'s' if len(by_seed) > 1 else ''} {seeds}: {settings})")
+    command = f"repro reproduce {paper} scale={scale}"
+    text = (
+        f"Runs not the {paper}_{scale} run set's, made with other settings: "
+        f"{', '.join(parts)}. The claims that read them are not assessed. ",
+        Code(command),
+        " makes the set's own runs, which the report then reads instead.",
+    )
+    return [Para(text, css="missing")]

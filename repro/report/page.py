@@ -32,9 +32,9 @@ from repro.claims.claims_file import ClaimsFile
 from repro.claims.findings import findings_table
 from repro.claims.published import render_table
 from repro.claims.result import ClaimResult
-from repro.claims.verdicts import VERDICTS_TEXT, model_checks, outcomes, summary
+from repro.claims.verdicts import VERDICTS_TEXT, OffSet, model_checks, outcomes, summary
 from repro.pages.writer import Block, Cell, FigureOut, Heading, Link, Page, Para, Table, fmt
-from repro.report.missing_runs import missing_notes, needed_missing
+from repro.report.missing_runs import missing_notes, needed_missing, off_set_notes
 from repro.report.run_setup import (
     by_arm,
     compute,
@@ -209,12 +209,15 @@ def assemble(
     figures: list[FigureOut],
     notes: list[str],
     page_dir: Path,
+    off: OffSet | None = None,
 ) -> Page:
-    """The page of one reproduction (see module doc); run links are relative to `page_dir`."""
+    """The page of one reproduction (see module doc); run links are relative to `page_dir`;
+    `off` the runs that are not the run set's (`repro.claims.set_regime.off_set`)."""
     tuning = run_set_tuning(claims.paper, scale, runs)
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
     missing = missing_notes(claims.paper, scale, needed_missing(claims, runs, results))
+    missing += off_set_notes(claims.paper, scale, off or {})
 
     def reads(result: ClaimResult) -> Cell:
         return reads_cell(*claim_reads(result, runs), runs, page_dir)

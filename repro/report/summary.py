@@ -36,13 +36,16 @@ CHECK_WORDS = {"reproduced": "holds", "partly": "partly holds", "not reproduced"
 
 def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
     """The verdict in words a reader needs no legend for; a model check holds or not. With
-    the report's `scale`, a claim not run because it is stated for another scale says so."""
+    the report's `scale`, a claim not run because it is stated for another scale says so; a
+    claim read from runs the run set does not make names their settings."""
     n = result.seeds
     seeds = f"{n} seed" + ("s" if n != 1 else "")
     claim = result.claim
     stated = ", ".join(claim.scales)
     if claim.kind == "model_check" and result.verdict in CHECK_WORDS:
         return CHECK_WORDS[result.verdict]
+    if result.off_set:
+        return f"not assessed: its runs are not the run set's ({result.off_set})"
     if result.verdict == "not run" and scale is not None and scale not in claim.scales:
         return f"not run: stated for scale {stated}, whose runs this scale does not make"
     text = {

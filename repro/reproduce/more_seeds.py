@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from repro.claims.claims_file import ClaimsFile
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
+from repro.claims.set_regime import off_set
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
@@ -111,7 +112,8 @@ def extend(
     while True:
         found = find_runs(root) if root.is_dir() else []
         _, runs, _ = select_runs(found, paper, scale, str(root))
-        pairs, why = wanted(evaluate(claims.claims, runs, scale), runs)
+        results = evaluate(claims.claims, runs, scale, off_set(runs, paper, scale))
+        pairs, why = wanted(results, runs)
         if not pairs:
             return
         if pairs <= tried:  # the runs were made and the claim still cannot use them

@@ -13,6 +13,10 @@ job arrays, after which `repro report PAPER` builds it once they end (and a repe
 reproduce` adds seeds). A set whose `experiment.search` names a sweep spec runs that search
 once, here, after its runs and before the report (`repro.reproduce.set_search`: the Top-k
 set's Pareto search).
+
+Extra overrides that change what the runs compute, not where or how, make runs that are not
+the set's (`repro.claims.set_regime`): the command says so before they start, adds no seeds
+for them, and the report judges no claim on them while it reads the set's own where they exist.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import functools
 import os
 from pathlib import Path
 
+from repro.claims.set_regime import changed_by
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
 from repro.errors import CommandParser, UserError, override_key, say_stopped, sigterm_stops
@@ -78,6 +83,8 @@ def main(argv: list[str]) -> int:
     args, scale, seeds, extra = parse(argv)
     runs = run_set(args.paper, scale, extra, seeds)
     experiment = runs[0][1].experiment
+    # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds for them
+    away = changed_by(f"{args.paper}_{scale}", extra) if extra else []
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also = None, Path(args.claims or "."), ""
     reports = Path(args.reports) / args.paper
@@ -94,7 +101,14 @@ def main(argv: list[str]) -> int:
         base = [f"experiment={name}", *extra]
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
-        also = most_added(claims, runs, scale, minutes) if seeds is None else ""
+        also = most_added(claims, runs, scale, minutes) if seeds is None and not away else ""
+        if away:
+            print(
+                f"{args.paper} {scale} with {'; '.join(away[:3])}{' ...' if len(away) > 3 else ''}"
+                f": not the {experiment.name} run set's runs, so its report assesses no claim "
+                "on them (it reads the set's own where they exist) and no seeds are added",
+                flush=True,
+            )
     root = Path(runs[0][1].runs_root)
     search, here = None, runs_here(runs[0][1].cluster)
     if experiment.search:  # a bad search spec stops us before any run
@@ -117,7 +131,7 @@ def main(argv: list[str]) -> int:
                 return 0
             # `seeds=N` on the command line is the user's choice of seeds (a quick look at one
             # seed, say): the report then says which claims stay undecided at N
-            if claims is not None and seeds is None:
+            if claims is not None and seeds is None and not away:
                 from repro.reproduce.more_seeds import extend
 
                 make = functools.partial(run_set, args.paper, scale, extra)

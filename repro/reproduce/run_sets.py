@@ -8,16 +8,17 @@ report can judge every claim per seed and on their mean (`repro.claims.verdicts`
 (runs/<paper>_<scale>/<label>-<hash>, the seed being part of the hash), so a repeated command
 skips finished runs, resumes interrupted ones, and a changed setting gets a fresh directory.
 A tuned set's runs take the values `repro tune PAPER` chose (`repro.sweep.tuned`) after
-their label's own overrides and before the command line's.
+their label's own overrides and before the command line's (`repro.claims.set_regime`, which
+also tells a report whether a run is the set's).
 """
 
 from __future__ import annotations
 
 import copy
 
-from repro.config import CONFIG_DIR, Config, compose, papers
+from repro.claims.set_regime import label_configs
+from repro.config import CONFIG_DIR, Config, papers
 from repro.errors import UserError
-from repro.sweep.tuned import run_overrides
 
 
 def run_set(
@@ -34,18 +35,12 @@ def run_set(
             p.stem.rsplit("_", 1)[1] for p in (CONFIG_DIR / "experiment").glob(f"{paper}_*.yaml")
         )
         raise UserError(f"scale={scale} does not exist for {paper}; choose one of {scales}")
-    base = compose([f"experiment={experiment}", *extra])
-    if not base.experiment.runs:
+    composed = list(label_configs(experiment, extra).items())
+    if not composed:
         raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
-    n = base.experiment.seeds if seeds is None else seeds
-    composed = []
-    for label, ovs in base.experiment.runs.items():
-        tuned = run_overrides(base.experiment, label)  # [] unless experiment.tuned
-        cfg = compose(
-            [f"experiment={experiment}", f"experiment.label={label}", *ovs, *tuned, *extra]
-        )
+    n = composed[0][1].experiment.seeds if seeds is None else seeds
+    for _, cfg in composed:
         cfg.experiment.seeds = n  # what this set ran, recorded beside each run
-        composed.append((label, cfg))
     # seed by seed, so that a set stopped early has whole seeds to report
     runs = []
     for i in range(n):

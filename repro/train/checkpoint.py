@@ -82,19 +82,10 @@ def read_checked_json(path: Path) -> dict:
     return obj
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def config_diff(old: dict, new: dict) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
+    from repro.config import flat
+
+    a, b = flat(old), flat(new)
     return [
         f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
         for k in sorted(a.keys() | b.keys())

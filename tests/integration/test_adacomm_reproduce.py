@@ -1,6 +1,7 @@
 """The AdaComm run set at test size: reproduce -> runs read back -> report; repeats skip."""
 
 import re
+import shutil
 
 import pytest
 import yaml
@@ -118,6 +119,51 @@ def added_seeds_where_undecided(tmp_path, args):
     assert re.search(r"\| inconclusive at 3 seeds, CI \[[^]]+\] \|", sync_row), sync_row
     assert "seed 0: " in sync_row and "seed 2: " in sync_row
     assert "| reproduced |" in next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
+    runs_made_otherwise(tmp_path, args, claims_dir)
+
+
+def runs_made_otherwise(tmp_path, args, claims_dir):
+    """The set again with another learning rate: said before the runs, no seed added, and
+    the report keeps the set's own runs; once a set run is gone, the claim reading the run
+    standing in for it is not assessed, naming the setting."""
+    other = repro_cli(*args, "optim.lr=0.04", *claims_dir, cwd=tmp_path, timeout=600)
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert other.stdout.splitlines()[0] == (
+        "adacomm tiny with optim.lr=0.04 (set: 0.05): not the adacomm_tiny run set's runs, so "
+        "its report assesses no claim on them (it reads the set's own where they exist) and "
+        "no seeds are added"
+    )
+    assert not [ln for ln in other.stdout.splitlines() if ": claim " in ln], other.stdout
+    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    assert "| reproduced |" in next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
+    assert re.search(r"kept run \w+ \(the run set's own\)", md)
+    (own,) = [
+        r.path
+        for r in find_runs(tmp_path / "runs")
+        if (label_of(r), seed_of(r), r.config["optim"]["lr"]) == ("adacomm", 0, 0.05)
+    ]
+    shutil.rmtree(own)
+    report = repro_cli(
+        "report",
+        "adacomm",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "reports"),
+        *claims_dir,
+        cwd=tmp_path,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
+    assert "| not assessed |" in row and "optim.lr=0.04 (set: 0.05)" in row, row
+    assert "| reproduced |" not in row
+    assert (
+        "Runs not the adacomm_tiny run set's, made with other settings: adacomm (seed 0: "
+        "optim.lr=0.04 (set: 0.05))."
+    ) in md
+    summary = md.split("## Summary")[1].split("\n## ")[0]
+    assert "not assessed: its runs are not the run set's (optim.lr=0.04 (set: 0.05))" in summary
 
 
 @pytest.mark.parametrize("seeds", ["0", "-2", "two"])

@@ -170,3 +170,21 @@ def in_directories(
         path.mkdir(parents=True)
         placed.append(dataclasses.replace(run, path=path))
     return placed
+
+
+def as_set_runs(runs: Iterable[RunData]) -> list[RunData]:
+    """`runs` as the run set's own: a run whose label its group's run set lists takes the
+    settings `repro reproduce` gives that label (its seed kept), so a report reading it from
+    disk judges the claims on it (`repro.claims.set_regime`); the history stays synthetic."""
+    from repro.claims.set_regime import label_configs
+    from repro.config import as_dict
+
+    sets: dict[str, dict] = {}
+    out = []
+    for run in runs:
+        configs = sets.setdefault(run.group, label_configs(run.group))
+        if label_of(run) in configs:
+            config = {**as_dict(configs[label_of(run)]), "seed": seed_of(run)}
+            run = dataclasses.replace(run, config=config)
+        out.append(run)
+    return out

@@ -17,7 +17,7 @@ from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable
 from repro.track.wandb_run import Tracker
-from tests.unit.report_data import adacomm_set, make_run, seeded
+from tests.unit.report_data import adacomm_set, as_set_runs, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
@@ -164,7 +164,7 @@ def write_offline_run(root: Path, run) -> None:
 
 def test_build_report_reads_runs_back_from_disk(tmp_path):
     runs_root = tmp_path / "runs"
-    for run in adacomm_set()[:4]:
+    for run in as_set_runs(adacomm_set()[:4]):
         write_offline_run(runs_root, run)
     assert len(find_runs(runs_root)) == 4
     claims_dir = tmp_path / "claims"

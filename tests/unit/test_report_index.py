@@ -13,7 +13,7 @@ from repro.report.index import collect_runs
 from repro.report.index_page import environment_rows, to_html, to_markdown
 from repro.report.plots import AXIS_LABELS, resolve_reference
 from repro.report.report_cli import main as report_main
-from tests.unit.report_data import adacomm_set, make_run, seeded
+from tests.unit.report_data import adacomm_set, as_set_runs, make_run, seeded
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_PAPER = """
@@ -46,8 +46,11 @@ def _claims_tables(md: str) -> dict[str, list[list[str]]]:
 
 def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     # two seeds of equal runs: every interval is its one value
-    runs = [*adacomm_set("small"), *adacomm_set("tiny")]
-    runs += [*adacomm_set("small", seed=1), *adacomm_set("tiny", seed=1)]
+    # the small runs are the run set's, so their claims are judged; with the set's network
+    # the synthetic 1 s sync step is shorter than its modeled communication, so the speedup
+    # bound is not measured
+    runs = [*as_set_runs(adacomm_set("small")), *adacomm_set("tiny")]
+    runs += [*as_set_runs(adacomm_set("small", seed=1)), *adacomm_set("tiny", seed=1)]
     out = tmp_path / "reports"
     index = collect_runs(runs, "runs", out, claims_dir, "repro report all")
     md = to_markdown(index, [["python", "3.x"]])
@@ -57,7 +60,7 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
         "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
         f"model checks: 3 not assessed ({title})",
         "- [adacomm](adacomm/small/report.html), scale small: 3 outcome claims: 1 partly, 2 "
-        f"reproduced; model checks: 3 hold ({title})",
+        f"reproduced; model checks: 2 hold, 1 not measured ({title})",
         "- other: not run; run it with `repro reproduce other scale=small` (Another paper)",
         "",
     ]

@@ -22,7 +22,7 @@ from repro.track.runs import find_runs
 from repro.track.wandb_publish import SPEC_FILE
 from repro.track.wandb_report import BAND, to_report
 from repro.track.wandb_run import Tracker
-from tests.unit.report_data import STEPS, adacomm_set, make_run, seeded
+from tests.unit.report_data import STEPS, adacomm_set, as_set_runs, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 NO_KEY = "no wandb API key (set WANDB_API_KEY or run `wandb login`)"
@@ -135,7 +135,7 @@ def test_figure_grids_group_by_label_select_runs_and_state_reference_lines():
 
 
 def _write_offline_runs(root: Path) -> None:
-    for run in adacomm_set()[:4]:
+    for run in as_set_runs(adacomm_set()[:4]):
         cfg = TrackingConfig(mode="offline")
         with Tracker(cfg, root / run.name, run.name, run.group, run.job_type, run.config) as t:
             for row in run.history:

@@ -1,0 +1,109 @@
+"""The run set a claims file was written for, and where a run departs from it.
+
+A claim's band, seed cap and baseline were fixed for the runs `repro reproduce PAPER scale=S`
+makes: each label of `configs/experiment/<paper>_<scale>.yaml`'s `experiment.runs` with its
+own overrides and, in a tuned set, the values `repro tune` chose (`label_configs`, which
+`repro.reproduce.run_sets` composes the set's runs from). A run of that group and label made
+any other way (the reproduction with extra overrides such as `trainer.steps=300`, or `repro
+train` by hand) is another experiment, however close: its numbers are shown, but a verdict
+read from it would judge the paper on a regime nobody fixed in advance, so the claims that
+read it are not assessed (`off_set`, given to `repro.claims.verdicts.evaluate` by whatever
+reads a reproduction's runs from disk), and the page names the settings that depart.
+
+Settings that say where or how a run was computed, not what (`HOW_IT_RAN`), may differ: the
+data's folder, the engine and its vectorization, the device, how often checkpoints are
+written and the evaluation's batch. The engines are held to the same decisions and
+parameters by the equivalence tests, a resume from a checkpoint ends as the uninterrupted
+run, and evaluation sums in float64. The seed is each run's own (seeds are added one by
+one), and the settings no run's identity holds (`repro.config.NON_IDENTITY_KEYS`: tracking,
+cluster, the set's seed count) never count.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from repro.config import CONFIG_DIR, Config, compose, flat, identity
+from repro.pages.writer import fmt
+from repro.sweep.tuned import run_overrides
+from repro.track.series import Run, Seeded
+
+HOW_IT_RAN = (
+    "data.root",
+    "data.download",
+    "trainer.engine",
+    "trainer.vectorize",
+    "trainer.device",
+    "trainer.checkpoint_every",
+    "workload.eval_batch_size",
+    "seed",
+)
+
+
+def label_configs(experiment: str, extra: Sequence[str] = ()) -> dict[str, Config]:
+    """Label -> the composed config of that label's run in the set `experiment` (seed as the
+    set's first), `extra` overrides applied last; the command line's, after the label's own
+    and its tuned ones."""
+    base = compose([f"experiment={experiment}", *extra])
+    configs = {}
+    for label, overrides in base.experiment.runs.items():
+        tuned = run_overrides(base.experiment, label)  # [] unless experiment.tuned
+        configs[label] = compose(
+            [f"experiment={experiment}", f"experiment.label={label}", *overrides, *tuned, *extra]
+        )
+    return configs
+
+
+@functools.cache
+def _settings(experiment: str, extra: tuple[str, ...]) -> dict[str, dict]:
+    return {
+        label: {k: v for k, v in flat(identity(cfg)).items() if k not in HOW_IT_RAN}
+        for label, cfg in label_configs(experiment, extra).items()
+    }
+
+
+def set_settings(experiment: str, extra: Sequence[str] = ()) -> dict[str, dict]:
+    """Label -> the settings (dotted keys) that make that label's run in the set, with
+    `extra` applied; empty when `experiment` names no run set."""
+    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
+        return {}
+    return _settings(experiment, tuple(extra))
+
+
+def changed_by(experiment: str, extra: Sequence[str]) -> list[str]:
+    """`key=value (set: value)` for each setting of the set's runs that `extra` changes,
+    each once: empty when the overrides only say where or how the runs are computed."""
+    ours, theirs = set_settings(experiment, extra), set_settings(experiment)
+    found = [
+        f"{key}={fmt(value)} (set: {fmt(theirs[label].get(key))})"
+        for label, settings in ours.items()
+        for key, value in settings.items()
+        if theirs[label].get(key) != value
+    ]
+    return list(dict.fromkeys(found))
+
+
+def departures(run: Run, settings: dict) -> list[str]:
+    """`key=ours (set: theirs)` for every setting where `run` is not the set's run."""
+    have = flat(run.config)
+    return [
+        f"{key}={fmt(have.get(key))} (set: {fmt(want)})"
+        for key, want in settings.items()
+        if have.get(key) != want
+    ]
+
+
+def off_set(runs: Seeded, paper: str, scale: str) -> dict[str, dict[int, list[str]]]:
+    """Label -> seed -> departures, for each run of `runs` (label -> seed -> run) that is not
+    the run set's run of its label at `scale`; labels the set does not list (a method run
+    beside it for a comparison) are no claim's business here and left out."""
+    settings = set_settings(f"{paper}_{scale}")
+    out: dict[str, dict[int, list[str]]] = {}
+    for label, by_seed in runs.items():
+        if label not in settings:
+            continue
+        for seed, run in by_seed.items():
+            if found := departures(run, settings[label]):
+                out.setdefault(label, {})[seed] = found
+    return out
