@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.config import flat  # nested metrics as leet keys its history items: `a.b`
 from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import read_run
 from repro.track.wandb_run import Tracker
@@ -50,17 +51,6 @@ def decoded(value):
 def public(d: dict) -> dict:
     """Without wandb's own `_step`, `_runtime`, `_timestamp`, `_wandb` keys."""
     return {k: decoded(v) for k, v in d.items() if not k.startswith("_")}
-
-
-def flat(d: dict, prefix: str = "") -> dict:
-    """Nested metrics as leet's history items key them: `a.b`."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def pruned(d: dict) -> dict:
