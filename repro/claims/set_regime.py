@@ -22,6 +22,7 @@ cluster, the set's seed count) never count.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 
 from repro.config import CONFIG_DIR, Config, compose, flat, identity
@@ -55,10 +56,16 @@ def label_configs(experiment: str, extra: Sequence[str] = ()) -> dict[str, Confi
     return configs
 
 
+def _plain(settings: dict) -> dict:
+    """Settings as a run's record holds them: through JSON, as the tracker stores a config
+    (a tuple comes back a list), so that equal settings compare equal."""
+    return json.loads(json.dumps(flat(settings), default=str))
+
+
 @functools.cache
 def _settings(experiment: str, extra: tuple[str, ...]) -> dict[str, dict]:
     return {
-        label: {k: v for k, v in flat(identity(cfg)).items() if k not in HOW_IT_RAN}
+        label: {k: v for k, v in _plain(identity(cfg)).items() if k not in HOW_IT_RAN}
         for label, cfg in label_configs(experiment, extra).items()
     }
 
@@ -86,7 +93,7 @@ def changed_by(experiment: str, extra: Sequence[str]) -> list[str]:
 
 def departures(run: Run, settings: dict) -> list[str]:
     """`key=ours (set: theirs)` for every setting where `run` is not the set's run."""
-    have = flat(run.config)
+    have = _plain(run.config)
     return [
         f"{key}={fmt(have.get(key))} (set: {fmt(want)})"
         for key, want in settings.items()

@@ -83,10 +83,8 @@ def main(argv: list[str]) -> int:
     args, scale, seeds, extra = parse(argv)
     runs = run_set(args.paper, scale, extra, seeds)
     experiment = runs[0][1].experiment
-    # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds for them
-    away = changed_by(f"{args.paper}_{scale}", extra) if extra else []
     minutes = experiment.expected_minutes / len(experiment.runs)
-    claims, claims_dir, also = None, Path(args.claims or "."), ""
+    claims, claims_dir, also, away = None, Path(args.claims or "."), "", []
     reports = Path(args.reports) / args.paper
     if not args.no_report:
         from repro.claims.claims_file import load_claims
@@ -101,12 +99,14 @@ def main(argv: list[str]) -> int:
         base = [f"experiment={name}", *extra]
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
+        # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds
+        away = changed_by(name, extra) if extra else []
         also = most_added(claims, runs, scale, minutes) if seeds is None and not away else ""
         if away:
             print(
                 f"{args.paper} {scale} with {'; '.join(away[:3])}{' ...' if len(away) > 3 else ''}"
-                f": not the {experiment.name} run set's runs, so its report assesses no claim "
-                "on them (it reads the set's own where they exist) and no seeds are added",
+                f": not the {name} run set's runs, so its report assesses no claim on them (it "
+                "reads the set's own where they exist) and no seeds are added",
                 flush=True,
             )
     root = Path(runs[0][1].runs_root)
