@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from repro.config import CONFIG_DIR, Config, compose, flat, identity
+from repro.config import CONFIG_DIR, Config, as_dict, compose, flat, identity
 from repro.pages.writer import fmt
 from repro.sweep.tuned import run_overrides
-from repro.track.series import Run, Seeded
+from repro.track.series import Seeded
 
 HOW_IT_RAN = (
     "data.root",
@@ -63,37 +63,30 @@ def _plain(settings: dict) -> dict:
 
 
 @functools.cache
-def _settings(experiment: str, extra: tuple[str, ...]) -> dict[str, dict]:
+def set_settings(experiment: str) -> dict[str, dict]:
+    """Label -> the settings (dotted keys) that make that label's run in the set; empty
+    when `experiment` names no run set."""
+    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
+        return {}
     return {
         label: {k: v for k, v in _plain(identity(cfg)).items() if k not in HOW_IT_RAN}
-        for label, cfg in label_configs(experiment, extra).items()
+        for label, cfg in label_configs(experiment).items()
     }
 
 
-def set_settings(experiment: str, extra: Sequence[str] = ()) -> dict[str, dict]:
-    """Label -> the settings (dotted keys) that make that label's run in the set, with
-    `extra` applied; empty when `experiment` names no run set."""
-    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
-        return {}
-    return _settings(experiment, tuple(extra))
-
-
-def changed_by(experiment: str, extra: Sequence[str]) -> list[str]:
-    """`key=value (set: value)` for each setting of the set's runs that `extra` changes,
-    each once: empty when the overrides only say where or how the runs are computed."""
-    ours, theirs = set_settings(experiment, extra), set_settings(experiment)
-    found = [
-        f"{key}={fmt(value)} (set: {fmt(theirs[label].get(key))})"
-        for label, settings in ours.items()
-        for key, value in settings.items()
-        if theirs[label].get(key) != value
-    ]
+def changed_by(experiment: str, configs: Iterable[Config]) -> list[str]:
+    """`key=value (set: value)` for each setting where the composed runs `configs` (the
+    set's, with a command line's overrides) are not the set's, each once: empty when the
+    overrides only say where or how the runs are computed."""
+    settings = set_settings(experiment)
+    found = [d for cfg in configs for d in departures(as_dict(cfg), settings[cfg.experiment.label])]
     return list(dict.fromkeys(found))
 
 
-def departures(run: Run, settings: dict) -> list[str]:
-    """`key=ours (set: theirs)` for every setting where `run` is not the set's run."""
-    have = _plain(run.config)
+def departures(config: dict, settings: dict) -> list[str]:
+    """`key=ours (set: theirs)` for every setting where a run of `config` (as its record
+    holds it) is not the set's run."""
+    have = _plain(config)
     return [
         f"{key}={fmt(have.get(key))} (set: {fmt(want)})"
         for key, want in settings.items()
@@ -111,6 +104,6 @@ def off_set(runs: Seeded, paper: str, scale: str) -> dict[str, dict[int, list[st
         if label not in settings:
             continue
         for seed, run in by_seed.items():
-            if found := departures(run, settings[label]):
+            if found := departures(run.config, settings[label]):
                 out.setdefault(label, {})[seed] = found
     return out

@@ -68,7 +68,7 @@ def select_runs(
     wanted = set_settings(group)
 
     def rank(run: Run) -> tuple[bool, bool, float]:
-        in_set = label_of(run) in wanted and not departures(run, wanted[label_of(run)])
+        in_set = label_of(run) in wanted and not departures(run.config, wanted[label_of(run)])
         return in_set, run.exit_code == 0, run.started
 
     candidates: dict[tuple[str, int], list[Run]] = {}

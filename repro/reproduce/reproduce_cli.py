@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
         # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds
-        away = changed_by(name, extra) if extra else []
+        away = changed_by(name, [cfg for _, cfg in runs]) if extra else []
         also = most_added(claims, runs, scale, minutes) if seeds is None and not away else ""
         if away:
             print(

@@ -3,7 +3,6 @@ is computed departs while where and how do not, a claim reading a run made other
 not assessed, and a report keeps the set's run over a newer one made otherwise."""
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
@@ -29,8 +28,7 @@ def test_every_run_set_makes_its_own_runs_at_every_seed(experiment):
     made = run_set(paper, scale, [], seeds=2)  # an added seed is the set's run too
     assert {cfg.experiment.label for _, cfg in made} == set(settings)
     for _, cfg in made:
-        run = SimpleNamespace(config=as_dict(cfg))
-        assert departures(run, settings[cfg.experiment.label]) == [], cfg.experiment.label
+        assert departures(as_dict(cfg), settings[cfg.experiment.label]) == [], cfg.experiment.label
 
 
 def test_what_is_computed_departs_and_where_or_how_does_not():
@@ -43,14 +41,20 @@ def test_what_is_computed_departs_and_where_or_how_does_not():
         "tracking=disabled",
         "seed=5",
     ]
-    assert changed_by("adacomm_tiny", where_or_how) == []
-    assert changed_by("adacomm_tiny", [*where_or_how, "trainer.steps=7", "optim.lr=0.04"]) == [
+
+    def made_with(extra):
+        return [cfg for _, cfg in run_set("adacomm", "tiny", extra, seeds=2)]
+
+    assert changed_by("adacomm_tiny", made_with(where_or_how)) == []
+    assert changed_by(
+        "adacomm_tiny", made_with([*where_or_how, "trainer.steps=7", "optim.lr=0.04"])
+    ) == [
         "optim.lr=0.04 (set: 0.05)",
         "trainer.steps=7 (set: 400)",
     ]
     # a label's own overrides are the set's for that label only
     tau4 = as_dict(label_configs("adacomm_tiny")["local_sgd_tau4"])
-    assert departures(SimpleNamespace(config=tau4), set_settings("adacomm_tiny")["sync"]) == [
+    assert departures(tau4, set_settings("adacomm_tiny")["sync"]) == [
         "method.name=local_sgd (set: sync)",
         "experiment.label=local_sgd_tau4 (set: sync)",
     ]
