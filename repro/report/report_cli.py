@@ -66,17 +66,24 @@ def _paper(argv: list[str]) -> int:
 
 def _all(argv: list[str]) -> int:
     p = CommandParser(prog="repro report all", description="every paper's report and an index")
-    p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
+    p.add_argument("--runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
     args = p.parse_args(argv)
+    # Before any run the default root is absent and the index lists every paper as not run;
+    # a root named on purpose that is absent is a typo that would say the same.
+    if args.runs is not None and not Path(args.runs).is_dir():
+        raise UserError(
+            f"repro report all: --runs {args.runs} is not a directory; give the folder the "
+            "runs were written to (runs_root, default runs)"
+        )
     from repro.report.index import collect
     from repro.report.index_page import environment_rows, to_html, to_markdown
 
     out = Path(args.out)
     claims_dir = Path(args.claims) if args.claims else default_claims_dir()
     command = shlex.join(["repro", "report", "all", *argv])
-    index = collect(Path(args.runs), out, claims_dir=claims_dir, command=command)
+    index = collect(Path(args.runs or "runs"), out, claims_dir=claims_dir, command=command)
     env = environment_rows(Path(__file__).resolve().parents[2])
     out.mkdir(parents=True, exist_ok=True)
     (out / "index.md").write_text(to_markdown(index, env))

@@ -206,6 +206,7 @@ REFUSED = [
         "/dev/null/r/adacomm: not a directory; a file, not a folder, is on that path; set "
         "--reports elsewhere",
     ),
+    (["report", "all", "--runs", "no_such_runs"], "--runs no_such_runs is not a directory"),
     (
         ["reproduce", "adacomm", "experiment=topk_small"],
         "drop it (`repro reproduce topk scale=small`",
