@@ -279,7 +279,10 @@ def find_runs(
     search goes on with the others."""
     root = Path(root)
     if not root.is_dir():
-        raise UserError(f"runs root {root} is not a directory")
+        raise UserError(
+            f"runs root {root} is not a directory; name the folder the runs were written to "
+            "(runs_root, default runs), or make one with `repro train` first"
+        )
     by_id = _grouped(_unique(root.rglob("run-*.wandb")), damaged)
     _check_logged(root, by_id, damaged)
     ordered = sorted(by_id.values(), key=lambda segs: (min(s.start for s in segs), segs[0].run_id))

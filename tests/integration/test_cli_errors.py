@@ -207,6 +207,7 @@ REFUSED = [
         "--reports elsewhere",
     ),
     (["report", "all", "--runs", "no_such_runs"], "--runs no_such_runs is not a directory"),
+    (["runs", "ls", "no_such_runs"], "runs root no_such_runs is not a directory; name the folder"),
     (
         ["reproduce", "adacomm", "experiment=topk_small"],
         "drop it (`repro reproduce topk scale=small`",
@@ -214,9 +215,7 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(
-    "argv,needle", REFUSED, ids=[next(a for a in r[0] if a[0] == "-" or "=" in a) for r in REFUSED]
-)
+@pytest.mark.parametrize("argv,needle", REFUSED, ids=[" ".join(r[0][:3]) for r in REFUSED])
 def test_a_bad_option_is_refused_before_anything_runs(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
     rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
