@@ -99,9 +99,11 @@ def expected_time(
     simulated, rest = simulated_first(runs)
     slots = at_once(runs)
     how = f"{len(runs)} run{'s' if len(runs) != 1 else ''} to do"
-    if rest:
+    if rest and simulated:
         how += f": {len(simulated)} simulated, {slots} at a time, then {len(rest)} on worker "
         how += "processes, one at a time"
+    elif rest:
+        how += ", on worker processes, one at a time"
     else:
         how += f", {slots} at a time"
     measured = measured or {}

@@ -58,6 +58,8 @@ def most_added(claims: ClaimsFile, runs: Composed, scale: str, minutes_per_run: 
     extra = [(label, first[label]) for label, c in cap.items() for _ in range(c - seeds)]
     if not extra:
         return "; no claim here can add seeds"
+    if minutes_per_run <= 0:
+        return f"; seeds added where a claim stays undecided: at most {len(extra)} more runs"
     line = expected_time(extra, minutes_per_run).removeprefix("expected time: ")
     return f"; seeds added where a claim stays undecided: at most {line}"
 

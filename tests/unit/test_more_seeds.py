@@ -72,6 +72,10 @@ def test_the_most_the_extension_adds_is_each_read_label_up_to_its_largest_cap():
         f"; seeds added where a claim stays undecided: at most {line}"
     )
     assert "6 runs to do" in line
+    # a set whose minutes were never measured (the paper scale here) says only how many
+    assert most_added(tiny, runs, "tiny", 0.0) == (
+        "; seeds added where a claim stays undecided: at most 6 more runs"
+    )
 
 
 def test_a_labels_measured_minutes_are_its_seeds_mean_last_wall_time_plus_start():

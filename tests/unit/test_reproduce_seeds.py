@@ -98,6 +98,10 @@ def test_expected_time_scales_with_runs_and_side_by_side_slots(monkeypatch):
         "expected time: not measured for this set (experiment.expected_minutes); "
         "1 run to do, 1 at a time"
     )
+    assert expected_time([("cost", on_workers)] * 2, 1.5) == (
+        "expected time: about 3.0 min (2 runs to do, on worker processes, one at a time; from "
+        "experiment.expected_minutes, measured on a 2-core machine)"
+    )
     assert at_once(mixed) == 2 and at_once(runs[:1]) == 1 and at_once([("c", on_workers)]) == 1
 
 
