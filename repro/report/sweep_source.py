@@ -6,8 +6,9 @@ A claims file's `sweep_fronts` entry names the full search (`sweeps/topk_cr_pare
 same space and trial regime with the set (`experiment.search`, `repro.reproduce.set_search`),
 its study in the set's runs directory. The report prefers, in order: the full search once all
 its trials have run (the larger search, when its base experiment is the runs' own), the
-set's own search (the newest study with a completed trial, as a report reads the newest run
-of a label), the full search part-way. None: the reason, with the command that runs one.
+set's own search (the study of the set's settings with a completed trial, else the newest
+one made with other settings, saying so), the full search part-way. None: the reason, with
+the command that runs one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from repro.errors import UserError
 from repro.sweep.front import Front
-from repro.sweep.spec import SweepSpec, load_spec, spec_path
+from repro.sweep.spec import SweepSpec, identity_name, load_spec, spec_path
 from repro.track.series import Seeded, cfg
 
 
@@ -68,11 +69,17 @@ def set_search_spec(experiment: str) -> SweepSpec | None:
 
 
 def _own(spec: SweepSpec, dirs: list[Path]) -> Source | None:
-    """The newest study of the set's search under the set's directories."""
+    """The set's search under the set's directories: the study of the set's own settings,
+    else the newest one made with others (`repro reproduce` with overrides), which says so,
+    as a report keeps a label's own run over one made otherwise."""
+    own = identity_name(spec)
     journals = [j for d in dirs for j in d.glob(f"{spec.name}-*/journal.log")]
-    for journal in sorted(journals, key=lambda j: j.stat().st_mtime, reverse=True):
+    for journal in sorted(journals, key=lambda j: (j.parent.name != own, -j.stat().st_mtime)):
         study_dir = journal.parent
         found = _load(replace(spec, name=study_dir.name, out=str(study_dir.parent)))
+        if found is not None and study_dir.name != own:
+            other = "not the set's own search: made with other settings (command-line overrides)"
+            return replace(found, where=f"{found.where}; {other}")
         if found is not None:
             return found
     return None

@@ -12,7 +12,8 @@ Where: the study and its trials' run directories go inside the set's runs direct
 `<runs_root>/<experiment>/<search name>-<hash>/` (`trial_<n>/` each), the hash being the
 identity of the search's base config (the set's experiment, the spec's overrides and the
 command line's), as a run's directory is named by its config: a changed setting starts a
-fresh study instead of extending one made under other settings. The report reads the newest.
+fresh study instead of extending one made under other settings. The report reads the set's
+own (no command-line overrides) where it exists.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from repro.config import Config, ExperimentConfig, compose, config_hash, run_dir_of
+from repro.config import Config, ExperimentConfig, run_dir_of
 from repro.errors import UserError
 from repro.sweep.space import shown_settings
-from repro.sweep.spec import SweepSpec, base_overrides, load_spec, spec_path
+from repro.sweep.spec import SweepSpec, identity_name, load_spec, spec_path
 
 
 def search_spec(experiment: ExperimentConfig, set_dir: Path, extra: list[str]) -> SweepSpec:
@@ -37,8 +38,7 @@ def search_spec(experiment: ExperimentConfig, set_dir: Path, extra: list[str]) -
             f"{experiment.name}; set its `experiment: {experiment.name}`"
         )
     spec = replace(spec, overrides=(*spec.overrides, *extra), out=str(set_dir))
-    identity = config_hash(compose(base_overrides(spec)))
-    return replace(spec, name=f"{spec.name}-{identity}")
+    return replace(spec, name=identity_name(spec))
 
 
 def set_dir_of(cfg: Config) -> Path:

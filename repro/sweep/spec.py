@@ -388,3 +388,12 @@ def spec_path(name: str) -> Path:
 def base_overrides(spec: SweepSpec) -> list[str]:
     experiment = [] if spec.experiment is None else [f"experiment={spec.experiment}"]
     return [*experiment, *spec.overrides]
+
+
+def identity_name(spec: SweepSpec) -> str:
+    """The spec's name and the identity hash of its trials' base config, as a run's directory
+    is named by its config: a study of other settings gets another name, one of the same
+    settings elsewhere (another runs_root) the same."""
+    from repro.config import compose, config_hash  # hydra loads only when a name is asked
+
+    return f"{spec.name}-{config_hash(compose(base_overrides(spec)))}"

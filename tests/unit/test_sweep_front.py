@@ -3,6 +3,8 @@ set's own search (where `repro reproduce` puts it), the full sweep once it has f
 the line a page shows when neither has run."""
 
 import csv
+import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import SweepFrontSpec
 from repro.report.build import default_claims_dir
 from repro.report.sweep_front import chosen_shares, draw_sweep_front
-from repro.sweep.spec import load_spec
+from repro.sweep.spec import identity_name, load_spec
 from repro.sweep.storage import open_storage
 from repro.track.runs import RunData
 from tests.helpers import REPO
@@ -118,6 +120,27 @@ def test_the_newest_study_of_the_sets_search_is_read(tmp_path):
     study_at(newer, TRIALS[:2])
     out = draw_sweep_front(front_spec(full_sweep(tmp_path, 24)), tmp_path, moo_runs(set_dir))
     assert f"Pareto search {newer.name}, 2 completed" in out.caption
+
+
+def test_the_sets_own_settings_study_is_read_over_a_newer_one_made_otherwise(tmp_path):
+    set_dir = tmp_path / "runs" / "topk_small"
+    shipped = replace(load_spec(REPO / "sweeps" / "topk_cr_pareto_small.yaml"), out=str(set_dir))
+    own = replace(shipped, name=identity_name(shipped))  # as `repro reproduce topk` names it
+    other = set_search(set_dir, "topk_small", "0ther00000")  # e.g. trainer.steps=300
+    study_at(own)
+    study_at(other, TRIALS[:2])
+    os.utime(own.study_dir / "journal.log", (1, 1))  # the other study is the newer
+    spec = front_spec(full_sweep(tmp_path, 24))
+    out = draw_sweep_front(spec, tmp_path, moo_runs(set_dir))
+    assert f"Pareto search {own.name}, 4 completed of 8 trials, {own.study_dir}; filled" in (
+        out.caption
+    )
+    shutil.rmtree(own.study_dir)  # alone, the other is drawn and says what it is
+    out = draw_sweep_front(spec, tmp_path, moo_runs(set_dir))
+    assert (
+        f"Pareto search {other.name}, 2 completed of 8 trials, {other.study_dir}; not the "
+        "set's own search: made with other settings (command-line overrides); filled"
+    ) in out.caption
 
 
 def test_the_full_sweep_is_drawn_once_it_has_finished(tmp_path):
