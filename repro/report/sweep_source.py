@@ -72,16 +72,17 @@ def _own(spec: SweepSpec, dirs: list[Path]) -> Source | None:
     """The set's search under the set's directories: the study of the set's own settings,
     else the newest one made with others (`repro reproduce` with overrides), which says so,
     as a report keeps a label's own run over one made otherwise."""
-    own = identity_name(spec)
     journals = [j for d in dirs for j in d.glob(f"{spec.name}-*/journal.log")]
+    own = identity_name(spec) if journals else ""
     for journal in sorted(journals, key=lambda j: (j.parent.name != own, -j.stat().st_mtime)):
         study_dir = journal.parent
         found = _load(replace(spec, name=study_dir.name, out=str(study_dir.parent)))
-        if found is not None and study_dir.name != own:
-            other = "not the set's own search: made with other settings (command-line overrides)"
-            return replace(found, where=f"{found.where}; {other}")
-        if found is not None:
+        if found is None:
+            continue
+        if study_dir.name == own:
             return found
+        other = "not the set's own search: made with other settings (command-line overrides)"
+        return replace(found, where=f"{found.where}; {other}")
     return None
 
 
