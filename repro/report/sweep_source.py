@@ -81,7 +81,7 @@ def _own(spec: SweepSpec, dirs: list[Path]) -> Source | None:
             continue
         if study_dir.name == own:
             return found
-        other = "not the set's own search: made with other settings (command-line overrides)"
+        other = "not the set's own search: its trials ran with settings other than the set's"
         return replace(found, where=f"{found.where}; {other}")
     return None
 

@@ -139,7 +139,7 @@ def test_the_sets_own_settings_study_is_read_over_a_newer_one_made_otherwise(tmp
     out = draw_sweep_front(spec, tmp_path, moo_runs(set_dir))
     assert (
         f"Pareto search {other.name}, 2 completed of 8 trials, {other.study_dir}; not the "
-        "set's own search: made with other settings (command-line overrides); filled"
+        "set's own search: its trials ran with settings other than the set's; filled"
     ) in out.caption
 
 
