@@ -118,9 +118,16 @@ def test_a_group_mixing_scales_is_refused_not_mixed(tmp_path, claims_dir):
     assert not (tmp_path / "adacomm" / "report.html").exists()
 
 
-def test_report_all_without_runs_lists_every_paper_as_not_run(tmp_path, claims_dir, capsys):
+@pytest.mark.parametrize("runs", [None, "empty"], ids=["no runs root yet", "an empty root"])
+def test_report_all_without_runs_lists_every_paper_as_not_run(
+    runs, tmp_path, claims_dir, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the default root, runs, is not there
     out = tmp_path / "reports"
-    args = ["all", "--runs", str(tmp_path / "none"), "--out", str(out), "--claims", str(claims_dir)]
+    args = ["all", "--out", str(out), "--claims", str(claims_dir)]
+    if runs:
+        (tmp_path / runs).mkdir()
+        args += ["--runs", runs]
     assert report_main(args) == 0
     md = (out / "index.md").read_text()
     assert "| adacomm |" in md and "repro reproduce adacomm scale=small" in md
