@@ -1,7 +1,7 @@
 """What the sweep tests share: the tiny sweep's spec in a test's directory, the `repro`
-command, the study's trials, a finished sweep's checks and a sweep killed mid-trial and
-resumed, for the journal file (`tests/integration/test_sweep.py`) and PostgreSQL
-(`tests/daemons/test_sweep_postgresql.py`) alike."""
+command, the study's trials, a finished sweep's checks, the dashboard's studies and a sweep
+killed mid-trial and resumed, for the journal file (`tests/integration/test_sweep.py`) and
+PostgreSQL (`tests/daemons/test_sweep_postgresql.py`) alike."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -95,6 +97,31 @@ def run_tiny_sweep_and_show(spec_path: Path) -> None:
         assert sorted(int(row["trial"]) for row in csv.DictReader(f)) == front
     page = (out / "pareto.html").read_text()
     assert all(f'data-trial="{t.number}"' in page for t in done)  # every trial can be hovered
+
+
+def dashboard_studies(spec_path: Path, cwd: Path = REPO) -> list[str]:
+    """The study names `repro sweep dashboard SPEC` serves, on a free localhost port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dash = subprocess.Popen(
+        [sys.executable, "-m", "repro", "sweep", "dashboard", str(spec_path), "--port", str(port)],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as r:
+                    return [s["study_name"] for s in json.load(r)["study_summaries"]]
+            except OSError:
+                assert time.monotonic() < deadline and dash.poll() is None, "dashboard not up"
+                time.sleep(0.5)
+    finally:
+        dash.terminate()
+        dash.wait()
 
 
 def storage_of(spec_path: Path):

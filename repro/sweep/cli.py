@@ -8,6 +8,7 @@
                                         an interactive pareto.html and hypervolume plots
     repro sweep dashboard SPEC [--port P]
                                         optuna-dashboard on 127.0.0.1 on the study's storage
+                                        (a search with arms: every arm's study)
     repro tune PAPER [scale=small|tiny] [--workers K] [--spec PATH] [--out DIR]
 
 The dashboard gets the storage object, never the URL on a command line, so a database password
@@ -65,9 +66,17 @@ def _dashboard(spec_path: str, port: int) -> None:
     from repro.sweep.storage import open_storage
 
     spec = load_spec(spec_path)
-    load_study(spec)  # a clear error when the sweep has not run yet
+    # a clear error when the search has not run yet; a search with arms keeps one study per
+    # arm in its journal, and the dashboard lists them all
+    if not spec.arms:
+        load_study(spec)
+    elif not (spec.study_dir / "journal.log").exists():
+        raise UserError(
+            f"no studies of {spec.name} yet in {spec.storage_label}; run the search first"
+        )
+    studies = f"the studies of arms {', '.join(spec.arms)}" if spec.arms else f"study {spec.name}"
     print(
-        f"optuna-dashboard for study {spec.name} ({spec.storage_label}) on "
+        f"optuna-dashboard for {studies} ({spec.storage_label}) on "
         f"http://127.0.0.1:{port}/  (Ctrl-C stops it)",
         flush=True,
     )
@@ -84,8 +93,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     spec = load_spec(args.spec)
     if spec.arms:
-        if args.action != "run" or args.cluster:
-            raise UserError(f"{args.spec} is a search with arms: `repro sweep SPEC` runs it here")
+        if args.action != "run":
+            raise UserError(
+                f"{args.spec} is a search with arms, one study per arm and no front to show: "
+                f"its result is the tuned file `repro sweep {args.spec}` writes "
+                "(configs/tuned/), and `repro sweep dashboard` shows its studies"
+            )
+        if args.cluster:
+            raise UserError(
+                f"{args.spec} is a search with arms, which runs only here: drop --cluster"
+            )
         from repro.sweep.launch import run_tune
 
         with sigterm_stops():

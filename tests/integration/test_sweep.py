@@ -4,13 +4,6 @@ processes, the dashboard, SIGKILL and resume, a diverging trial. The same on Pos
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-
 import optuna
 import pytest
 import yaml
@@ -18,6 +11,7 @@ from optuna.trial import TrialState
 
 from tests.helpers import REPO
 from tests.sweep_runs import (
+    dashboard_studies,
     kill_and_resume,
     repro,
     run_tiny_sweep_and_show,
@@ -34,29 +28,7 @@ def test_tiny_sweep_on_journal_with_two_workers(tmp_path):
     run_tiny_sweep_and_show(spec_path)
 
     # The dashboard serves the same study, on localhost only.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dash = subprocess.Popen(
-        [sys.executable, "-m", "repro", "sweep", "dashboard", str(spec_path), "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as r:
-                    studies = json.load(r)["study_summaries"]
-                break
-            except OSError:
-                assert time.monotonic() < deadline and dash.poll() is None, "dashboard not up"
-                time.sleep(0.5)
-        assert [s["study_name"] for s in studies] == ["tiny"]
-    finally:
-        dash.terminate()
-        dash.wait()
+    assert dashboard_studies(spec_path) == ["tiny"]
 
 
 def test_resume_after_sigkill_loses_no_trial_and_leaves_none_running(tmp_path):

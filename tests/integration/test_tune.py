@@ -18,6 +18,7 @@ from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
 from repro.sweep.study import ask_point, open_arm_study, open_journal
 from tests.helpers import repro_cli, reproduce_tiny_args
+from tests.sweep_runs import dashboard_studies
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +97,10 @@ def test_tune_writes_equal_budget_values_and_does_not_rerun(tmp_path):
     assert "every arm has its 2 trials; nothing to run" in again.stdout
     assert sum(len(s.get_trials()) for s in studies(tmp_path, spec_path).values()) == 4
     assert yaml.safe_load(tuned_file.read_text()) == data
+    # the dashboard lists every arm's study; `show` has no front to draw and says so
+    assert sorted(dashboard_studies(spec_path, cwd=tmp_path)) == sorted(ARMS)
+    shown = repro_cli("sweep", "show", str(spec_path), cwd=tmp_path)
+    assert shown.returncode == 2 and "`repro sweep dashboard` shows its studies" in shown.stderr
 
 
 def test_a_trial_lost_with_its_worker_is_retried_at_its_point(tmp_path):

@@ -224,5 +224,9 @@ def test_sweep_show_of_a_search_with_arms_is_one_line(tmp_path, capsys):
     path.write_text(yaml.safe_dump({**tiny_raw(), "out": str(tmp_path / "tune")}))
     assert sweep_main(["show", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {path} is a search with arms: `repro sweep SPEC` runs it here\n"
+    assert err == (
+        f"error: {path} is a search with arms, one study per arm and no front to show: its "
+        f"result is the tuned file `repro sweep {path}` writes (configs/tuned/), and `repro "
+        "sweep dashboard` shows its studies\n"
+    )
     assert not (tmp_path / "tune").exists()
