@@ -54,6 +54,15 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str):
         raise UserError(f"{self.prog}: {message}; `{self.prog} --help` shows its usage")
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """Options may stand between positionals, as people type them (`repro tune adacomm
+        --workers 2 scale=tiny`, `repro report compare A --metric test/acc B`): argparse alone
+        ends the positionals at the first option. A command with subcommands parses them as
+        argparse does (each subcommand's own parser reads its part)."""
+        if any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._actions):
+            return super().parse_args(args, namespace)
+        return self.parse_intermixed_args(args, namespace)
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM reached the command (`kill PID`, `timeout`, a container stopped): it stops as

@@ -208,6 +208,10 @@ REFUSED = [
     ),
     (["report", "all", "--runs", "no_such_runs"], "--runs no_such_runs is not a directory"),
     (["runs", "ls", "no_such_runs"], "runs root no_such_runs is not a directory; name the folder"),
+    # an option between positionals: the command reads both positionals, then refuses them
+    (["tune", "adacomm", "--workers", "1", "scale=huge"], "scale=huge: adacomm has no tuning"),
+    (["report", "compare", "no_a", "--metric", "test/acc", "no_b"], "'no_a' is not a path"),
+    (["sweep", "show", "--port", "8080", "sweeps/tiny.yaml"], "no study tiny yet in runs/sweeps"),
     (
         ["reproduce", "adacomm", "experiment=topk_small"],
         "drop it (`repro reproduce topk scale=small`",
