@@ -2,7 +2,8 @@
 
 One JSON line per job at submission: its id, what it runs (`run`, `run_set`, `sweep`), the
 label, the cluster kind, submitit's folder and the log paths of each task. States come from
-SLURM's accounting through submitit's `SlurmInfoWatcher` (one `sacct` call for all jobs),
+SLURM's accounting (one `sacct` call for all jobs, read by submitit's parser; an accounting
+that does not answer is one line, not sacct's own errors),
 or, for submitit's LocalExecutor, from the job's result file and whether its process lives.
 """
 
@@ -12,6 +13,7 @@ import json
 import os
 import pickle
 import re
+import subprocess
 import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +23,7 @@ from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import SlurmInfoWatcher
 
 from repro.cluster.executor import apply_env_file
-from repro.cluster.slurm_env import job_log_tail
+from repro.cluster.slurm_env import job_log_tail, slurm_tool
 from repro.errors import UserError
 
 JOBS_FILE = "jobs.jsonl"
@@ -137,19 +139,39 @@ def _local_state(record: JobRecord) -> str:
     return "RUNNING"
 
 
-def job_states(records: list[JobRecord]) -> dict[str, str]:
-    """job id -> state (SLURM's words: PENDING, RUNNING, COMPLETED, FAILED, ...)."""
+def _accounting(job_ids: list[str]) -> tuple[dict[str, dict[str, str]], str]:
+    """sacct's rows for `job_ids` (one call; an array's base id lists all its tasks), read by
+    submitit's parser, and why there are none when SLURM's accounting did not answer."""
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    try:
+        done = slurm_tool(
+            ["sacct", "-o", "JobID,State,NodeList", "--parsable2"]
+            + [arg for base in bases for arg in ("-j", base)]
+        )
+    except UserError as missing:
+        return {}, str(missing)
+    except subprocess.TimeoutExpired:
+        return {}, "sacct did not answer within 60 s"
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        return {}, f"sacct failed: {said[-1] if said else f'exit {done.returncode}'}"
+    return SlurmInfoWatcher(delay_s=1).read_info(done.stdout), ""
+
+
+def job_states(records: list[JobRecord], problems: list[str] | None = None) -> dict[str, str]:
+    """job id -> state (SLURM's words: PENDING, RUNNING, COMPLETED, FAILED, ...). A job
+    SLURM's accounting does not list (yet, or because it did not answer) is UNKNOWN; why it
+    did not answer goes to `problems` when given."""
     states = {r.job_id: _local_state(r) for r in records if r.cluster == "submitit_local"}
     slurm = [r for r in records if r.cluster != "submitit_local"]
     if slurm:
         for env_file in {r.env_file for r in slurm if r.env_file}:
             apply_env_file(env_file)
-        watcher = SlurmInfoWatcher(delay_s=1)
+        info, why = _accounting([r.job_id for r in slurm])
+        if why and problems is not None:
+            problems.append(why)
         for r in slurm:
-            watcher.register_job(r.job_id)
-        watcher.update()
-        for r in slurm:
-            state = watcher.get_state(r.job_id, mode="cache")
+            state = info.get(r.job_id, {}).get("State", "")
             # sacct writes "CANCELLED by 0"; the first word is the state
             states[r.job_id] = state.split()[0].upper() if state else "UNKNOWN"
     return states

@@ -4,7 +4,8 @@ One line per job from `<root>/jobs.jsonl` with its state (SLURM accounting throu
 submitit) and its stdout log; a failed job also shows each task's stderr path and last
 lines, so the cause is on screen without a search through the job folder. `--watch`
 redraws every `--interval` seconds until no job is pending or running (a job sacct does not
-list yet, UNKNOWN, counts as pending), then exits 1 if any failed and 0 otherwise. A torn
+list yet, UNKNOWN, counts as pending; an accounting that does not answer leaves every state
+UNKNOWN, with one line saying why), then exits 1 if any failed and 0 otherwise. A torn
 last line of the file (a submission cut short) is skipped with a note; a line damaged
 elsewhere is skipped with an error line, the others are listed, and the exit code is 2.
 """
@@ -50,8 +51,11 @@ def main(argv: list[str]) -> int:
     if damaged and not records:
         return 2
     while True:
-        states = job_states(records)
+        problems: list[str] = []
+        states = job_states(records, problems)
         print(render(records, states))
+        for problem in problems:
+            print(f"states unknown: SLURM's accounting did not answer ({problem})", file=sys.stderr)
         print(summary_line(states), flush=True)
         if not args.watch:
             return 2 if damaged else 0

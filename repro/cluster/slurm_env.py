@@ -30,7 +30,9 @@ def sbatch_available() -> bool:
     return shutil.which("sbatch") is not None
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+def slurm_tool(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """One SLURM client command, its output captured (a minute at most); a machine without
+    the tool is one line saying where to run instead."""
     if shutil.which(args[0]) is None:
         raise UserError(
             f"{args[0]} not found: this machine has no SLURM client tools; "
@@ -50,7 +52,7 @@ def _gpus(gres: str) -> int:
 
 
 def _known_partitions() -> list[str]:
-    out = _run(["sinfo", "-h", "-o", "%R"]).stdout
+    out = slurm_tool(["sinfo", "-h", "-o", "%R"]).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 
@@ -63,7 +65,7 @@ def partition_info(name: str) -> dict[str, Any]:
     Raises `UserError` for an unknown partition, missing client tools or an unreachable
     controller.
     """
-    shown = _run(["scontrol", "-o", "show", "partition", name])
+    shown = slurm_tool(["scontrol", "-o", "show", "partition", name])
     if shown.returncode != 0:
         message = (shown.stderr or shown.stdout).strip()
         if "not found" in message:
@@ -71,7 +73,7 @@ def partition_info(name: str) -> dict[str, Any]:
             raise UserError(f"cluster.partition={name}: no such SLURM partition (known: {known})")
         raise UserError(f"scontrol show partition {name} failed: {message}")
     fields = dict(token.split("=", 1) for token in shown.stdout.split() if "=" in token)
-    per_node = _run(["sinfo", "-h", "-N", "-p", name, "-o", "%c|%G"]).stdout.split()
+    per_node = slurm_tool(["sinfo", "-h", "-N", "-p", name, "-o", "%c|%G"]).stdout.split()
     cpus_per_node = [int(line.split("|")[0].rstrip("+")) for line in per_node]
     gpus_per_node = [_gpus(line.split("|", 1)[1]) for line in per_node]
     return {

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from repro.cli import main as repro_main
-from repro.cluster.jobs import read_records
+from repro.cluster.executor import read_env_file
+from repro.cluster.jobs import append_records, read_records
 from repro.cluster.launcher import launch_runs
 from repro.config import run_dir_of
 from repro.reproduce.run_sets import run_set
@@ -50,6 +52,23 @@ def test_train_submits_a_two_task_job_equal_to_the_local_run(tmp_path: Path) -> 
     assert re.search(
         rf"^{job_id.group(1)}\s+run\s+sync\s+COMPLETED\s+{record.stdout}$", listed.stdout, re.M
     ), listed.stdout
+
+    # The same job seen through a SLURM whose accounting does not answer (its database port
+    # closed): the job is UNKNOWN and sacct's errors are one line, not sacct's and submitit's.
+    env = read_env_file(record.env_file)
+    conf = Path(env["SLURM_CONF"]).read_text()
+    assert "AccountingStoragePort=6819" in conf
+    (tmp_path / "down.conf").write_text(conf.replace("StoragePort=6819", "StoragePort=1"))
+    (tmp_path / "down.env").write_text(f"export SLURM_CONF={tmp_path / 'down.conf'}\n")
+    down = tmp_path / "down"
+    append_records(down, [replace(record, env_file=str(tmp_path / "down.env"))])
+    unanswered = repro_cli("jobs", "--root", str(down), cwd=tmp_path)
+    assert unanswered.returncode == 0, unanswered.stderr
+    assert re.search(rf"^{job_id.group(1)}\s+run\s+sync\s+UNKNOWN", unanswered.stdout, re.M)
+    assert unanswered.stderr == (
+        "states unknown: SLURM's accounting did not answer (sacct failed: sacct: error: "
+        "Problem talking to the database: Connection refused)\n"
+    )
 
 
 @pytest.mark.timeout(600)
