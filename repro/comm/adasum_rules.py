@@ -30,7 +30,8 @@ def check_world_size(world_size: int) -> None:
     if world_size < 1 or world_size & (world_size - 1):
         raise UserError(
             f"Adasum needs a power-of-two number of workers (1, 2, 4, 8, ...), got "
-            f"{world_size}; change the worker count or use method.combiner=sum|mean"
+            f"trainer.world_size={world_size}; set trainer.world_size to one, or "
+            "method.combiner=sum|mean"
         )
 
 
