@@ -245,17 +245,23 @@ def claim_where(i: int, data: Any) -> str:
 
 
 def known_papers(claims_dir: Path) -> list[str]:
-    """The papers that have a claims file."""
-    return sorted(p.stem for p in claims_dir.glob("*.yaml"))
+    """The papers that have a claims file; a directory that is not there, or holds none, is
+    refused (a report of no paper is a mistyped --claims)."""
+    if not claims_dir.is_dir():
+        raise UserError(f"claims directory {claims_dir} does not exist; --claims names one")
+    papers = sorted(p.stem for p in claims_dir.glob("*.yaml"))
+    if not papers:
+        raise UserError(
+            f"claims directory {claims_dir} holds no claims file (*.yaml); --claims names one"
+        )
+    return papers
 
 
 def load_claims(paper: str, claims_dir: Path) -> ClaimsFile:
     """Load and validate `<claims_dir>/<paper>.yaml`; UserError naming the mistake."""
     path = claims_dir / f"{paper}.yaml"
-    if not claims_dir.is_dir():
-        raise UserError(f"claims directory {claims_dir} does not exist; --claims names one")
     if not path.is_file():
-        known = ", ".join(known_papers(claims_dir)) or "none"
+        known = ", ".join(known_papers(claims_dir))
         raise UserError(f"unknown paper '{paper}': no {path}; known papers: {known}")
     parsed = load(ClaimsFile, read_yaml(path, "claims file"), str(path))
     if parsed.paper != paper:

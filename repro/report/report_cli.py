@@ -45,7 +45,7 @@ def _paper(argv: list[str]) -> int:
     args = _paper_parser().parse_args(argv)
     claims_dir = Path(args.claims) if args.claims else default_claims_dir()
     if args.paper not in known_papers(claims_dir):
-        known = ", ".join(known_papers(claims_dir)) or f"none (no *.yaml in {claims_dir})"
+        known = ", ".join(known_papers(claims_dir))
         raise UserError(f"repro report: unknown paper '{args.paper}'; known papers: {known}")
     out_dir = Path(args.dir) if args.dir else Path(args.out) / args.paper
     html = build_report(
