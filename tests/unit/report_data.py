@@ -188,3 +188,16 @@ def as_set_runs(runs: Iterable[RunData]) -> list[RunData]:
             run = dataclasses.replace(run, config=config)
         out.append(run)
     return out
+
+
+def write_offline_runs(root: Path, runs: Iterable[RunData]) -> None:
+    """Log synthetic runs through the real tracker (wandb offline) under `root`, where a
+    report reads them back from disk."""
+    from repro.schemas.tracking import TrackingConfig
+    from repro.track.wandb_run import Tracker
+
+    for run in runs:
+        cfg = TrackingConfig(mode="offline")
+        with Tracker(cfg, root / run.name, run.name, run.group, run.job_type, run.config) as t:
+            for row in run.history:
+                t.log(row, step=row["step"])

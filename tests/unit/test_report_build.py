@@ -13,11 +13,15 @@ from repro.report.build import build_report, render_parts, select_runs
 from repro.report.colours import colour_for
 from repro.report.plots import draw_figure
 from repro.report.report_cli import main as report_main
-from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable
-from repro.track.wandb_run import Tracker
-from tests.unit.report_data import adacomm_set, as_set_runs, make_run, seeded
+from tests.unit.report_data import (
+    adacomm_set,
+    as_set_runs,
+    make_run,
+    seeded,
+    write_offline_runs,
+)
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
@@ -154,18 +158,9 @@ def test_no_runs_is_a_user_error(tmp_path):
         build_report("adacomm", tmp_path / "missing", tmp_path / "out", claims_dir=CLAIMS_DIR)
 
 
-def write_offline_run(root: Path, run) -> None:
-    """Log a synthetic run through the real tracker (wandb offline) under `root`."""
-    cfg = TrackingConfig(mode="offline")
-    with Tracker(cfg, root / run.name, run.name, run.group, run.job_type, run.config) as t:
-        for row in run.history:
-            t.log(row, step=row["step"])
-
-
 def test_build_report_reads_runs_back_from_disk(tmp_path):
     runs_root = tmp_path / "runs"
-    for run in as_set_runs(adacomm_set()[:4]):
-        write_offline_run(runs_root, run)
+    write_offline_runs(runs_root, as_set_runs(adacomm_set()[:4]))
     assert len(find_runs(runs_root)) == 4
     claims_dir = tmp_path / "claims"
     claims_dir.mkdir()

@@ -17,12 +17,17 @@ from repro.report.plots import axis_label
 from repro.report.report_cli import main as report_main
 from repro.report.summary import plain_verdict
 from repro.report.wandb_spec import TITLE_MAX, build_spec, figure_grids
-from repro.schemas.tracking import TrackingConfig
 from repro.track.runs import find_runs
 from repro.track.wandb_publish import SPEC_FILE
 from repro.track.wandb_report import BAND, to_report
-from repro.track.wandb_run import Tracker
-from tests.unit.report_data import STEPS, adacomm_set, as_set_runs, make_run, seeded
+from tests.unit.report_data import (
+    STEPS,
+    adacomm_set,
+    as_set_runs,
+    make_run,
+    seeded,
+    write_offline_runs,
+)
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 NO_KEY = "no wandb API key (set WANDB_API_KEY or run `wandb login`)"
@@ -134,20 +139,12 @@ def test_figure_grids_group_by_label_select_runs_and_state_reference_lines():
     assert colours == {label: colour_for(label) for label in runs}
 
 
-def _write_offline_runs(root: Path) -> None:
-    for run in as_set_runs(adacomm_set()[:4]):
-        cfg = TrackingConfig(mode="offline")
-        with Tracker(cfg, root / run.name, run.name, run.group, run.job_type, run.config) as t:
-            for row in run.history:
-                t.log(row, step=row["step"])
-
-
 def test_publish_offline_saves_the_spec_and_says_how_to_publish_it(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc with a stored key
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     runs_root, out, claims_dir = tmp_path / "runs", tmp_path / "reports", tmp_path / "claims"
-    _write_offline_runs(runs_root)
+    write_offline_runs(runs_root, as_set_runs(adacomm_set()[:4]))
     # the claims without their figures: drawing them is the local report's test, not this one's
     raw = yaml.safe_load((CLAIMS_DIR / "adacomm.yaml").read_text())
     claims_dir.mkdir()
