@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 
 _POLL_S = 1.0
+RUN_LOCK = ".lock"
+"""The file in a run directory whose lock the live run holds (`repro.train.run_lock`), which
+`repro runs` asks to tell a running run from a stopped one."""
 
 
 class FileLock:

@@ -46,6 +46,7 @@ from repro.report.run_setup import (
 )
 from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
 from repro.sweep.tuned import TuningTable, tuning_table
+from repro.track.runs import STOPPED
 from repro.track.series import Run, Seeded, cfg, every_run, last_logged, seeds_of
 
 # the summary key under which a run's wandb page is recorded
@@ -166,6 +167,8 @@ def claims_table(
 def _status(exit_code: int | None) -> str:
     if exit_code is None:
         return "incomplete (no exit record)"
+    if exit_code == STOPPED:
+        return "stopped (Ctrl-C or kill; the same command resumes it)"
     return "finished" if exit_code == 0 else f"failed (exit {exit_code})"
 
 

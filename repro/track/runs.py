@@ -21,6 +21,10 @@ from typing import Any
 from repro.errors import UserError
 from repro.track.wandb_file import DamagedLog, records
 
+STOPPED = 130
+"""The exit code a run logs when it is stopped (Ctrl-C, or SIGTERM from `kill`) rather than
+failed: 128 + SIGINT, as a shell reports it. The same command resumes such a run."""
+
 
 @dataclass
 class RunData:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import CommandParser, UserError
-from repro.track.runs import RunData, find_runs, read_run
+from repro.locks import RUN_LOCK, held
+from repro.track.runs import STOPPED, RunData, find_runs, read_run
 
 DEFAULT_ROOT = "runs"  # the trainer's default `runs_root`
 LS_METRICS = ("train/loss", "test/acc")
@@ -53,8 +54,14 @@ def _final(value: Any) -> Any:
 
 
 def _state(run: RunData) -> str:
+    """finished, failed(code), stopped (Ctrl-C or kill), running (its process holds the run
+    directory's lock, so it is still writing) or incomplete (ended with no exit record:
+    SIGKILL, or a worker process its launcher ended). The same command resumes a stopped or
+    incomplete run."""
     if run.exit_code is None:
-        return "incomplete"
+        return "running" if held(run.path / RUN_LOCK) else "incomplete"
+    if run.exit_code == STOPPED:
+        return "stopped"
     return "finished" if run.exit_code == 0 else f"failed({run.exit_code})"
 
 

@@ -22,12 +22,13 @@ from repro.comm.devices import pick_device
 from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
+from repro.locks import RUN_LOCK
 from repro.storage import NewDir
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose, finished_summary
 from repro.train.divergence import Diverged
 from repro.train.engine_checks import check_memory, check_process_memory
-from repro.train.run_lock import LOCK_FILE, run_lock
+from repro.train.run_lock import run_lock
 from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
@@ -87,7 +88,7 @@ def run_training(cfg: Config) -> dict:
         return _train(cfg, device, external)
     run_dir = run_dir_of(cfg)
     folder = NewDir(run_dir, "run_dir")
-    with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, LOCK_FILE)):
+    with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, RUN_LOCK)):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
 

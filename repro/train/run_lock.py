@@ -21,10 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.locks import holder, take
+from repro.locks import RUN_LOCK, holder, take
 from repro.storage import storage_error
 
-LOCK_FILE = ".lock"
 # Longer than an NFSv4 lease (90 s by default), after which a dead node's lock is dropped.
 REQUEUE_WAIT_S = 120.0
 
@@ -36,7 +35,7 @@ def _requeued() -> bool:
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir`'s lock while the body runs; UserError when a live run holds it."""
-    path = run_dir / LOCK_FILE
+    path = run_dir / RUN_LOCK
     try:
         lock = take(path, REQUEUE_WAIT_S if _requeued() else 0.0)
     except OSError as e:

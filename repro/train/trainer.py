@@ -24,6 +24,7 @@ from repro.netmodel.schedule import NetworkSchedule
 from repro.netmodel.timekeeper import TimeKeeper
 from repro.optim.config import build_optimizer, lr_at, set_lr
 from repro.strategies.base import StepInfo, build_strategy
+from repro.track.runs import STOPPED
 from repro.train import checkpoint
 from repro.train.divergence import DivergenceGuard
 from repro.train.evaluate import averaged_model, test_sums, train_loss
@@ -77,6 +78,9 @@ class Trainer:
         try:
             self.loop(start)
             return self.finish()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as `Terminated`: stopped, not failed
+            self.log.finish(None, exit_code=STOPPED)
+            raise
         except BaseException:
             self.log.finish(None, exit_code=1)
             raise

@@ -268,6 +268,28 @@ def test_a_killed_training_run_says_so_and_the_rerun_resumes(tmp_path):
     assert (run / "summary.json").exists() and len([*(run / "wandb").glob("offline-run-*")]) == 2
 
 
+@pytest.mark.parametrize("how", ["ctrl_c", "kill"])
+def test_a_stopped_run_reads_back_as_stopped_not_failed(tmp_path, how):
+    """A simulated run stopped by Ctrl-C or `kill` logs that it stopped, so `repro runs ls`
+    tells it from a failure (it read `failed(1)`); resumed, the same run reads finished."""
+    run = tmp_path / "run"
+    args = ["train", "experiment=adacomm_tiny", f"run_dir={run}", "tracking=wandb_offline"]
+    args += [f"data.root={tmp_path / 'data'}", "trainer.steps=4000", "trainer.time_budget_s=0"]
+    args += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
+
+    def state() -> str:
+        listed = repro_cli("runs", "ls", str(tmp_path), cwd=tmp_path)
+        (row,) = [line for line in listed.stdout.splitlines() if line.endswith(str(run))]
+        return row.split()[4]
+
+    rc, out, err = _interrupt(args, tmp_path, lambda: checkpoint.latest_step(run) > 0, how)
+    _one_line(rc, out, err, "train stopped", how)
+    assert state() == "stopped"
+    again = repro_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert state() == "finished"
+
+
 def _ps() -> list[list[str]]:
     ps = subprocess.run(["ps", "-ww", "-eo", "pid=,sess=,args="], capture_output=True, text=True)
     return [

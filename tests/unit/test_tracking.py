@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from repro.errors import UserError
+from repro.locks import RUN_LOCK, take
 from repro.schemas.tracking import TrackingConfig
 from repro.track import runs_cli
 from repro.track.runs import find_runs, read_run
@@ -214,6 +215,28 @@ def test_runs_ls_and_show(logged, capsys):
 
     with pytest.raises(UserError, match="no run 'zzz'"):
         runs_cli.main(["show", "zzz", "--root", str(root)])
+
+
+def test_runs_ls_tells_running_from_incomplete_by_the_run_lock(tmp_path, capsys):
+    """A run with no exit record is running while a process holds its run directory's lock
+    (the trainer's, `repro.train.run_lock`) and incomplete once none does."""
+    run_dir = tmp_path / "exp" / "sync-abc123"
+    tracker = Tracker(OFFLINE, run_dir, "sync", "g", "sync", RUN_CONFIG, None)
+    log_steps(tracker, range(3))
+    tracker.finish()
+    src = next(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+
+    def state() -> str:
+        assert runs_cli.main(["ls", str(tmp_path)]) == 0
+        return capsys.readouterr().out.splitlines()[1].split()[4]
+
+    assert state() == "finished"
+    src.write_bytes(src.read_bytes()[: src.stat().st_size // 2])  # as a run cut off mid-way
+    assert not has_exit_record(src)
+    assert state() == "incomplete"
+    with take(run_dir / RUN_LOCK, 0):
+        assert state() == "running"
+    assert state() == "incomplete"
 
 
 def test_reader_errors(tmp_path):
