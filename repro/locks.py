@@ -76,7 +76,7 @@ def take(path: Path, wait_s: float | None = None) -> FileLock | None:
 def held(path: Path) -> bool:
     """Whether a live process holds `path`'s lock (a missing file: nobody does)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY)  # a flock needs no write access: a read-only share
     except FileNotFoundError:
         return False
     try:
