@@ -43,6 +43,7 @@ from repro.netmodel.calibrate_fit import (
     predict,
 )
 from repro.netmodel.cost import Link
+from repro.storage import atomic_write, check_creatable
 
 OPS = ("allreduce", "allgather", "broadcast")
 DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KB .. 64 MB, as --sizes defaults
@@ -184,6 +185,7 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --link-from={args.link_from} is not among --ops")
     if args.out.suffix != ".yaml":
         raise UserError(f"repro calibrate: --out={args.out} must be a .yaml file")
+    check_creatable(args.out.parent, "--out")  # before minutes of measuring, not after
     return ranks, ops, sizes, args
 
 
@@ -260,11 +262,8 @@ def main(argv: list[str]) -> int:
     for key, link in links.items():
         print(f"{f'{key}:':<24}{describe(link)}")
     chosen = FitKey(args.link_from, args.link_ranks)
-    try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(preset_text(args.out.stem, links, samples, chosen))
-    except OSError as e:
-        raise UserError(f"repro calibrate: cannot write --out={args.out}: {e.strerror}") from None
+    text = preset_text(args.out.stem, links, samples, chosen)
+    atomic_write(args.out, lambda f: f.write(text.encode()), "--out")
     print(
         f"wrote {args.out} with the {chosen} fit; "
         f"use it as network={args.out.stem} from configs/network/"

@@ -200,6 +200,10 @@ REFUSED = [
     (["jobs", "--watch", "--interval", "0"], "--interval=0.0"),
     (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
     (["calibrate", "--sizes", "1K,abc"], "'abc'"),
+    (
+        ["calibrate", "--out", "/dev/null/net.yaml"],
+        "/dev/null: not a directory; a file, not a folder, is on that path; set --out elsewhere",
+    ),
     (["reproduce", "adacomm", "--claims", "no_such_dir"], "claims directory no_such_dir"),
     (
         ["reproduce", "adacomm", "--reports", "/dev/null/r"],
