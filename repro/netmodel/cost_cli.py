@@ -12,17 +12,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from repro.errors import CommandParser, UserError
 from repro.netmodel.cost import COMPRESSED, EXCHANGES, Link, adasum_vhdd, cheapest
 from repro.netmodel.schedule import gbps_to_Bps
 
 
+def _count(text: str) -> int:
+    """A parameter count as papers write it: 271224, 25_557_032 or 2.5e7."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole count (e.g. 271224 or 2.5e7)")
+    return int(value)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="repro cost", description=__doc__.splitlines()[0])
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--model", help="model name: the repro zoo first, then torchvision")
-    size.add_argument("--params", type=int, help="parameter count instead of a model")
+    size.add_argument("--params", type=_count, help="parameter count instead of a model")
     p.add_argument("--num-classes", type=int, default=10, help="classes when building --model")
     p.add_argument("--tensors", type=int, help="parameter tensors (Adasum); default from model")
     p.add_argument("--latency-ms", type=float, default=4.0)

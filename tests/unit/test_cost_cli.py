@@ -37,6 +37,13 @@ def test_dtype_bytes_and_cr_change_the_message(capsys):
     assert half["costs_ms"]["art_tree"] == pytest.approx(6 + 3 * 0.2 * 2)
 
 
+def test_a_parameter_count_is_read_as_papers_write_it(capsys):
+    plain = run_json(capsys, BASE)
+    for written in ("1e6", "1_000_000", "1.0e6"):
+        argv = [written if a == "1000000" else a for a in BASE]
+        assert run_json(capsys, argv) == plain, written
+
+
 def test_adasum_needs_power_of_two_workers(capsys):
     out = run_json(capsys, ["--params", "1000", "--workers", "6"])
     assert out["costs_ms"]["adasum"] is None
@@ -79,6 +86,8 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         (["--workers", "4"], "--model"),
         (["--params", "10", "--model", "resnet18"], "--model"),
         (["--params", "0"], "--params"),
+        (["--params", "1.5"], "'1.5' is not a whole count"),
+        (["--params", "nan"], "'nan' is not a whole count"),
         (["--params", "10", "--tensors", "11"], "--tensors=11 is more than the 10 parameters"),
         (["--model", "cnn1d", "--tensors", "6461"], "--tensors=6461 is more than the 6,460"),
     ],
