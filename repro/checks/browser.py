@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlparse
 
 from repro.checks.devtools import WIDTH, DevTools, find_browser
 from repro.errors import CommandParser, UserError
+from repro.storage import atomic_write, check_creatable
 
 __all__ = ["PageCheck", "check_pages", "find_browser", "html_pages", "main"]
 
@@ -144,8 +145,8 @@ def _screenshot(tools: DevTools, path: Path) -> Path:
         },
         session=True,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(base64.b64decode(shot["data"]))
+    png = base64.b64decode(shot["data"])
+    atomic_write(path, lambda f: f.write(png), "--screenshots")
     return path
 
 
@@ -236,7 +237,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     root = Path(args.path)
     shots = Path(args.screenshots) if args.screenshots else None
-    checks = check_pages(html_pages(root), root=root, screenshots=shots)
+    pages = html_pages(root)
+    if shots is not None:  # before the browser starts, not at the first page's screenshot
+        check_creatable(shots, "--screenshots")
+    checks = check_pages(pages, root=root, screenshots=shots)
     for check in checks:
         print(check.line())
     bad = sum(not c.ok for c in checks)

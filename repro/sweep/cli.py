@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from repro.errors import CommandParser, UserError, say_stopped, sigterm_stops
+from repro.storage import check_creatable
 from repro.sweep.tuned import REPO, TUNED_DIR
 
 USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
@@ -202,9 +203,11 @@ def tune(argv: list[str]) -> int:
             f"{spec.source} tunes experiment={spec.experiment}, not {args.paper}_{scale}; "
             "pass the spec of this paper and scale"
         )
+    out = args.out or TUNED_DIR
+    check_creatable(out, "--out")  # before the search's trials, not after them
     try:
         with sigterm_stops():
-            run_tune(spec, args.workers, args.out or TUNED_DIR)
+            run_tune(spec, args.workers, out)
     except KeyboardInterrupt as stop:
         return say_stopped(
             stop,

@@ -201,6 +201,10 @@ REFUSED = [
     (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
     (["calibrate", "--sizes", "1K,abc"], "'abc'"),
     (
+        ["tune", "adacomm", "scale=tiny", "--out", "/dev/null/tuned"],
+        "/dev/null/tuned: not a directory; a file, not a folder, is on that path; set --out",
+    ),
+    (
         ["calibrate", "--out", "/dev/null/net.yaml"],
         "/dev/null: not a directory; a file, not a folder, is on that path; set --out elsewhere",
     ),

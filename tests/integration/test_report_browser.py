@@ -120,6 +120,12 @@ def test_the_check_reports_a_missing_image_and_console_errors(built, chromium, t
     assert any("gone.png" in e for e in check.console_errors)  # the failed load itself
     proc = repro_cli("report", "check", str(page), cwd=tmp_path)
     assert proc.returncode == 1 and "image did not load: gone.png" in proc.stdout
+    # a screenshot folder that cannot be made is one line before the browser starts
+    proc = repro_cli("report", "check", str(page), "--screenshots", "/dev/null/s", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: /dev/null/s: not a directory; a file, not a folder, is on that path; set "
+        "--screenshots elsewhere\n"
+    )
 
 
 @pytest.fixture(scope="module")
