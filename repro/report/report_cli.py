@@ -27,6 +27,7 @@ from pathlib import Path
 from repro.claims.claims_file import SCALES, known_papers
 from repro.errors import CommandParser, UserError
 from repro.report.build import build_report, default_claims_dir
+from repro.storage import check_creatable
 
 
 def _paper_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,8 @@ def _paper(argv: list[str]) -> int:
         known = ", ".join(known_papers(claims_dir))
         raise UserError(f"repro report: unknown paper '{args.paper}'; known papers: {known}")
     out_dir = Path(args.dir) if args.dir else Path(args.out) / args.paper
+    if args.dir:  # the folder named on purpose is the setting a refusal names
+        check_creatable(out_dir, "--dir")
     html = build_report(
         args.paper,
         Path(args.runs),

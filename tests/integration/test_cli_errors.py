@@ -217,6 +217,10 @@ REFUSED = [
     (["report", "all", "--runs", "no_such_runs"], "--runs no_such_runs is not a directory"),
     (["runs", "ls", "no_such_runs"], "runs root no_such_runs is not a directory; name the folder"),
     (["report", "all", "--claims", "no_claims"], "claims directory no_claims does not exist"),
+    (
+        ["report", "adacomm", "--dir", "/dev/null/r"],
+        "/dev/null/r: not a directory; a file, not a folder, is on that path; set --dir elsewhere",
+    ),
     (["report", "adacomm", "--claims", "."], "claims directory . holds no claims file"),
     # an option between positionals: the command reads both positionals, then refuses them
     (["tune", "adacomm", "--workers", "1", "scale=huge"], "scale=huge: adacomm has no tuning"),
