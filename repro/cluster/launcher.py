@@ -396,4 +396,5 @@ def _worker_main(fn: Callable[[], object], label: str, index: int) -> None:
         print(f"error: {label} worker {index}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # Ctrl-C reaches every worker; the parent says what to do
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # its passed-on copy: no exit traceback
         raise SystemExit(130) from None
