@@ -7,8 +7,9 @@ own overrides and, in a tuned set, the values `repro tune` chose (`label_configs
 any other way (the reproduction with extra overrides such as `trainer.steps=300`, or `repro
 train` by hand) is another experiment, however close: its numbers are shown, but a verdict
 read from it would judge the paper on a regime nobody fixed in advance, so the claims that
-read it are not assessed (`off_set`, given to `repro.claims.verdicts.evaluate` by whatever
-reads a reproduction's runs from disk), and the page names the settings that depart.
+read it are not assessed (`departures`, which `repro.report.build.select_runs` finds for
+every run a report reads and `repro.claims.verdicts.evaluate` is given), and the page names
+the settings that depart.
 
 Settings that say where or how a run was computed, not what (`HOW_IT_RAN`), may differ: the
 data's folder, the engine and its vectorization, the device, how often checkpoints are
@@ -28,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from repro.config import CONFIG_DIR, Config, as_dict, compose, flat, identity
 from repro.pages.writer import fmt
 from repro.sweep.tuned import run_overrides
-from repro.track.series import Seeded
 
 HOW_IT_RAN = (
     "data.root",
@@ -92,18 +92,3 @@ def departures(config: dict, settings: dict) -> list[str]:
         for key, want in settings.items()
         if have.get(key) != want
     ]
-
-
-def off_set(runs: Seeded, paper: str, scale: str) -> dict[str, dict[int, list[str]]]:
-    """Label -> seed -> departures, for each run of `runs` (label -> seed -> run) that is not
-    the run set's run of its label at `scale`; labels the set does not list (a method run
-    beside it for a comparison) are no claim's business here and left out."""
-    settings = set_settings(f"{paper}_{scale}")
-    out: dict[str, dict[int, list[str]]] = {}
-    for label, by_seed in runs.items():
-        if label not in settings:
-            continue
-        for seed, run in by_seed.items():
-            if found := departures(run.config, settings[label]):
-                out.setdefault(label, {})[seed] = found
-    return out

@@ -95,7 +95,8 @@ OffSet = Mapping[str, Mapping[int, list[str]]]
 
 def departed(claim: Claim, runs: Seeded, seeds: list[int], off: OffSet) -> str:
     """The settings where the runs `claim` reads at `seeds` are not the run set's runs
-    (`repro.claims.set_regime.off_set`), each once: "" when they all are."""
+    (`off`: label -> seed -> `repro.claims.set_regime.departures`), each once: "" when they all
+    are."""
     params = claim.metric.get("params") or {}
     labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
     found = [

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
-from repro.claims.set_regime import departures, off_set, set_settings
+from repro.claims.set_regime import departures, set_settings
 from repro.claims.verdicts import OffSet, evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown
@@ -32,18 +33,27 @@ def default_claims_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "reports" / "claims"
 
 
-def select_runs(
-    runs: Sequence[Run], paper: str, scale: str | None, where: str
-) -> tuple[str, dict[str, dict[int, Run]], list[str]]:
-    """The scale, the runs of group `<paper>_<scale>` as label -> seed -> run, and notes on
-    choices.
+class Selection(NamedTuple):
+    """What a report reads: the scale, the runs of group `<paper>_<scale>` as label -> seed
+    -> run, notes on the choices, and `off`: label -> seed -> the settings where a kept run
+    is not the run set's own (`repro.claims.set_regime`), which `evaluate` leaves unjudged."""
+
+    scale: str
+    runs: dict[str, dict[int, Run]]
+    notes: list[str]
+    off: dict[str, dict[int, list[str]]]
+
+
+def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) -> Selection:
+    """The runs one report of `paper` reads, and which of them are not the run set's.
 
     Refuses (UserError) when there is no such run, when several scales' groups exist and no
     scale was chosen, and when runs of the group name different scales. Of several runs with
     one label and seed the run set's own is kept (`repro.claims.set_regime`: not one made
     with extra overrides beside it), then a finished one over an unfinished one (a crashed
     run beside its re-run), then the newest: a changed config or method default gets a run
-    directory of its own, and the report must show what the current code computes.
+    directory of its own, and the report must show what the current code computes. A label
+    the set does not list (a method run beside it for a comparison) is never off the set.
     """
     scales = [scale] if scale else list(SCALES)
     groups = {f"{paper}_{s}": s for s in scales}
@@ -66,29 +76,36 @@ def select_runs(
             "a report never mixes scales; move the odd runs to their own group"
         )
     wanted = set_settings(group)
+    away = {
+        id(run): departures(run.config, wanted[label_of(run)]) if label_of(run) in wanted else []
+        for run in members
+    }
 
     def rank(run: Run) -> tuple[bool, bool, float]:
-        in_set = label_of(run) in wanted and not departures(run.config, wanted[label_of(run)])
-        return in_set, run.exit_code == 0, run.started
+        return not away[id(run)], run.exit_code == 0, run.started
 
     candidates: dict[tuple[str, int], list[Run]] = {}
     for run in members:
         candidates.setdefault((label_of(run), seed_of(run)), []).append(run)
     chosen: dict[str, dict[int, Run]] = {}
+    off: dict[str, dict[int, list[str]]] = {}
     notes: list[str] = []
     for (label, seed), found in candidates.items():
         keep, *others = sorted(found, key=rank, reverse=True)
         chosen.setdefault(label, {})[seed] = keep
+        if away[id(keep)]:
+            off.setdefault(label, {})[seed] = away[id(keep)]
         if others:
             why = " (the run set's own)" if rank(keep)[0] > rank(others[0])[0] else ""
             notes.append(
                 f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}{why}"
             )
     ordered_runs = {label: dict(sorted(by_seed.items())) for label, by_seed in chosen.items()}
-    return (
+    return Selection(
         groups[group],
         dict(sorted(ordered_runs.items(), key=lambda kv: natural_key(kv[0]))),
         notes,
+        off,
     )
 
 
@@ -109,7 +126,7 @@ def render_parts(
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
     """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`;
     returns the results and figures, which the index page shows again. `off` lists the runs
-    that are not the run set's (`repro.claims.set_regime.off_set`).
+    that are not the run set's (`repro.report.build.Selection.off`).
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
@@ -152,11 +169,10 @@ def build_report(
     claims = load_claims(paper, claims_dir or default_claims_dir())
     runs_root = Path(runs_root)
     found = find_runs(runs_root, None) if runs_root.is_dir() else []
-    chosen_scale, runs, notes = select_runs(found, paper, scale, str(runs_root))
+    chosen_scale, runs, notes, off = select_runs(found, paper, scale, str(runs_root))
     check_caps_for_scale(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
-    off = off_set(runs, paper, chosen_scale)
     render_parts(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes, off=off)
     return Path(out_dir) / "report.html"

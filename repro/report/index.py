@@ -18,7 +18,6 @@ from pathlib import Path
 from repro.claims.claims_file import SCALES, ClaimsFile, known_papers, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
-from repro.claims.set_regime import off_set
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.build import default_claims_dir, render_parts, select_runs
@@ -77,10 +76,9 @@ def _section(
     reproduce = f"repro reproduce {paper} scale={scale}"
     base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)
     try:
-        _, runs, notes = select_runs(found, paper, scale, runs_root)
+        _, runs, notes, off = select_runs(found, paper, scale, runs_root)
     except UserError as err:
         return replace(base, refused=str(err))
-    off = off_set(runs, paper, scale)
     results, figures = render_parts(
         claims, runs, scale, out / sub, command=command, notes=notes, off=off
     )

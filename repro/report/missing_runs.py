@@ -102,7 +102,7 @@ def missing_notes(
 
 def off_set_notes(paper: str, scale: str, off: OffSet) -> list[Para]:
     """The runs standing in for the set's own, made with other settings (label -> seed ->
-    departures, `repro.claims.set_regime.off_set`): each label with its seeds and settings,
+    departures, `repro.report.build.Selection.off`): each label with its seeds and settings,
     and the command that makes the set's runs, which a report then reads instead."""
     if not off:
         return []

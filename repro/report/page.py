@@ -215,7 +215,7 @@ def assemble(
     off: OffSet | None = None,
 ) -> Page:
     """The page of one reproduction (see module doc); run links are relative to `page_dir`;
-    `off` the runs that are not the run set's (`repro.claims.set_regime.off_set`)."""
+    `off` the runs that are not the run set's (`repro.report.build.Selection.off`)."""
     tuning = run_set_tuning(claims.paper, scale, runs)
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)

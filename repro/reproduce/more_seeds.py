@@ -19,7 +19,6 @@ from types import SimpleNamespace
 from repro.claims.claims_file import ClaimsFile
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
-from repro.claims.set_regime import off_set
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
@@ -113,8 +112,8 @@ def extend(
     tried: set[tuple[str, int]] = set()
     while True:
         found = find_runs(root) if root.is_dir() else []
-        _, runs, _ = select_runs(found, paper, scale, str(root))
-        results = evaluate(claims.claims, runs, scale, off_set(runs, paper, scale))
+        _, runs, _, off = select_runs(found, paper, scale, str(root))
+        results = evaluate(claims.claims, runs, scale, off)
         pairs, why = wanted(results, runs)
         if not pairs:
             return

@@ -33,7 +33,7 @@ def _runs(tmp_path: Path, drop: tuple[str, ...] = ()):
 
 def _page(tmp_path: Path, runs, figures=()):
     claims = load_claims("adacomm", CLAIMS_DIR)
-    scale, chosen, _ = select_runs(runs, "adacomm", None, "runs")
+    scale, chosen, _, _ = select_runs(runs, "adacomm", None, "runs")
     chosen = ordered(claims, chosen)
     results = evaluate(claims.claims, chosen, scale)
     page_dir = tmp_path / "reports" / "adacomm"
