@@ -24,7 +24,7 @@ import torch
 
 from repro.errors import UserError
 from repro.locks import take
-from repro.storage import atomic_write
+from repro.storage import atomic_write, missing_folders
 
 # CIFAR per-channel statistics of the training set (standard values used by the papers' code).
 _CIFAR_STATS = {
@@ -152,7 +152,8 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
     from torchvision import datasets
 
     cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[name]
-    made = _first_missing(Path(root))
+    missing = missing_folders(Path(root))
+    made = missing[-1] if missing else None  # the outermost folder this attempt makes
     try:
         # With download, one process of the node fetches; the others find the files verified.
         with node_lock(root, name) if download else nullcontext():
@@ -178,19 +179,11 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
     )
 
 
-def _first_missing(path: Path) -> Path | None:
-    """The outermost folder of `path` that does not exist yet (None when `path` exists)."""
-    made = None
-    while not path.exists() and path != path.parent:
-        made, path = path, path.parent
-    return made
-
-
 def check_root(root: str) -> None:
     """Refuse a `data.root` that is (or lies under) something other than a directory,
     which the writers would otherwise report as a disk fault ("file exists")."""
-    made = _first_missing(Path(root))
-    at = Path(root) if made is None else made.parent
+    missing = missing_folders(Path(root))
+    at = missing[-1].parent if missing else Path(root)
     if at.exists() and not at.is_dir():
         what = "is" if at == Path(root) else f"lies under {at}, which is"
         raise UserError(
