@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,10 +32,16 @@ from omegaconf.errors import (
 )
 from omegaconf.nodes import BooleanNode, BytesNode, EnumNode, FloatNode, IntegerNode, PathNode
 
-from repro.errors import UserError
+from repro.errors import UserError, override_key
 
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic"
 LISTS_KEYS = "`repro train --cfg job` lists every key"
+# Hydra's text for a config file that sets a key the schema chosen for its group lacks; the
+# exception carries no cause, only this text.
+SET_BY_FILE = re.compile(
+    r"In '(?P<file>[^']+)': ConfigKeyError raised while composing config:\s*"
+    r"Key '[^']+' not in '[^']+'\s*full_key: (?P<key>\S+)"
+)
 # What a value node of each OmegaConf type accepts, as a user would write it.
 EXPECTS = {
     IntegerNode: "an int (a whole number)",
@@ -70,6 +77,9 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
     text = str(e)
     if text.startswith("Ambiguous value for argument"):
         return several_values(text.split("'")[1], config_dir)
+    set_by_file = SET_BY_FILE.match(text)
+    if set_by_file:
+        return _set_by_file(set_by_file["key"], set_by_file["file"], overrides, config_dir)
     cause = e if isinstance(e, OmegaConfBaseException) else e.__cause__
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.child_node is None:
@@ -122,6 +132,28 @@ def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Pa
     siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
     where = f"{section} has {', '.join(siblings)}" if section and siblings else LISTS_KEYS
     return f"{key} is not a setting; {where}"
+
+
+def _set_by_file(key: str, file: str, overrides: list[str], config_dir: Path) -> str:
+    """A config file (an experiment, say) sets `key`, and the choice made for the key's group
+    has no such setting: the file, not the command line, is where to look."""
+    group = key.split(".")[0]
+    path = f"{config_dir.name}/{file}.yaml"
+    source = f"{file.replace('/', '=', 1)} ({path})"
+    if file.split("/")[0] == group:  # its own group's schema: the keys sit one level too deep
+        return (
+            f"{key} is set by {source} and is not a setting of {group}: a file in {group}/ "
+            f"holds {group}'s keys at its top level, or, with the first line "
+            "`# @package _global_`, any section's"
+        )
+    typed = [o.partition("=")[2] for o in overrides if override_key(o) == group]
+    chosen = typed[-1] if typed else None  # else config.yaml's default
+    owners = list(choices_with(group, config_dir, skip=chosen).get(key, {}))
+    fix = f"drop {key} from {path}"
+    if owners:
+        fix = f"choose {' or '.join(f'{group}={c}' for c in owners)}, or {fix}"
+    which = f"{group}={chosen}" if chosen else f"the {group} chosen"
+    return f"{key} is set by {source} and is not a setting of {which}: {fix}"
 
 
 def known_keys(tree) -> list[str]:

@@ -1,8 +1,10 @@
 """Every config group composes; wrong keys and values fail at compose time, naming the field."""
 
+import shutil
+
 import pytest
 
-from repro.config import CONFIG_DIR, GROUPS, compose, config_hash
+from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, config_hash, registered
 from repro.errors import UserError
 
 
@@ -23,6 +25,50 @@ def test_every_group_choice_composes(group, choice):
         assert cfg.tracking.mode == {"wandb": "auto"}.get(choice, choice.removeprefix("wandb_"))
     else:
         assert getattr(cfg, group).name == choice
+
+
+@pytest.mark.parametrize("experiment", _choices("experiment"))
+def test_every_method_composes_beside_every_experiment(experiment):
+    """`experiment=X method=M` puts any method beside a paper's set (the README's way to
+    compare a new method), so no experiment file may set a key only its own method has."""
+    for method in _choices("method"):
+        cfg = compose_dict([f"experiment={experiment}", f"method={method}"])
+        assert cfg.method.name == method
+
+
+def test_a_key_an_experiment_file_sets_for_another_method_names_the_file(tmp_path):
+    """Hydra's error for such a key names the file but not the key's owners or the fix."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    from repro.hydra_overrides import explain
+
+    registered()
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, configs)
+    (configs / "experiment" / "mine.yaml").write_text("# @package _global_\nmethod:\n  tau: 3\n")
+    (configs / "experiment" / "nested.yaml").write_text("experiment:\n  seeds: 2\n")
+    lines = {}
+    tries = (["experiment=mine", "method=topk"], ["experiment=mine"], ["experiment=nested"])
+    for overrides in tries:
+        with (
+            pytest.raises(HydraException) as err,
+            initialize_config_dir(config_dir=str(configs), version_base=None),
+        ):
+            hydra_compose("config", overrides=overrides)
+        lines[overrides[-1]] = explain(err.value, overrides, configs)
+    assert lines["method=topk"] == (
+        "method.tau is set by experiment=mine (configs/experiment/mine.yaml) and is not a "
+        "setting of method=topk: choose method=adacomm or method=local_sgd, or drop method.tau "
+        "from configs/experiment/mine.yaml"
+    )
+    assert "not a setting of the method chosen: choose method=adacomm" in lines["experiment=mine"]
+    assert lines["experiment=nested"].startswith(
+        "experiment.experiment is set by experiment=nested (configs/experiment/nested.yaml) "
+        "and is not a setting of experiment: "
+    )
+    assert "`# @package _global_`" in lines["experiment=nested"]
 
 
 def test_default_is_mnist1d_sync():
