@@ -102,5 +102,6 @@ pg-up:
 pg-down:
 	scripts/pg-local down
 
+# Runs and every written report (pages, index, compare), never the committed claims files
 clean:
-	rm -rf runs reports/adacomm reports/topk reports/adasum .pytest_cache
+	rm -rf runs $(filter-out reports/claims/,$(wildcard reports/*/)) reports/index.* .pytest_cache
