@@ -175,5 +175,6 @@ def main(argv: list[str]) -> int:
     (out / "compare.html").write_text(to_html(compare_page))
     for note in skipped:
         print(f"not drawn: {note}")
-    print(f"wrote {png} and {out / 'compare.html'} ({len(drawn)} runs)")
+    runs = f"{len(drawn)} run{'s' if len(drawn) != 1 else ''}"
+    print(f"wrote {png} and {out / 'compare.html'} ({runs})")
     return 0

@@ -137,11 +137,12 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
         print(f"sweep {spec.name}: all {spec.n_trials} trials finished; nothing to run", flush=True)
         return []
     log.info(
-        "sweep %s on %s: %d trials, %d workers (cluster=%s)",
+        "sweep %s on %s: %d trials, %d worker%s (cluster=%s)",
         spec.name,
         spec.storage_label,
         spec.n_trials,
         workers,
+        "s" if workers != 1 else "",
         cfg.cluster.name,
     )
     deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None

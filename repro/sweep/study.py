@@ -27,20 +27,27 @@ from repro.sweep.spec import ArmSpec, SweepSpec
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     """The spec's sampler. `seed_offset` sets apart the workers' adaptive samplers (equal
-    seeds would propose equal points); the random sampler needs none (`_numbered_random`)."""
+    seeds would propose equal points). The random sampler draws by trial number
+    (`_numbered_random`) and the grid gives trial n the n-th point of an order its seed
+    shuffles: both take the spec's seed alone, or workers seeded apart would draw trial n
+    differently and the grid would visit some points twice and others never."""
     import optuna
 
+    samplers = optuna.samplers
     if spec.sampler.name == "random":
         return _numbered_random(spec.sampler.seed)
+    if spec.sampler.name == "grid":
+        return samplers.GridSampler(
+            {p.key: p.grid_values() for p in spec.space}, seed=spec.sampler.seed
+        )
     seed = spec.sampler.seed + seed_offset
-    samplers = optuna.samplers
     plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler}
     if spec.sampler.name in plain:
         return plain[spec.sampler.name](seed=seed)
     if spec.sampler.name == "nsga2":
         size = spec.sampler.population_size or 50
         return samplers.NSGAIISampler(population_size=size, seed=seed)
-    return samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
+    raise AssertionError(f"sampler {spec.sampler.name} is refused by the spec")
 
 
 def _numbered_random(seed: int) -> Any:

@@ -165,19 +165,37 @@ def _sampled(
 
 
 def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: float) -> None:
-    """A finished trial's line: how far the sweep is, the point and its objectives. A failed
-    one has Optuna's warning with its reason instead."""
+    """A finished trial's line: how far the sweep is, the point and its objectives, or why it
+    failed (the reason its trial records)."""
     from optuna.trial import TrialState
 
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
-    if trial is None or trial.state != TrialState.COMPLETE:
+    if trial is None or trial.state not in (TrialState.COMPLETE, TrialState.FAIL):
         return
-    scores = dict(zip(spec.metric_names, trial.values, strict=True))
+    if trial.state == TrialState.COMPLETE:
+        outcome = shown_settings(dict(zip(spec.metric_names, trial.values, strict=True)))
+    else:
+        outcome = f"failed ({trial.user_attrs.get('fail_reason', 'no reason recorded')})"
     print(
         f"sweep {spec.name} [{tally(study)[0]}/{spec.n_trials}] trial {number}: "
-        f"{shown_settings(trial.params)} -> {shown_settings(scores)} in {seconds:.0f} s",
+        f"{shown_settings(trial.params)} -> {outcome} in {seconds:.0f} s",
         flush=True,
     )
+
+
+class _RecordedFailures(logging.Filter):
+    """Drops Optuna's two warnings for a trial failed by `TrialFailed` (the reason with its
+    traceback, then the missing value): that failure is an outcome the trial records and
+    `_say_finished` prints in one line; any other failure keeps Optuna's warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, TrialFailed):
+            return False
+        return not record.getMessage().endswith("failed with value None.")
+
+
+RECORDED_FAILURES = _RecordedFailures()
 
 
 def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> int | None:
@@ -188,6 +206,7 @@ def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> in
     again before `Stopped` propagates. Any other error propagates."""
     from optuna.trial import TrialState
 
+    logging.getLogger("optuna.study._optimize").addFilter(RECORDED_FAILURES)
     try:
         study.optimize(objective, n_trials=1, catch=(TrialFailed,))
     except Stopped as stop:

@@ -50,6 +50,13 @@ def test_diverging_and_rejected_trials_fail_with_reason_and_the_study_goes_on(tm
     ran = repro("sweep", str(spec_path))
     assert ran.returncode == 0, ran.stderr
     assert "sweep tiny: 3 of 3 trials finished" in ran.stdout
+    # each failure is one line of the sweep's own, with its reason; no traceback
+    assert "Traceback" not in ran.stderr and "failed with" not in ran.stderr, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert any(
+        "] trial 0: " in ln and "-> failed (diverged: training diverged" in ln for ln in lines
+    )
+    assert any("] trial 1: " in ln and "-> failed (rejected: method.cr=2.0" in ln for ln in lines)
     by_number = {t.number: t for t in trials(spec_path)}
     assert by_number[0].state == TrialState.FAIL
     assert by_number[0].user_attrs["fail_reason"].startswith("diverged: training diverged")

@@ -72,10 +72,12 @@ def test_every_sampler_draws_points_inside_the_space(name, cls):
         assert len({tuple(t.params.values()) for t in study.trials}) == 6
 
 
-def test_random_points_follow_the_trial_number_not_the_worker():
+@pytest.mark.parametrize("name", ["random", "grid"])
+def test_random_and_grid_points_follow_the_trial_number_not_the_worker(name):
     """Two workers (their samplers seeded apart, as `run_worker` seeds them) taking trials in
-    either order draw trial n's point alike, so a search's points do not hang on timing."""
-    spec = make_spec("random")
+    either order draw trial n's point alike, so a search's points do not hang on timing, and
+    a grid visits distinct points."""
+    spec = make_spec(name, GRID_SPACE if name == "grid" else SPACE)
     workers = [make_sampler(spec, 0), make_sampler(spec, 1_000_004)]
 
     def points(samplers, order):
@@ -90,7 +92,7 @@ def test_random_points_follow_the_trial_number_not_the_worker():
 
     first = points(workers, [0, 1, 0, 1, 0, 1])
     assert points(workers, [1, 1, 0, 0, 1, 0]) == first
-    assert len({p["method.cr"] for p in first}) == 6
+    assert len({tuple(p.values()) for p in first}) == 6
     other_seed = make_sampler(replace(spec, sampler=replace(spec.sampler, seed=4)))
     assert points([other_seed], [0] * 6) != first  # the spec's seed still chooses the points
 
