@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     done, running = tally(open_study(spec, open_storage(spec)))
     print(
         f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
-        f"`repro sweep show {args.spec}` prints the Pareto front",
+        f"`repro sweep show {args.spec}` prints the {spec.result_words[0]}",
         flush=True,
     )
     return 0

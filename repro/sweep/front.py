@@ -151,7 +151,7 @@ class Front:
     @property
     def ring_word(self) -> str:
         """What the ring marks: the knee of a front, the best trial of one objective."""
-        return "best" if len(self.spec.metric_names) == 1 else "knee"
+        return self.spec.result_words[1]
 
     @property
     def other_word(self) -> str:

@@ -172,12 +172,12 @@ def front_svg(front: Front) -> str:
 
 
 def front_table(front: Front) -> Table:
-    """The front under the figure, one row per front trial, the knee marked."""
+    """The front under the figure, one row per front trial, the knee (or best) marked."""
     keys = [p.key for p in front.spec.space]
-    head = ["trial", "knee", *keys, *front.spec.metric_names]
+    head = ["trial", front.ring_word, *keys, *front.spec.metric_names]
     rows: list[list[Cell]] = []
     for i, r in enumerate(front.front):
-        cells = [r["trial"], "knee" if i == front.knee else ""]
+        cells = [r["trial"], front.ring_word if i == front.knee else ""]
         cells += [*(r["params"].get(k, "") for k in keys), *r["values"].values()]
         rows.append([_fmt(c) for c in cells])
     plural = "s" if len(front.front) != 1 else ""

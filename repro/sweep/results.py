@@ -172,17 +172,19 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         (value, members, front_rows(spec, group_front(spec, members)))
         for value, members in groups.items()
     ]
+    found, mark = spec.result_words
     for value, members, (rows, knee) in [(None, trials, whole), *fronts]:
         label = "" if value is None else f" for {spec.group_by}={value}"
         print(
-            f"\nPareto front{label} ({len(rows)} of {len(members)} completed trials; * = knee):",
+            f"\n{found.capitalize()}{label} ({len(rows)} of {len(members)} completed trials; "
+            f"* = {mark}):",
             file=stream,
         )
         table = format_table(spec, rows, knee)
         print(table, file=stream)
         k = rows[knee]
         print(
-            f"knee{label}: trial {k['trial']} {shown_settings(k['params'])} -> "
+            f"{mark}{label}: trial {k['trial']} {shown_settings(k['params'])} -> "
             f"{shown_settings(k['values'])}",
             file=stream,
         )

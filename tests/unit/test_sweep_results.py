@@ -95,8 +95,9 @@ def test_single_objective_best_per_group(tmp_path):
     assert result["knee"]["trial"] == 1
     assert {g: v["knee"]["trial"] for g, v in result["groups"].items()} == {"adasum": 1, "sum": 2}
     text = out.getvalue()
-    assert "knee for method.combiner=sum: trial 2" in text
-    assert "knee for method.combiner=adasum: trial 1" in text
+    assert "Best trial (1 of 4 completed trials; * = best):" in text and "Pareto" not in text
+    assert "best for method.combiner=sum: trial 2" in text
+    assert "best for method.combiner=adasum: trial 1" in text
 
 
 def test_show_before_the_sweep_ran_is_a_clear_error(tmp_path):
