@@ -244,6 +244,12 @@ def _check_group_choices(overrides: list[str]) -> None:
             for choice in value.split(","):
                 if not (CONFIG_DIR / key / f"{choice}.yaml").exists():
                     known = sorted(p.stem for p in (CONFIG_DIR / key).glob("*.yaml"))
+                    if (key, choice) == ("network", "calibrated"):  # written by a command
+                        raise UserError(
+                            "network=calibrated is this machine's fit, not measured yet: "
+                            "`repro calibrate` writes it (a few minutes), or choose one of "
+                            f"{known}"
+                        )
                     raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")
 
 

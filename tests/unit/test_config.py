@@ -101,6 +101,20 @@ def test_bad_overrides_name_the_field(override, field):
     assert field in msg and "\n" not in msg
 
 
+def test_network_calibrated_before_calibrating_names_the_command(tmp_path, monkeypatch):
+    """The one group choice a command writes (`repro calibrate`, git-ignored)."""
+    import repro.config
+
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, configs)
+    (configs / "network" / "calibrated.yaml").unlink(missing_ok=True)
+    monkeypatch.setattr(repro.config, "CONFIG_DIR", configs)
+    with pytest.raises(UserError) as err:
+        compose(["network=calibrated"])
+    assert str(err.value).startswith("network=calibrated is this machine's fit, not measured")
+    assert "`repro calibrate` writes it" in str(err.value) and "'eth1g'" in str(err.value)
+
+
 def test_local_sgd_tau_must_be_positive():
     with pytest.raises(UserError, match="method.tau=0"):
         compose(["method=local_sgd", "method.tau=0"])
