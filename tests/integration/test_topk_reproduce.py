@@ -52,8 +52,8 @@ def test_tiny_and_paper_sets_run_the_small_sets_labels_and_settings():
     runs = small["experiment"]["runs"]
     assert list(paper["experiment"]["runs"]) == list(TINY["experiment"]["runs"]) == list(runs)
     # the tiny set adds only what its shortness needs: its compressed C1 schedule dropped at
-    # Table IV's fixed link, and shorter MOO probes
-    extras = ("network.schedule=[]", "method.probe_steps=2")
+    # Table IV's fixed link, and shorter MOO probes and gain window
+    extras = ("network.schedule=[]", "method.probe_steps=2", "method.gain_window=16")
     for label, overrides in TINY["experiment"]["runs"].items():
         assert paper["experiment"]["runs"][label] == _settings(runs[label]), label
         assert [o for o in _settings(overrides) if o not in extras] == _settings(runs[label])
