@@ -22,7 +22,7 @@ from typing import Any
 
 from repro.errors import UserError
 from repro.locks import take
-from repro.sweep.spec import ArmSpec, SweepSpec
+from repro.sweep.spec import ArmSpec, SweepSpec, base_overrides
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
@@ -108,7 +108,38 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
             f"study {spec.name} in {spec.storage_label} has directions {have}, the spec "
             f"{spec.directions}; rename the study or remove the old one"
         )
+    made_by, this = study.user_attrs.get("search"), sweep_search(spec)
+    if made_by is None:
+        study.set_user_attr("search", this)
+    elif made_by != this:
+        old = json.loads(made_by)
+        changed = [k for k, v in json.loads(this).items() if old.get(k) != v]
+        which = " and ".join([", ".join(changed[:-1]), changed[-1]] if changed[1:] else changed)
+        remove = f"remove {spec.study_dir}" if spec.storage is None else "delete the old study"
+        raise UserError(
+            f"study {spec.name} in {spec.storage_label} was made by a sweep whose {which} "
+            "differ from this spec's, so their trials would not compare; give the spec "
+            f"another name, or {remove} to start afresh"
+        )
     return study
+
+
+def sweep_search(spec: SweepSpec) -> str:
+    """What makes a sweep's trials comparable, stamped on its study and checked on every load:
+    its base config's identity (the hash that names a run's directory, so a setting of where
+    or how a run goes, such as tracking, may change), its space and its objectives. The
+    budget, the sampler and the timeout may change between runs of the same command."""
+    from repro.config import compose, config_hash
+
+    return json.dumps(
+        {
+            "settings (experiment and overrides)": config_hash(compose(base_overrides(spec))),
+            "space": [asdict(p) for p in spec.space],
+            "objectives": [asdict(o) for o in spec.objectives],
+        },
+        sort_keys=True,
+        default=list,
+    )
 
 
 def open_journal(spec: SweepSpec) -> Any:

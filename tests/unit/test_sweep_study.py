@@ -9,9 +9,10 @@ from dataclasses import replace
 import optuna
 import pytest
 
+from repro.errors import UserError
 from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
-from repro.sweep.study import make_sampler, tally
+from repro.sweep.study import make_sampler, open_study, sweep_search, tally
 from repro.sweep.trial import TrialFailed, TrialRun, objective_values, sweep_trial_overrides
 from repro.sweep.worker import run_one_trial
 
@@ -190,3 +191,27 @@ def test_other_errors_still_end_the_worker():
 
     with pytest.raises(ValueError, match="a bug"):
         run_one_trial(study, study._storage, objective, run)
+
+
+def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
+    """The same command continues a sweep; a spec whose trials would not compare with the
+    study's (another space, objectives, experiment or overrides) is refused, naming what
+    changed, while the budget and the sampler may change between runs."""
+    storage = optuna.storages.InMemoryStorage()
+    spec = replace(make_spec("tpe"), overrides=("trainer.steps=300",))
+    open_study(spec, storage)
+    again = open_study(
+        replace(spec, n_trials=9, sampler=replace(spec.sampler, name="random")), storage
+    )
+    assert again.user_attrs["search"] == sweep_search(spec)
+    narrower = [{**SPACE[0], "low": 0.01}, *SPACE[1:]]
+    for other, changed in (
+        (make_spec("tpe", space=narrower), "settings (experiment and overrides) and space"),
+        (replace(spec, overrides=("trainer.steps=600",)), "settings (experiment and overrides)"),
+    ):
+        with pytest.raises(UserError) as err:
+            open_study(other, storage)
+        assert f"made by a sweep whose {changed} differ from this spec's" in str(err.value)
+        assert str(err.value).endswith(
+            "give the spec another name, or remove runs/sweeps/s to start afresh"
+        )
