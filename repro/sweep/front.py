@@ -34,7 +34,8 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 OTHER = "#9a9a9a"
 """A point whose colour parameter has no colour (more choices than the palette, or none)."""
 TRIAL = "trial"
-"""The x axis of a single-objective study's figure: the trial number."""
+"""The x axis of a single-objective study's figure with no one searched number: the trial
+number."""
 
 Point = Sequence[float]
 
@@ -157,17 +158,34 @@ class Front:
     def other_word(self) -> str:
         return "other trials" if len(self.spec.metric_names) == 1 else "dominated trials"
 
+    @property
+    def searched(self) -> Any:
+        """The space's one number (int or float), or None: with one objective the figure
+        plots against it, a tuning curve (`adasum_lr`'s accuracy against the learning rate,
+        one colour per combiner), rather than against the order trials ran in."""
+        numbers = [p for p in self.spec.space if p.type != "categorical"]
+        return numbers[0] if len(numbers) == 1 else None
+
     def axes(self) -> tuple[str, str]:
         """(x, y) of the front's figure: the second objective against the first (the first
         being the quality a sweep is about, e.g. accuracy, it goes up the page); one
-        objective: its value against the trial number."""
+        objective: its value against the searched number, else the trial number."""
         names = self.spec.metric_names
-        return (TRIAL, names[0]) if len(names) == 1 else (names[1], names[0])
+        if len(names) > 1:
+            return names[1], names[0]
+        return (TRIAL if self.searched is None else self.searched.key), names[0]
+
+    def log_x(self) -> bool:
+        """Whether the x axis is a number searched on a log scale."""
+        return self.searched is not None and len(self.spec.metric_names) == 1 and self.searched.log
 
 
 def coordinate(row: dict[str, Any], key: str) -> float:
-    """A row's position on axis `key`: an objective's value or, for `TRIAL`, its number."""
-    return float(row["trial"]) if key == TRIAL else float(row["values"][key])
+    """A row's position on axis `key`: an objective's value, a searched number's or, for
+    `TRIAL`, the trial's number."""
+    if key == TRIAL:
+        return float(row["trial"])
+    return float(row["values"][key] if key in row["values"] else row["params"][key])
 
 
 def front_of(spec: SweepSpec, study: Any) -> Front:

@@ -12,6 +12,7 @@ rules (`STYLE`) after the shared stylesheet.
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +62,38 @@ def _ticks(lo: float, hi: float) -> list[float]:
 
 
 class _Scale:
-    """Data to pixels along one axis, padded by 6 % of the span on each side."""
+    """Data to pixels along one axis (of the values' log10 with `log`), padded by 6 % of the
+    span on each side; `lo`, `hi` and the ticks are on the axis's own scale."""
 
-    def __init__(self, values: list[float], start: float, stop: float):
-        lo, hi = min(values), max(values)
+    def __init__(self, values: list[float], start: float, stop: float, log: bool = False):
+        self.log = log
+        lo, hi = min(map(self.axis, values)), max(map(self.axis, values))
         pad = 0.06 * (hi - lo) if hi > lo else abs(lo) * 0.05 or 0.5
         self.lo, self.hi, self.start, self.stop = lo - pad, hi + pad, start, stop
 
+    def axis(self, v: float) -> float:
+        return math.log10(v) if self.log else v
+
+    def place(self, t: float) -> float:
+        """The pixel of `t` on the axis's scale."""
+        return self.start + (t - self.lo) / (self.hi - self.lo) * (self.stop - self.start)
+
     def __call__(self, v: float) -> float:
-        return self.start + (v - self.lo) / (self.hi - self.lo) * (self.stop - self.start)
+        return self.place(self.axis(v))
+
+    def label(self, t: float) -> str:
+        return f"{10**t:.3g}" if self.log else f"{t:.6g}"
+
+    def ticks(self) -> list[float]:
+        """Round values on the axis's scale: decades on a log axis that spans two."""
+        if self.log:
+            from matplotlib.ticker import LogLocator
+
+            decades = [math.log10(v) for v in LogLocator().tick_values(10**self.lo, 10**self.hi)]
+            decades = [t for t in decades if self.lo <= t <= self.hi]
+            if len(decades) >= 2:
+                return decades
+        return _ticks(self.lo, self.hi)
 
 
 def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
@@ -77,14 +101,14 @@ def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
     out = [
         f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="none" stroke="#444"/>'
     ]
-    for t in _ticks(sx.lo, sx.hi):
-        px = sx(t)
+    for t in sx.ticks():
+        px = sx.place(t)
         out.append(f'<line x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#eee"/>')
-        out.append(f'<text x="{px:.1f}" y="{y0 + 16}" text-anchor="middle">{t:.6g}</text>')
-    for t in _ticks(sy.lo, sy.hi):
-        py = sy(t)
+        out.append(f'<text x="{px:.1f}" y="{y0 + 16}" text-anchor="middle">{sx.label(t)}</text>')
+    for t in sy.ticks():
+        py = sy.place(t)
         out.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" text-anchor="end">{t:.6g}</text>')
+        out.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" text-anchor="end">{sy.label(t)}</text>')
     out.append(
         f'<text x="{(x0 + x1) / 2}" y="{HEIGHT - 14}" text-anchor="middle">'
         f"{html.escape(xname)}</text>"
@@ -142,7 +166,7 @@ def front_svg(front: Front) -> str:
     """The figure: every completed trial, the front joined and coloured, the knee ringed."""
     x, y = front.axes()
     every = front.trials
-    sx = _Scale([coordinate(r, x) for r in every], LEFT, WIDTH - RIGHT)
+    sx = _Scale([coordinate(r, x) for r in every], LEFT, WIDTH - RIGHT, front.log_x())
     sy = _Scale([coordinate(r, y) for r in every], HEIGHT - BOTTOM, TOP)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
@@ -181,24 +205,28 @@ def front_table(front: Front) -> Table:
         cells += [*(r["params"].get(k, "") for k in keys), *r["values"].values()]
         rows.append([_fmt(c) for c in cells])
     plural = "s" if len(front.front) != 1 else ""
+    if front.ring_word == "best":
+        return Table("The best trial", head, rows)
     return Table(f"The front: {len(front.front)} trial{plural}", head, rows)
 
 
 def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Path:
     """Write the page to `path` (a trial's settings show on hover; nothing is fetched);
     `note` is a sentence put before the figure's explanation (e.g. which study it is)."""
-    ring = (
-        "the best trial"
-        if front.ring_word == "best"
-        else "the knee (the front point closest to the ideal with every objective scaled to [0, 1])"
-    )
-    how = (
-        f"{len(front.front)} of {len(front.trials)} completed trials are on the front "
-        f"(filled, labelled by trial number"
-        + (f", coloured by {front.colour_by}" if front.colour_by else "")
-        + f"); open circles are {front.other_word}; the ring marks {ring}. Hover a point for "
-        "its trial's settings."
-    )
+    coloured = f", coloured by {front.colour_by}" if front.colour_by else ""
+    if front.ring_word == "best":
+        how = (
+            f"The best of {len(front.trials)} completed trials is filled and ringed (labelled "
+            f"by trial number{coloured}); open circles are {front.other_word}."
+        )
+    else:
+        how = (
+            f"{len(front.front)} of {len(front.trials)} completed trials are on the front "
+            f"(filled, labelled by trial number{coloured}); open circles are "
+            f"{front.other_word}; the ring marks the knee (the front point closest to the "
+            "ideal with every objective scaled to [0, 1])."
+        )
+    how += " Hover a point for its trial's settings."
     how = f"{note} {how}" if note else how
     hover = f'<div class="wrap">{front_svg(front)}<pre id="info">hover a point</pre></div>'
     page = Page(title, [Para(how), Raw(hover), front_table(front)], style=STYLE, script=SCRIPT)

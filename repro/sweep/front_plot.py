@@ -110,6 +110,8 @@ def legend_outside(ax: Any, title: str | None = None) -> None:
 def axis_name(front: Front, key: str) -> str:
     if key == TRIAL:
         return "trial number"
+    if key not in front.spec.metric_names:  # the searched number
+        return f"{key} (searched{', log scale' if front.log_x() else ''})"
     return f"{key} ({front.spec.directions[front.spec.metric_names.index(key)]})"
 
 
@@ -129,6 +131,8 @@ def plot_front_png(front: Front, path: Path, title: str) -> Path:
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    elif front.log_x():
+        ax.set_xscale("log")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     legend_outside(ax, front.colour_by)

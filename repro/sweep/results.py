@@ -114,7 +114,8 @@ def plot_front(front: Front) -> list[Path]:
     """The front's table and figures beside the study: front.csv, pareto.png, pareto.html."""
     spec, directions = front.spec, ", ".join(front.spec.directions)
     if len(spec.metric_names) == 1:
-        title = f"{spec.name}: {spec.metric_names[0]} per trial ({directions}), best ringed"
+        against = "per trial" if front.searched is None else f"against {front.searched.key}"
+        title = f"{spec.name}: {spec.metric_names[0]} {against} ({directions}), best ringed"
     else:
         extra = f", first 2 of {len(spec.metric_names)}" if len(spec.metric_names) > 2 else ""
         title = f"{spec.name}: Pareto front ({directions}{extra})"

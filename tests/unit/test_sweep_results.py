@@ -100,6 +100,44 @@ def test_single_objective_best_per_group(tmp_path):
     assert "best for method.combiner=adasum: trial 1" in text
 
 
+def test_one_objective_figures_plot_it_against_the_searched_number_on_its_log_scale(tmp_path):
+    """A tuning curve: with one objective and one searched number (the learning rate, on a
+    log range), both figures put that number on x, logarithmic, not the trial order."""
+    import xml.etree.ElementTree as ET
+
+    from matplotlib.figure import Figure
+
+    from repro.sweep.front import front_of
+    from repro.sweep.front_plot import draw_front
+    from repro.sweep.results import load_study
+
+    objectives = [{"metric": "test/acc", "direction": "maximize"}]
+    trials = [("adasum", 0.001, [0.5]), ("sum", 0.01, [0.9]), ("adasum", 1.0, [0.7])]
+    spec = make(tmp_path, objectives, trials, group_by="method.combiner")
+    show_sweep(spec, io.StringIO())
+    page = (tmp_path / "s" / "pareto.html").read_text()
+    svg = ET.fromstring(page[page.index("<svg") : page.index("</svg>") + len("</svg>")])
+    ns = "{http://www.w3.org/2000/svg}"
+    cx = {
+        int(c.get("data-trial")): float(c.get("cx"))
+        for c in svg.iter(f"{ns}circle")
+        if c.get("class") == "pt"
+    }
+    # equal steps in log10(lr) are equal steps in pixels: 0.001 -> 0.01 is a third of 0.001 -> 1
+    assert cx[0] < cx[1] < cx[2]
+    assert cx[1] - cx[0] == pytest.approx((cx[2] - cx[0]) / 3, abs=0.2)
+    labels = [t.text for t in svg.iter(f"{ns}text")]
+    assert "optim.lr (searched, log scale)" in labels
+    assert {"0.001", "0.01", "0.1", "1"} <= set(labels)  # decades
+    assert "The best of 3 completed trials is filled and ringed" in page
+    ax = Figure().subplots()
+    front = front_of(spec, load_study(spec))
+    assert front.axes() == ("optim.lr", "test/acc")
+    draw_front(ax, front, *front.axes())
+    ring = next(c for c in ax.collections if c.get_label() == "best: trial 1")
+    assert ring.get_offsets().tolist() == [[0.01, 0.9]]
+
+
 def test_show_before_the_sweep_ran_is_a_clear_error(tmp_path):
     spec = spec_from_dict(
         {
