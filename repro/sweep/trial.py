@@ -70,14 +70,19 @@ def arm_trial_overrides(
 
 def trial_run_dir(storage: Any, spec: SweepSpec, number: int) -> Path:
     """A retried point's run directory is its first trial's (Optuna's `failed_trial` link),
-    so it resumes that run. A new trial's `trial_<n>` that exists already belongs to a trial
-    whose records the storage lost (a damaged or restored journal): that run is kept, and
-    the new trial runs in `trial_<n>.<k>`."""
+    so it resumes that run, once its parameters are sampled, when they are that trial's: a
+    lost trial whose records a damaged journal cut before all its parameters is retried with
+    what was kept, the sampler drawing the rest, which is another point and another run. A
+    new trial's `trial_<n>` that exists already belongs to a trial whose records the storage
+    lost (a damaged or restored journal): that run is kept, and the new trial runs in
+    `trial_<n>.<k>`."""
     study_id = storage.get_study_id_from_name(spec.name)
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
-    first = storage.get_trial_system_attrs(trial_id).get("failed_trial")
+    trial = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, number))
+    first = trial.system_attrs.get("failed_trial")
     if first is not None:
-        return spec.study_dir / f"trial_{first}"
+        lost = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, first))
+        if lost.params == trial.params:
+            return spec.study_dir / f"trial_{first}"
     run_dir, k = spec.study_dir / f"trial_{number}", 0
     while run_dir.exists():
         k += 1

@@ -8,6 +8,7 @@ import ctypes
 import os
 import signal
 import time
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -192,3 +193,21 @@ def test_a_retry_reuses_its_first_run_dir_and_a_renumbered_trial_keeps_clear(tmp
     new = study.ask(dist)
     assert new.number == 2
     assert trial_run_dir(storage, spec, new.number) == spec.study_dir / "trial_2.2"
+
+
+def test_a_retry_of_a_point_whose_parameters_a_damaged_journal_cut_runs_apart(tmp_path):
+    """A lost trial's records cut before its second parameter: the retry keeps the first, the
+    sampler draws the second, so it is another point, which must not resume (and be refused
+    by) the first trial's run directory."""
+    spec = replace(
+        _spec(tmp_path),
+        space=(*_spec(tmp_path).space, replace(_spec(tmp_path).space[0], key="optim.momentum")),
+    )
+    study, storage = _study(tmp_path)
+    lr = {"optim.lr": FloatDistribution(0.01, 1.0)}
+    first = study.ask(lr)  # optim.momentum never written
+    mark_stopped(study, storage, first.number, Stopped(signal.SIGTERM), requeue=True)
+    retry = study.ask({**lr, "optim.momentum": FloatDistribution(0.01, 1.0)})
+    assert retry.params["optim.lr"] == first.params["optim.lr"]
+    assert storage.get_trial(retry._trial_id).system_attrs["failed_trial"] == first.number
+    assert trial_run_dir(storage, spec, retry.number) == spec.study_dir / f"trial_{retry.number}"
