@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro.sweep.space import ParamSpec
 from repro.sweep.spec import SweepSpec
 from repro.sweep.study import completed
 
@@ -159,7 +160,7 @@ class Front:
         return "other trials" if len(self.spec.metric_names) == 1 else "dominated trials"
 
     @property
-    def searched(self) -> Any:
+    def searched(self) -> ParamSpec | None:
         """The space's one number (int or float), or None: with one objective the figure
         plots against it, a tuning curve (`adasum_lr`'s accuracy against the learning rate,
         one colour per combiner), rather than against the order trials ran in."""

@@ -186,7 +186,7 @@ def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: floa
 class _RecordedFailures(logging.Filter):
     """Drops Optuna's two warnings for a trial failed by `TrialFailed` (the reason with its
     traceback, then the missing value): that failure is an outcome the trial records and
-    `_say_finished` prints in one line; any other failure keeps Optuna's warning."""
+    `_say_finished` prints in one line. Any other failure keeps the first, its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
