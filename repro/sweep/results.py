@@ -176,9 +176,10 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
     found, mark = spec.result_words
     for value, members, (rows, knee) in [(None, trials, whole), *fronts]:
         label = "" if value is None else f" for {spec.group_by}={value}"
+        tied = len(rows) > 1 and mark == "best"
+        head = f"{found.capitalize()}{'s' if tied else ''}{label}{', tied' if tied else ''}"
         print(
-            f"\n{found.capitalize()}{label} ({len(rows)} of {len(members)} completed trials; "
-            f"* = {mark}):",
+            f"\n{head} ({len(rows)} of {len(members)} completed trials; * = {mark}):",
             file=stream,
         )
         table = format_table(spec, rows, knee)

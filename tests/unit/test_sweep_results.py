@@ -138,6 +138,14 @@ def test_one_objective_figures_plot_it_against_the_searched_number_on_its_log_sc
     assert ring.get_offsets().tolist() == [[0.01, 0.9]]
 
 
+def test_one_objective_ties_are_named_best_trials(tmp_path):
+    objectives = [{"metric": "test/acc", "direction": "maximize"}]
+    trials = [("adasum", 0.01, [1.0]), ("sum", 0.1, [1.0]), ("sum", 0.5, [0.5])]
+    out = io.StringIO()
+    show_sweep(make(tmp_path, objectives, trials), out)
+    assert "\nBest trials, tied (2 of 3 completed trials; * = best):\n" in out.getvalue()
+
+
 def test_show_before_the_sweep_ran_is_a_clear_error(tmp_path):
     spec = spec_from_dict(
         {
