@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
         show_sweep(spec)
         return 0
+    from repro.sweep.front import result_words
     from repro.sweep.launch import run_sweep
     from repro.sweep.storage import open_storage
     from repro.sweep.study import open_study, tally
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     done, running = tally(open_study(spec, open_storage(spec)))
     print(
         f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
-        f"`repro sweep show {args.spec}` prints the {spec.result_words[0]}",
+        f"`repro sweep show {args.spec}` prints the {result_words(spec)[0]}",
         flush=True,
     )
     return 0

@@ -41,6 +41,12 @@ number."""
 Point = Sequence[float]
 
 
+def result_words(spec: SweepSpec) -> tuple[str, str]:
+    """What `repro sweep show` finds and the point it marks: a Pareto front and its knee, or
+    with one objective the best trial."""
+    return ("Pareto front", "knee") if len(spec.objectives) > 1 else ("best trial", "best")
+
+
 def to_min(point: Point, directions: Sequence[str]) -> tuple[float, ...]:
     """The point in minimise-everything form."""
     return tuple(-v if d == "maximize" else v for v, d in zip(point, directions, strict=True))
@@ -153,7 +159,7 @@ class Front:
     @property
     def ring_word(self) -> str:
         """What the ring marks: the knee of a front, the best trial of one objective."""
-        return self.spec.result_words[1]
+        return result_words(self.spec)[1]
 
     @property
     def other_word(self) -> str:

@@ -30,7 +30,15 @@ from typing import Any, TextIO
 
 from repro.errors import UserError
 from repro.pages.writer import Page, Pre, Raw, to_html
-from repro.sweep.front import Front, front_of, front_rows, group_front, reference_point, write_csv
+from repro.sweep.front import (
+    Front,
+    front_of,
+    front_rows,
+    group_front,
+    reference_point,
+    result_words,
+    write_csv,
+)
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import plot_front_png
 from repro.sweep.space import shown, shown_settings
@@ -173,7 +181,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         (value, members, front_rows(spec, group_front(spec, members)))
         for value, members in groups.items()
     ]
-    found, mark = spec.result_words
+    found, mark = result_words(spec)
     for value, members, (rows, knee) in [(None, trials, whole), *fronts]:
         label = "" if value is None else f" for {spec.group_by}={value}"
         tied = len(rows) > 1 and mark == "best"

@@ -322,12 +322,6 @@ class SweepSpec:
         return [o.metric for o in self.objectives]
 
     @property
-    def result_words(self) -> tuple[str, str]:
-        """What `repro sweep show` finds and the point it marks: a Pareto front and its
-        knee, or with one objective the best trial."""
-        return ("Pareto front", "knee") if len(self.objectives) > 1 else ("best trial", "best")
-
-    @property
     def untuned(self) -> dict[str, str]:
         return {} if self.export is None else self.export.untuned
 

@@ -206,6 +206,7 @@ def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
     assert again.user_attrs["search"] == sweep_search(spec)
     narrower = [{**SPACE[0], "low": 0.01}, *SPACE[1:]]
     for other, changed in (
+        (replace(make_spec("tpe", space=narrower), overrides=spec.overrides), "space"),
         (make_spec("tpe", space=narrower), "settings (experiment and overrides) and space"),
         (replace(spec, overrides=("trainer.steps=600",)), "settings (experiment and overrides)"),
     ):
