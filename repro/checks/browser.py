@@ -218,6 +218,10 @@ def html_pages(root: Path) -> list[Path]:
     """Every .html file under `root` (a directory) or `root` itself (a file)."""
     if root.is_file():
         return [root]
+    if not root.exists():
+        raise UserError(
+            f"{root} does not exist: build the pages with `repro report all`, or name them"
+        )
     if not root.is_dir():
         raise UserError(f"{root} is neither an HTML page nor a directory")
     pages = sorted(root.rglob("*.html"))

@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         default="run",
         help=argparse.SUPPRESS,
     )
-    p.add_argument("spec", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
+    # optional here so that `repro sweep show` alone is a missing spec, not a spec named show
+    p.add_argument("spec", nargs="?", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
     p.add_argument("--workers", type=int, default=1, help="trials in parallel (processes)")
     p.add_argument("--cluster", help="run the workers where configs/cluster/NAME says")
     p.add_argument("--port", type=int, default=8080, help="dashboard port on 127.0.0.1")
@@ -137,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("show", "dashboard", "run") and not argv[0].startswith("-"):
         argv.insert(0, "run")  # `repro sweep SPEC` is the run action
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.spec is None:
+        parser.error("the following arguments are required: spec")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return run(args)

@@ -226,6 +226,10 @@ REFUSED = [
     (["tune", "adacomm", "--workers", "1", "scale=huge"], "scale=huge: adacomm has no tuning"),
     (["report", "compare", "no_a", "--metric", "test/acc", "no_b"], "'no_a' is not a path"),
     (["sweep", "show", "--port", "8080", "sweeps/tiny.yaml"], "no study tiny yet in runs/sweeps"),
+    # an action with no spec is a missing spec, not a spec file named after the action
+    (["sweep", "show"], "repro sweep: the following arguments are required: spec"),
+    (["sweep", "dashboard", "--port", "8080"], "the following arguments are required: spec"),
+    (["report", "check"], "reports does not exist: build the pages with `repro report all`"),
     (
         ["reproduce", "adacomm", "experiment=topk_small"],
         "drop it (`repro reproduce topk scale=small`",
