@@ -79,7 +79,7 @@ def findings_table(
         if finding is None:
             why = "no analysis written for this outcome yet"
         elif result.verdict in finding.verdicts:
-            computed = {**claims, **compute_values(finding.values, runs)}
+            computed = {**claims, **compute_values(finding.values, runs, result.per_seed)}
             why = fill(finding.why, finding.claim, computed)
         else:
             why = (

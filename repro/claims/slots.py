@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from repro.claims.bootstrap import mean_interval
@@ -104,15 +104,21 @@ class Computed:
         return show(interval.low if name == "low" else interval.high)
 
 
-def compute_values(values: Mapping[str, Mapping], runs: Seeded) -> dict[str, Computed]:
-    """Each named value per seed, with the calculators claims use."""
+def compute_values(
+    values: Mapping[str, Mapping], runs: Seeded, seeds: Collection[int] = ()
+) -> dict[str, Computed]:
+    """Each named value per seed, with the calculators claims use; given the `seeds` its
+    claim was judged on, at those alone, so that its list lines up seed by seed with the
+    claim's (a run with seeds another claim added has more of them); where the value's runs
+    share none of them, at all of its own."""
     out = {}
     for name, spec in values.items():
         fn = registered()[spec["calculator"]]
+        read = seeds_read(spec["calculator"], spec.get("params") or {}, runs)
         try:
             per_seed = {
                 seed: float(fn(at_seed(runs, seed), **(spec.get("params") or {})).value)
-                for seed in seeds_read(spec["calculator"], spec.get("params") or {}, runs)
+                for seed in [s for s in read if s in seeds] or read
             }
         except NotMeasurable as err:
             out[name] = Computed(missing=str(err))

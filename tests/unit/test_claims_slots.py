@@ -84,6 +84,24 @@ def test_a_named_value_is_computed_at_the_seeds_its_runs_have():
     assert row[2].startswith("3: ") and "not measured" not in row[2]
 
 
+def test_a_named_value_lines_up_with_the_seeds_its_claim_was_judged_on():
+    """A value's run that another claim extended to five seeds is listed at the claim's
+    three, so that its values and the claim's pair seed by seed."""
+    runs = three_seeds([60, 70, 90])
+    runs["extended"] = {
+        seed: make_run("extended", loss=lambda s, k=seed: (k + 1) / s, seed=seed)
+        for seed in range(5)
+    }
+    final = {"calculator": "final_metric", "params": {"run": "extended", "metric": "train/loss"}}
+    cf = claims("{per_seed:.2f} against {final:.4f} ({final.seeds})", {"final": final})
+    results = evaluate(cf.claims, runs, "small")
+    assert sorted(results[0].per_seed) == [0, 1, 2]
+    row = findings_table(cf.findings, results, "small", runs).rows[0]
+    last = runs["extended"][0].history[-1]["step"]
+    expected = " / ".join(f"{(k + 1) / last:.4f}" for k in range(3))
+    assert row[2] == f"0.30 / 0.35 / 0.45 against {expected} (3)"
+
+
 @pytest.mark.parametrize(
     ("why", "named"),
     [
