@@ -243,7 +243,7 @@ def _check_group_choices(overrides: list[str]) -> None:
         if key in GROUPS and value and value != "null":
             for choice in value.split(","):
                 if not (CONFIG_DIR / key / f"{choice}.yaml").exists():
-                    known = sorted(p.stem for p in (CONFIG_DIR / key).glob("*.yaml"))
+                    known = hydra_overrides.group_options(key, CONFIG_DIR)
                     if (key, choice) == ("network", "calibrated"):  # written by a command
                         raise UserError(
                             "network=calibrated is this machine's fit, not measured yet: "

@@ -208,7 +208,7 @@ def _wrong_value(e: ValidationError) -> str:
 def _missing_value(raw: str, others: list[str], config_dir: Path) -> str:
     key = raw.lstrip("+")
     if (config_dir / key).is_dir():
-        known = sorted(p.stem for p in (config_dir / key).glob("*.yaml"))
+        known = group_options(key, config_dir)
         return f"{key} has no value: write {key}=CHOICE, one of {', '.join(known)}"
     cfg = _compose_quietly(config_dir, others)
     node = node_at(cfg, key) if cfg is not None else None
@@ -288,6 +288,13 @@ def _choices(overrides: list[str], config_dir: Path) -> dict[str, str]:
     """Each group's choice for these overrides (an experiment may pick some itself)."""
     cfg = _compose_quietly(config_dir, _group_overrides(overrides, config_dir), hydra=True)
     return dict(cfg.hydra.runtime.choices) if cfg is not None else {}
+
+
+def group_options(group: str, config_dir: Path) -> list[str]:
+    """Every choice of `group`, the presets in its subfolders included as Hydra names them
+    (`method=compressed/topk_c0.1`), so that an error or the help lists them all."""
+    folder = config_dir / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
 def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[str, dict]:

@@ -13,6 +13,8 @@ here rather than by Hydra's app runner, which would treat them as overrides and 
 
 from __future__ import annotations
 
+import textwrap
+
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
@@ -121,9 +123,11 @@ def help_text() -> str:
         "config groups (GROUP=CHOICE; * = default):",
     ]
     for group in GROUPS:
-        names = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        names = hydra_overrides.group_options(group, CONFIG_DIR)
         marked = [f"{n}*" if n == chosen.get(group) else n for n in names]
-        lines.append(f"  {group:<11} {', '.join(marked)}")
+        lines += textwrap.wrap(
+            ", ".join(marked), 90, initial_indent=f"  {group:<11} ", subsequent_indent=" " * 14
+        )
     lines += ["", "most used settings (KEY=DEFAULT):"]
     for key, what in MOST_USED:
         node = hydra_overrides.node_at(cfg, key)

@@ -1,5 +1,7 @@
 """Bad input ends with one clear line naming the setting, a non-zero exit, and nothing written."""
 
+import itertools
+
 import pytest
 import yaml
 
@@ -10,6 +12,7 @@ from tests.helpers import REPO, repro_cli
 CASES = [
     (["workload=imagenet_vit"], "workload"),
     (["method=nope"], "method"),
+    (["method=compressed/nope"], "'compressed/topk_c0.1'"),
     (["trainer.world_size=0"], "trainer.world_size"),
     (["trainer.world_size=9000"], "trainer.world_size"),
     (["trainer.batch_size=0"], "trainer.batch_size"),
@@ -91,10 +94,18 @@ def test_help_lists_groups_choices_and_options(tmp_path, flag):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("usage: repro train")
+    lines = out.splitlines()
     for group in ("workload", "method", "network", "tracking", "cluster", "experiment"):
-        line = next(ln for ln in out.splitlines() if ln.strip().startswith(group + " "))
-        choices = sorted(p.stem for p in (REPO / "configs" / group).glob("*.yaml"))
-        assert all(c in line for c in choices), line
+        # the group's line and the lines it wraps onto
+        first = next(i for i, ln in enumerate(lines) if ln.strip().startswith(group + " "))
+        rest = itertools.takewhile(lambda ln: ln.startswith(" " * 14), lines[first + 1 :])
+        listed = " ".join([lines[first], *rest]).split(group, 1)[1]
+        listed = {c.strip(" *") for c in listed.split(",")}
+        folder = REPO / "configs" / group
+        # presets in subfolders as Hydra names them: method=compressed/topk_c0.1
+        choices = {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml")}
+        assert listed == choices, (group, listed ^ choices)
+    assert "compressed/topk_c0.1" in out
     assert "sync*" in out and "mnist1d_cnn*" in out  # the defaults are marked
     for option in ("trainer.world_size=1", "trainer.steps=1000", "optim.lr=", "method.tau=4"):
         assert option in out, option
