@@ -117,7 +117,8 @@ def curves(runs: Sequence[Run], metric: str, x: str) -> tuple[list[Curve], list[
     return out, skipped
 
 
-def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Path:
+def figure(drawn: list[Curve], metric: str, x: str, logy: bool):
+    """The overlaid curves: a run's colour by its label, a line style by its group."""
     from matplotlib.figure import Figure  # loads only when a figure is drawn
 
     groups = list(dict.fromkeys(c.run.group for c in drawn))
@@ -125,7 +126,10 @@ def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Pat
     ax = fig.add_subplot()
     for c in drawn:
         style = GROUP_STYLES[groups.index(c.run.group) % len(GROUP_STYLES)]
-        ax.plot(c.xs, c.ys, style, color=colour_for(label_of(c.run)), label=c.name, linewidth=1.5)
+        # a run logged once is a point, which a line alone would not draw
+        marker = "o" if len(c.xs) == 1 else None
+        colour = colour_for(label_of(c.run))
+        ax.plot(c.xs, c.ys, style, marker=marker, color=colour, label=c.name, linewidth=1.5)
     ax.set_title(f"{axis_label(metric)} against {axis_label(x_metric(x))}")
     ax.set_xlabel(axis_label(x_metric(x)))
     ax.set_ylabel(axis_label(metric))
@@ -133,9 +137,7 @@ def draw(drawn: list[Curve], metric: str, x: str, path: Path, logy: bool) -> Pat
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    make_dir(path.parent, "--out")
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def page(
@@ -169,7 +171,9 @@ def main(argv: list[str]) -> int:
     runs = resolve(args.runs_or_groups, Path(args.runs))
     drawn, skipped = curves(runs, args.metric, args.x)
     out = Path(args.out)
-    png = draw(drawn, args.metric, args.x, out / "compare.png", args.logy)
+    png = out / "compare.png"
+    make_dir(out, "--out")
+    figure(drawn, args.metric, args.x, args.logy).savefig(png, format="png")
     command = shlex.join(["repro", "report", "compare", *argv])
     compare_page = page(drawn, skipped, args.metric, args.x, png.name, command)
     (out / "compare.html").write_text(to_html(compare_page))

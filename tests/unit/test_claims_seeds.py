@@ -11,7 +11,7 @@ from repro.claims.claims_file import ClaimsFile, load_claims
 from repro.claims.figure_specs import FigureSpec
 from repro.claims.verdicts import evaluate
 from repro.report.build import render_parts, select_runs
-from repro.report.compare import curves
+from repro.report.compare import curves, figure
 from repro.report.plots import draw_figure, seeds_sentence
 from repro.track.series import at_seed, every_run, seeds_of
 from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
@@ -190,6 +190,16 @@ def test_compare_names_the_seed_of_runs_that_share_a_label():
         "Fully synchronous SGD, seed 1",
         "AdaComm",
     ]
+
+
+def test_compare_marks_a_run_logged_once_so_that_it_shows():
+    """A short run logs one point, which a line alone does not draw: it gets a marker, and
+    runs with a curve stay lines."""
+    runs = [make_run("sync", steps=[20]), make_run("adacomm")]
+    drawn, _ = curves(runs, "train/loss", "step")
+    once, curve = figure(drawn, "train/loss", "step", logy=False).axes[0].lines
+    assert (len(once.get_xdata()), once.get_marker()) == (1, "o")
+    assert len(curve.get_xdata()) > 1 and curve.get_marker() in ("None", None, "")
 
 
 def test_a_direction_claim_row_names_a_failed_magnitude_claim():
