@@ -34,7 +34,9 @@ def summary_line(states: dict[str, str]) -> str:
     counts: dict[str, int] = {}
     for s in states.values():
         counts[s] = counts.get(s, 0) + 1
-    return f"{len(states)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return f"{len(states)} job{'s' if len(states) != 1 else ''}: " + ", ".join(
+        f"{n} {s}" for s, n in sorted(counts.items())
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -62,10 +62,10 @@ def describe(summary: dict) -> str:
 
 
 def _announce(records: list[JobRecord], what: str, title: str, runs_root: str, then: str) -> None:
-    ids = ", ".join(r.job_id for r in records)
+    ids, s = ", ".join(r.job_id for r in records), "s" if len(records) != 1 else ""
     follow = f"follow them with `repro jobs --root {runs_root} --watch`"
     print(
-        f"{title}: {len(records)} {what} submitted as jobs {ids} (recorded in "
+        f"{title}: {len(records)} {what}{s} submitted as job{s} {ids} (recorded in "
         f"{Path(runs_root) / JOBS_FILE}); {follow}" + (f", then {then}" if then else ""),
         flush=True,
     )
@@ -175,7 +175,7 @@ def launch_runs(
         launched.jobs = submit_runs(pending, title)
         for r in launched.jobs:
             print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
-        _announce(launched.jobs, "runs", title, pending[0][1].runs_root, then)
+        _announce(launched.jobs, "run", title, pending[0][1].runs_root, then)
     if damaged:
         raise UserError(f"{title}: {len(damaged)} run(s) need the fix above: {', '.join(damaged)}")
     return launched
@@ -346,7 +346,7 @@ class Workers:
         """Run the workers here to their end (returns no jobs) or queue them as one array."""
         if self.array is not None:
             records = self.array.submit(workers)
-            _announce(records, "workers", self.label, self.runs_root, then)
+            _announce(records, "worker", self.label, self.runs_root, then)
             return records
         if len(workers) == 1:
             workers[0]()

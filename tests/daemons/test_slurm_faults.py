@@ -82,7 +82,7 @@ def test_a_task_killed_hard_fails_the_job_with_its_log_shown(tmp_path: Path) -> 
     assert re.search(rf"^{job.job_id}\s+run\s+sync\s+FAILED", final, re.M), final
     assert f"task 0 log {job.paths.stderr}:" in final
     assert "task 1: Killed" in final
-    assert final.rstrip().endswith("1 jobs: 1 FAILED")
+    assert final.rstrip().endswith("1 job: 1 FAILED")
     assert not (run_dir_of(cfg) / "summary.json").exists()
 
 
