@@ -94,7 +94,8 @@ class TrainingJob(Checkpointable):
         rank, world = set_rendezvous(submitit.JobEnvironment())
         if rank == 0:
             step = checkpoint.latest_step(run_dir_of(self.cfg))
-            print(f"run {run_dir_of(self.cfg)}: {world} workers, from step {step}", flush=True)
+            workers = f"{world} worker{'s' if world != 1 else ''}"
+            print(f"run {run_dir_of(self.cfg)}: {workers}, from step {step}", flush=True)
         _prepare_data_once(self.cfg)
         try:
             return run_training(self.cfg)

@@ -159,7 +159,8 @@ def build_spec(
     title = f"Reproduction: {claims.title}"
     seeds = seeds_of(runs)
     lead = (
-        f"{claims.citation} Scale: {scale}; wandb run group {group}; {len(seeds)} seeds "
+        f"{claims.citation} Scale: {scale}; wandb run group {group}; {len(seeds)} "
+        f"seed{'s' if len(seeds) != 1 else ''} "
         f"({', '.join(map(str, seeds))}). Claims: {summary(results)}."
     )
     blocks: list[dict] = [

@@ -216,7 +216,11 @@ def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: flo
     """How long the `left` trials take here: from the spec's measured minutes per trial, else
     the run set's measured minutes per run."""
     runs = left * len(spec.seeds)
-    how = f"{left} trials x {len(spec.seeds)} seed(s) = {runs} runs, {workers} at a time"
+    n = len(spec.seeds)
+    how = (
+        f"{left} trial{'s' if left != 1 else ''} x {n} seed{'s' if n != 1 else ''} = {runs} "
+        f"run{'s' if runs != 1 else ''}, {workers} at a time"
+    )
     minutes, source = spec.minutes_per_trial, "the spec's minutes_per_trial"
     if minutes <= 0:
         minutes, source = minutes_per_run, "experiment.expected_minutes"

@@ -148,9 +148,10 @@ def test_expected_time_prefers_the_specs_measured_minutes_per_trial():
 
     spec = spec_from_dict(tiny_raw(), "t.yaml")
     # 10 trials x 1 seed, 2 at a time: 0.5 min per run from the set's average -> 2.5 min
-    assert "about 2.5 min (10 trials x 1 seed(s) = 10 runs, 2 at a time; from experiment." in (
+    assert "about 2.5 min (10 trials x 1 seed = 10 runs, 2 at a time; from experiment." in (
         expected_line(spec, 10, 2, 0.5)
     )
+    assert "(1 trial x 1 seed = 1 run, 2 at a time;" in expected_line(spec, 1, 2, 0.5)
     measured = spec_from_dict({**tiny_raw(), "minutes_per_trial": 1.2}, "t.yaml")
     assert "about 6.0 min" in expected_line(measured, 10, 2, 0.5)
     assert "from the spec's minutes_per_trial" in expected_line(measured, 10, 2, 0.5)

@@ -45,6 +45,12 @@ def _rows(markdown: str) -> list[list[str]]:
     return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines[1:]]
 
 
+def test_a_one_seed_spec_counts_one_seed():
+    claims, runs, scale, results = _parts(adacomm_set())
+    lead = build_spec(claims, runs, results, scale, project="repro", entity=None)["blocks"][0]
+    assert "; 1 seed (0). Claims:" in lead["text"]
+
+
 def test_spec_opens_with_the_summary_then_findings_curves_choices_tuning_setup_checks():
     claims, runs, scale, results = _parts(adacomm_set() + adacomm_set(seed=1))
     spec = build_spec(claims, runs, results, scale, project="repro", entity=None)
