@@ -215,8 +215,8 @@ def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> 
 def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: float) -> str:
     """How long the `left` trials take here: from the spec's measured minutes per trial, else
     the run set's measured minutes per run."""
-    runs = left * len(spec.seeds)
     n = len(spec.seeds)
+    runs = left * n
     how = (
         f"{left} trial{'s' if left != 1 else ''} x {n} seed{'s' if n != 1 else ''} = {runs} "
         f"run{'s' if runs != 1 else ''}, {workers} at a time"
