@@ -27,15 +27,17 @@ from repro.sweep.spec import ArmSpec, SweepSpec, base_overrides
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     """The spec's sampler. `seed_offset` sets apart the workers' adaptive samplers (equal
-    seeds would propose equal points). The random sampler draws by trial number
-    (`_numbered_random`) and the grid gives trial n the n-th point of an order its seed
-    shuffles: both take the spec's seed alone, or workers seeded apart would draw trial n
-    differently and the grid would visit some points twice and others never."""
+    seeds would propose equal points). Random draws are made by trial number (`_numbered`):
+    the random sampler's, and NSGA-II's first generation and mutations; the grid gives trial
+    n the n-th point of an order its seed shuffles. Those take the spec's seed alone, or
+    workers seeded apart would draw trial n differently (the same sweep on two workers found
+    other first generations each time it ran) and the grid would visit some points twice and
+    others never."""
     import optuna
 
     samplers = optuna.samplers
     if spec.sampler.name == "random":
-        return _numbered_random(spec.sampler.seed)
+        return _numbered(samplers.RandomSampler, spec.sampler.seed)
     if spec.sampler.name == "grid":
         return samplers.GridSampler(
             {p.key: p.grid_values() for p in spec.space}, seed=spec.sampler.seed
@@ -45,11 +47,14 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     if spec.sampler.name in plain:
         return plain[spec.sampler.name](seed=seed)
     size = spec.sampler.population_size or 50  # nsga2, the one left (sobol is for arms)
-    return samplers.NSGAIISampler(population_size=size, seed=seed)
+    # crossover and selection keep the worker's own seed: workers seeded alike would breed
+    # the same children from the same parents
+    return _numbered(samplers.NSGAIISampler, spec.sampler.seed, population_size=size, seed=seed)
 
 
-def _numbered_random(seed: int) -> Any:
-    """Optuna's random sampler with each trial's draw fixed by (seed, trial number, key).
+def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
+    """`sampler_class` whose independent draws are random and fixed by (`draws`, trial
+    number, key) alone.
 
     Optuna's own draws come from one generator per sampler, so which worker asked for
     which trial, and in what order, decided the points: two runs of the same search (the
@@ -62,13 +67,13 @@ def _numbered_random(seed: int) -> Any:
     import numpy as np
     from optuna.samplers import RandomSampler
 
-    class _NumberedRandom(RandomSampler):
+    class Numbered(sampler_class):
         def sample_independent(self, study, trial, param_name, param_distribution):
-            key = np.random.SeedSequence([seed, trial.number, zlib.crc32(param_name.encode())])
+            key = np.random.SeedSequence([draws, trial.number, zlib.crc32(param_name.encode())])
             drawn = RandomSampler(seed=int(key.generate_state(1)[0]))
             return drawn.sample_independent(study, trial, param_name, param_distribution)
 
-    return _NumberedRandom(seed=seed)
+    return Numbered(**({"seed": draws} | kwargs))
 
 
 def tally(study: Any) -> tuple[int, int]:

@@ -73,11 +73,12 @@ def test_every_sampler_draws_points_inside_the_space(name, cls):
         assert len({tuple(t.params.values()) for t in study.trials}) == 6
 
 
-@pytest.mark.parametrize("name", ["random", "grid"])
-def test_random_and_grid_points_follow_the_trial_number_not_the_worker(name):
+@pytest.mark.parametrize("name", ["random", "grid", "nsga2"])
+def test_random_grid_and_first_generation_points_follow_the_trial_number_not_the_worker(name):
     """Two workers (their samplers seeded apart, as `run_worker` seeds them) taking trials in
     either order draw trial n's point alike, so a search's points do not hang on timing, and
-    a grid visits distinct points."""
+    a grid visits distinct points. NSGA-II's six trials here are its first generation (a
+    population of 50), which it draws at random."""
     spec = make_spec(name, GRID_SPACE if name == "grid" else SPACE)
     workers = [make_sampler(spec, 0), make_sampler(spec, 1_000_004)]
 
