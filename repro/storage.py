@@ -133,6 +133,18 @@ def probe_write(directory: Path | str) -> None:
         os.fsync(f.fileno())
 
 
+def _umask() -> int:
+    """This process's umask, read without setting it (setting it to read it back would
+    change it for a moment under the other threads, wandb's among them)."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(
     path: Path,
     write: Callable[[IO[bytes]], object],
@@ -149,6 +161,9 @@ def atomic_write(
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
         with os.fdopen(fd, "wb") as f:
             write(f)
+            # mkstemp's file is the owner's alone (0600): the file gets the mode any other
+            # file here gets, so that a group sharing runs on a cluster can read them
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.flush()
             # On file systems that allocate at write-back (ext4, xfs), ENOSPC shows here.
             os.fsync(f.fileno())

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,27 @@ def test_multirun_runs_every_combination(tmp_path):
     collectives = sorted(json.loads(p.read_text())["comm/collectives"] for p in summaries)
     assert collectives == [5, 20]  # 20 steps at tau=4 and tau=1
     assert not list(tmp_path.glob("*.yaml"))  # Hydra writes nothing into the working directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["022", "027"])
+def test_a_runs_files_take_the_users_umask_like_any_other_file(tmp_path, umask):
+    """Config, summary, model and checkpoints are written to a temporary file and renamed
+    into place; they get the mode the user's umask gives (readable by the group that shares
+    the runs), not the temporary file's owner-only 0600."""
+    before = os.umask(umask)  # the command inherits it
+    try:
+        proc = repro_cli(
+            "train", *TINY, "trainer.checkpoint_every=10", f"runs_root={tmp_path}/runs"
+        )
+    finally:
+        os.umask(before)
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp_path / "runs" / "default").iterdir()
+    written = [run_dir / n for n in ("config.yaml", "summary.json", "final_model.pt")]
+    written += list((run_dir / "checkpoints").rglob("*.pt"))
+    assert len(written) > 3
+    assert {oct(p.stat().st_mode & 0o777) for p in written} == {oct(0o666 & ~umask)}
 
 
 @pytest.mark.slow
