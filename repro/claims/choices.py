@@ -8,7 +8,7 @@ suite keeps is stated, never left for a reader to find in the code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repro.errors import UserError
 from repro.pages.writer import Table
@@ -24,17 +24,25 @@ def require_texts(item: object, *names: str) -> None:
 
 @dataclass(frozen=True)
 class Choice:
-    """One stated choice: `setting` (a config key or topic), `ours`, `paper`, `why`."""
+    """One stated choice: `setting` (a config key or topic), `ours`, `paper`, `why`; and
+    `scales`, the scales it is true at when it states one scale's regime (a horizon, a
+    batch ladder), else every scale: a report at another scale does not state it."""
 
     setting: str
     ours: str
     paper: str
     why: str
+    scales: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         require_texts(self, "setting", "ours", "paper", "why")
 
 
-def choices_table(choices: list[Choice]) -> Table:
-    rows = [[c.setting, c.ours, c.paper, c.why] for c in choices]
+def choices_table(choices: list[Choice], scale: str) -> Table | None:
+    """The choices stated at `scale`, or None when there are none."""
+    rows = [
+        [c.setting, c.ours, c.paper, c.why] for c in choices if scale in c.scales or not c.scales
+    ]
+    if not rows:
+        return None
     return Table("Choices and deviations", ["setting", "ours", "paper", "why"], rows)

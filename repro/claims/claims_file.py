@@ -183,6 +183,12 @@ class ClaimsFile:
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "sweep_fronts", fronts)
         stated = [build(Choice, c, f"choices[{i}]") for i, c in enumerate(self.choices)]
+        for i, choice in enumerate(stated):
+            if any(s not in SCALES for s in choice.scales):
+                raise UserError(
+                    f"choices[{i}]: scales {choice.scales} must be a subset of {list(SCALES)} "
+                    "(or absent: every scale)"
+                )
         object.__setattr__(self, "choices", stated)
         found = [build(Finding, f, f"findings[{i}]") for i, f in enumerate(self.findings)]
         check_findings(found, [c.id for c in claims])

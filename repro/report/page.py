@@ -234,7 +234,7 @@ def assemble(
         *headline,
         Para(tuning.summary if tuning else HAND_SET),
         setup_table(runs, scale),
-        *([choices_table(claims.choices)] if claims.choices else []),
+        *filter(None, [choices_table(claims.choices, scale)]),
         *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
         claims_table(outcomes(results), scale, reads=reads),
         *([why] if why.rows else []),

@@ -180,8 +180,9 @@ def build_spec(
     if local_only:
         note = "In the local report only (one number per run): " + "; ".join(local_only)
         blocks.append({"kind": "p", "text": note})
-    if claims.choices:
-        blocks.append(_markdown(choices_table(claims.choices)))
+    choices = choices_table(claims.choices, scale)
+    if choices is not None:
+        blocks.append(_markdown(choices))
     blocks += _tuning(claims.paper, scale, runs)
     blocks.append(_markdown(setup_table(runs, scale)))
     if model_checks(results):
