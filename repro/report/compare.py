@@ -81,12 +81,19 @@ def _namer(paper: str) -> Callable[[str], str]:
         return str
 
 
+def _trial(run: Run) -> str:
+    """A sweep or search trial's `trial:<n>` tag as ", trial n"; '' for any other run."""
+    numbers = [t.removeprefix("trial:") for t in run.tags if t.startswith("trial:")]
+    return f", trial {numbers[0]}" if numbers else ""
+
+
 def _names(runs: Sequence[Run]) -> list[str]:
     """Legend names: the method as its paper names it, with the run's group when runs come
-    from several groups, its seed when two would otherwise read the same (one label run for
-    several seeds), and its run id when they still would."""
+    from several groups, a sweep trial's number (a sweep's trials share their label), its
+    seed when two would otherwise read the same (one label run for several seeds), and its
+    run id when they still would."""
     several = len({r.group for r in runs}) > 1
-    methods = [_namer(str(cfg(r, "experiment.paper")))(label_of(r)) for r in runs]
+    methods = [_namer(str(cfg(r, "experiment.paper")))(label_of(r)) + _trial(r) for r in runs]
     names = [f"{r.group}: {m}" if several else m for m, r in zip(methods, runs, strict=True)]
     names = [
         f"{n}, seed {seed_of(r)}" if names.count(n) > 1 else n

@@ -1,6 +1,7 @@
 """Claims judged on the seeds' mean and its 95% bootstrap interval: reproduced inside the
 band, undecided across an edge (inconclusive at the seed cap); reports list every seed."""
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -189,6 +190,20 @@ def test_compare_names_the_seed_of_runs_that_share_a_label():
         "Fully synchronous SGD, seed 0",
         "Fully synchronous SGD, seed 1",
         "AdaComm",
+    ]
+
+
+def test_compare_names_a_sweeps_trials_by_their_number():
+    """A sweep's trials share label and seed: the legend says which trial each curve is."""
+    trials = [
+        dataclasses.replace(make_run("topk", run_id=f"t{n}", group="tiny"), tags=[f"trial:{n}"])
+        for n in (0, 3)
+    ]
+    drawn, _ = curves([*trials, make_run("sync")], "train/loss", "step")
+    assert [c.name for c in drawn] == [
+        "tiny: topk, trial 0",
+        "tiny: topk, trial 3",
+        "adacomm_small: Fully synchronous SGD",
     ]
 
 
