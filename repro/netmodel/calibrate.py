@@ -264,8 +264,8 @@ def main(argv: list[str]) -> int:
     chosen = FitKey(args.link_from, args.link_ranks)
     text = preset_text(args.out.stem, links, samples, chosen)
     atomic_write(args.out, lambda f: f.write(text.encode()), "--out")
-    print(
-        f"wrote {args.out} with the {chosen} fit; "
-        f"use it as network={args.out.stem} from configs/network/"
-    )
+    # Hydra finds a network preset in the package's configs/network/ alone
+    home = DEFAULT_OUT.parent
+    where = "" if args.out.resolve().parent == home else f" once copied into {home}"
+    print(f"wrote {args.out} with the {chosen} fit; use it as network={args.out.stem}{where}")
     return 0

@@ -164,6 +164,7 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
             for op in ("allreduce", "allgather", "broadcast")
             for size in (1024, 1 << 20, 16 << 20)
         )
+        assert proc.stdout.rstrip().endswith(f" fit; use it as network={name}")
         written = yaml.safe_load(out.read_text())
         cfg = compose([f"network={name}"])
     finally:
@@ -176,6 +177,17 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
     link = NetworkSchedule.from_config(cfg.network).link_at(0.0)
     assert f"latency {link.latency_s * 1e3:.4f} ms" in fit_line
     assert f"bandwidth {link.bandwidth_Bps * 8 / 1e9:.3f} Gbit/s" in fit_line
+
+
+@pytest.mark.slow
+def test_a_preset_written_elsewhere_says_where_it_must_go_to_be_used(tmp_path):
+    out = tmp_path / "mine.yaml"
+    args = ["--ranks", "2", "--sizes", "1K,64K", "--repeats", "1", "--out", str(out)]
+    proc = repro_cli("calibrate", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file()
+    last = proc.stdout.rstrip().splitlines()[-1]
+    assert last.endswith(f"use it as network=mine once copied into {CONFIG_DIR / 'network'}")
 
 
 BAD = [
