@@ -41,7 +41,7 @@ class Choice:
 def choices_table(choices: list[Choice], scale: str) -> Table | None:
     """The choices stated at `scale`, or None when there are none."""
     rows = [
-        [c.setting, c.ours, c.paper, c.why] for c in choices if scale in c.scales or not c.scales
+        [c.setting, c.ours, c.paper, c.why] for c in choices if not c.scales or scale in c.scales
     ]
     if not rows:
         return None

@@ -37,7 +37,7 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
 
     samplers = optuna.samplers
     if spec.sampler.name == "random":
-        return _numbered(samplers.RandomSampler, spec.sampler.seed)
+        return _numbered(samplers.RandomSampler, spec.sampler.seed, seed=spec.sampler.seed)
     if spec.sampler.name == "grid":
         return samplers.GridSampler(
             {p.key: p.grid_values() for p in spec.space}, seed=spec.sampler.seed
@@ -53,8 +53,8 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
 
 
 def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
-    """`sampler_class` whose independent draws are random and fixed by (`draws`, trial
-    number, key) alone.
+    """`sampler_class(**kwargs)` whose independent draws are random and fixed by (`draws`,
+    trial number, key) alone.
 
     Optuna's own draws come from one generator per sampler, so which worker asked for
     which trial, and in what order, decided the points: two runs of the same search (the
@@ -73,7 +73,7 @@ def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
             drawn = RandomSampler(seed=int(key.generate_state(1)[0]))
             return drawn.sample_independent(study, trial, param_name, param_distribution)
 
-    return Numbered(**({"seed": draws} | kwargs))
+    return Numbered(**kwargs)
 
 
 def tally(study: Any) -> tuple[int, int]:
