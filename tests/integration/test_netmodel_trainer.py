@@ -182,7 +182,8 @@ def test_calibrate_writes_a_preset_that_composes(tmp_path):
 @pytest.mark.slow
 def test_a_preset_written_elsewhere_says_where_it_must_go_to_be_used(tmp_path):
     out = tmp_path / "mine.yaml"
-    args = ["--ranks", "2", "--sizes", "1K,64K", "--repeats", "1", "--out", str(out)]
+    # the sizes and repeats whose times grow with size on a loaded machine (as above)
+    args = ["--ranks", "2", "--sizes", "1K,1M,16M", "--repeats", "3", "--out", str(out)]
     proc = repro_cli("calibrate", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert out.is_file()
