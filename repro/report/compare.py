@@ -51,10 +51,10 @@ def resolve(args: Sequence[str], runs_root: Path) -> list[Run]:
         if path.exists():
             try:
                 found = [read_run(path)]
-            except UserError:
+            except UserError as err:  # a directory of runs, or read_run's reason why not
                 found = find_runs(path) if path.is_dir() else []
-            if not found:
-                raise UserError(f"no wandb runs under {path}")
+                if not found:
+                    raise err from None
         else:
             if known is None:
                 if not runs_root.is_dir():

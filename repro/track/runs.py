@@ -268,6 +268,11 @@ def read_run(path: str | Path) -> RunData:
     else:
         raise UserError(f"run path {path} does not exist")
     runs = _grouped(files)
+    if not runs and (path / "summary.json").is_file() and not (path / "wandb").exists():
+        raise UserError(
+            f"no wandb run records under {path}: the run was made with tracking=disabled, so "
+            f"it logged no curves; its final metrics are in {path / 'summary.json'}"
+        )
     if not runs:
         raise UserError(f"no wandb run records under {path}")
     latest = max(runs.values(), key=lambda segs: max(s.start for s in segs))

@@ -56,6 +56,20 @@ def test_a_runs_files_take_the_users_umask_like_any_other_file(tmp_path, umask):
 
 
 @pytest.mark.slow
+def test_reading_curves_of_a_run_made_without_tracking_says_why_there_are_none(tmp_path):
+    assert repro_cli("train", *TINY, f"runs_root={tmp_path}/runs").returncode == 0
+    (run_dir,) = (tmp_path / "runs" / "default").iterdir()
+    why = (
+        f"error: no wandb run records under {run_dir}: the run was made with "
+        f"tracking=disabled, so it logged no curves; its final metrics are in "
+        f"{run_dir / 'summary.json'}"
+    )
+    for command in (["runs", "show"], ["report", "compare"]):
+        proc = repro_cli(*command, str(run_dir), cwd=tmp_path)
+        assert (proc.returncode, proc.stderr.strip()) == (2, why), command
+
+
+@pytest.mark.slow
 def test_python_dash_m_repro_is_the_same_command(tmp_path):
     proc = subprocess.run(
         [
