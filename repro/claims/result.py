@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from repro.pages.writer import fmt
+from repro.pages.writer import counted, fmt
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ClaimResult:
         """The verdict as the tables show it, with the seeds and interval where undecided,
         and what a failed magnitude claim says."""
         text = self.verdict
-        seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
+        seeds = counted(self.seeds, "seed")
         if self.verdict == "undecided":
             text = f"undecided at {seeds}"
         elif self.verdict == "inconclusive":

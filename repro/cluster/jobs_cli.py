@@ -17,6 +17,7 @@ import time
 
 from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, scan_records
 from repro.errors import CommandParser, UserError
+from repro.pages.writer import counted
 
 
 def render(records: list[JobRecord], states: dict[str, str]) -> str:
@@ -34,7 +35,7 @@ def summary_line(states: dict[str, str]) -> str:
     counts: dict[str, int] = {}
     for s in states.values():
         counts[s] = counts.get(s, 0) + 1
-    return f"{len(states)} job{'s' if len(states) != 1 else ''}: " + ", ".join(
+    return f"{counted(len(states), 'job')}: " + ", ".join(
         f"{n} {s}" for s, n in sorted(counts.items())
     )
 

@@ -36,6 +36,7 @@ from repro.cluster.jobs import JobRecord, append_records
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
 from repro.locks import take
+from repro.pages.writer import counted
 from repro.schemas.cluster import ClusterConfig
 from repro.train import checkpoint
 
@@ -94,7 +95,7 @@ class TrainingJob(Checkpointable):
         rank, world = set_rendezvous(submitit.JobEnvironment())
         if rank == 0:
             step = checkpoint.latest_step(run_dir_of(self.cfg))
-            workers = f"{world} worker{'s' if world != 1 else ''}"
+            workers = counted(world, "worker")
             print(f"run {run_dir_of(self.cfg)}: {workers}, from step {step}", flush=True)
         _prepare_data_once(self.cfg)
         try:

@@ -25,6 +25,11 @@ from repro.pages.style import CSS
 __all__ = ["CSS", "Code", "FigureOut", "Heading", "Link", "Page", "Para", "Table", "fmt"]
 
 
+def counted(n: int, word: str) -> str:
+    """`n word`, with an s unless n is 1: "1 run", "3 runs"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def fmt(value: Any) -> str:
     """A value as a table cell: 4 significant digits, "never reached" for inf, "undefined" for
     NaN (a ratio of two runs that both never reached the target), "—" for None."""

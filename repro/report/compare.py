@@ -20,7 +20,7 @@ from pathlib import Path
 
 from repro.claims.claims_file import load_claims
 from repro.errors import CommandParser, UserError
-from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, fmt, to_html
+from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, counted, fmt, to_html
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
@@ -186,6 +186,6 @@ def main(argv: list[str]) -> int:
     (out / "compare.html").write_text(to_html(compare_page))
     for note in skipped:
         print(f"not drawn: {note}")
-    runs = f"{len(drawn)} run{'s' if len(drawn) != 1 else ''}"
+    runs = counted(len(drawn), "run")
     print(f"wrote {png} and {out / 'compare.html'} ({runs})")
     return 0

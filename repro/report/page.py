@@ -33,7 +33,18 @@ from repro.claims.findings import findings_table
 from repro.claims.published import render_table
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import VERDICTS_TEXT, OffSet, model_checks, outcomes, summary
-from repro.pages.writer import Block, Cell, FigureOut, Heading, Link, Page, Para, Table, fmt
+from repro.pages.writer import (
+    Block,
+    Cell,
+    FigureOut,
+    Heading,
+    Link,
+    Page,
+    Para,
+    Table,
+    counted,
+    fmt,
+)
 from repro.report.missing_runs import missing_notes, needed_missing, off_set_notes
 from repro.report.run_setup import (
     by_arm,
@@ -193,7 +204,7 @@ def seed_counts(runs: Seeded) -> str:
     if len(set(per_label)) <= 1:
         return str(len(seeds_of(runs)))
     (c, n), *rest = sorted(Counter(per_label).items())
-    first = f"{c} for {n} label{'s' if n != 1 else ''}"
+    first = f"{c} for {counted(n, 'label')}"
     return ", ".join([first, *(f"{c} for {n}" for c, n in rest)])
 
 

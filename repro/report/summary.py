@@ -13,7 +13,7 @@ from __future__ import annotations
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import claim_seeds, model_checks, outcomes
-from repro.pages.writer import Link, Table, fmt
+from repro.pages.writer import Link, Table, counted, fmt
 from repro.track.series import Seeded, any_seed
 
 SUMMARY_TITLE = "Summary"
@@ -39,7 +39,7 @@ def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
     the report's `scale`, a claim not run because it is stated for another scale says so; a
     claim read from runs the run set does not make names their settings."""
     n = result.seeds
-    seeds = f"{n} seed" + ("s" if n != 1 else "")
+    seeds = counted(n, "seed")
     claim = result.claim
     stated = ", ".join(claim.scales)
     if claim.kind == "model_check" and result.verdict in CHECK_WORDS:

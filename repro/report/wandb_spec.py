@@ -38,7 +38,7 @@ from repro.claims.figure_specs import FigureSpec
 from repro.claims.findings import findings_table
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import VERDICTS_TEXT, evaluate, model_checks, summary
-from repro.pages.writer import Table, fmt, markdown_table
+from repro.pages.writer import Table, counted, fmt, markdown_table
 from repro.report.build import ordered, select_runs
 from repro.report.colours import colour_for
 from repro.report.page import CHECKS_TITLE, CLOCKS_TEXT, HAND_SET, run_set_tuning, setup_table
@@ -159,8 +159,8 @@ def build_spec(
     title = f"Reproduction: {claims.title}"
     seeds = seeds_of(runs)
     lead = (
-        f"{claims.citation} Scale: {scale}; wandb run group {group}; {len(seeds)} "
-        f"seed{'s' if len(seeds) != 1 else ''} "
+        f"{claims.citation} Scale: {scale}; wandb run group {group}; "
+        f"{counted(len(seeds), 'seed')} "
         f"({', '.join(map(str, seeds))}). Claims: {summary(results)}."
     )
     blocks: list[dict] = [

@@ -22,7 +22,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
-from repro.pages.writer import fmt
+from repro.pages.writer import counted, fmt
 from repro.track.runs import find_runs
 from repro.track.series import Seeded, any_seed, last_logged, seeds_of
 
@@ -90,7 +90,7 @@ def wanted(results: list[ClaimResult], runs: Seeded) -> tuple[set[tuple[str, int
         pairs |= {(label, seed) for label in labels}
         where = f"95% CI {r.ci_text()} straddles {fmt(r.edge)}" if r.interval else "one seed"
         why.append(
-            f"claim {r.claim.id}: {where} at {r.seeds} seed{'s' if r.seeds != 1 else ''} "
+            f"claim {r.claim.id}: {where} at {counted(r.seeds, 'seed')} "
             f"(cap {r.claim.cap}): adding seed {seed} of {', '.join(labels)}"
         )
     return pairs, why

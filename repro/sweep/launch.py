@@ -45,6 +45,7 @@ from typing import Any
 from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers
 from repro.errors import UserError
+from repro.pages.writer import counted
 from repro.schemas.cluster import ClusterConfig
 from repro.sweep.space import format_override
 from repro.sweep.spec import STEPS_TO_TARGET, SweepSpec, base_overrides
@@ -218,8 +219,8 @@ def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: flo
     n = len(spec.seeds)
     runs = left * n
     how = (
-        f"{left} trial{'s' if left != 1 else ''} x {n} seed{'s' if n != 1 else ''} = {runs} "
-        f"run{'s' if runs != 1 else ''}, {workers} at a time"
+        f"{counted(left, 'trial')} x {counted(n, 'seed')} = {counted(runs, 'run')}, "
+        f"{workers} at a time"
     )
     minutes, source = spec.minutes_per_trial, "the spec's minutes_per_trial"
     if minutes <= 0:
