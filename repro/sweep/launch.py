@@ -127,9 +127,9 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     from repro.config import compose
 
     check_workers(workers)
+    check_config_keys(spec)
     cfg = compose([*base_overrides(spec), *([f"cluster={cluster}"] if cluster else [])])
     check_storage_for(spec, cfg.cluster)
-    check_config_keys(spec)
     database = open_storage(spec) if spec.storage is not None else None
     cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size  # a trial spawns its workers
     pool = Workers(cfg.cluster, cfg.runs_root, "sweep", spec.name, cpus)

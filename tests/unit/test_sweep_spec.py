@@ -225,6 +225,14 @@ def test_search_key_that_is_not_a_config_field_is_refused_before_any_trial(tmp_p
     assert not (tmp_path / "out").exists()  # no journal, hence no study and no trial
 
 
+def test_a_base_override_the_config_rejects_is_refused_naming_the_sweep(tmp_path):
+    raw = tiny(tmp_path)
+    spec = spec_from_dict({**raw, "overrides": [*raw["overrides"], "trainer.steps=0"]}, "t.yaml")
+    with pytest.raises(UserError, match=r"^sweep tiny: base config does not compose: trainer"):
+        run_sweep(spec, workers=1)
+    assert not (tmp_path / "out").exists()
+
+
 def test_search_value_the_config_rejects_is_refused(tmp_path):
     space = [{"key": "method.cr", "type": "float", "low": 0.01, "high": 2.0}]
     spec = spec_from_dict(tiny(tmp_path, space=space), "t.yaml")
