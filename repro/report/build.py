@@ -28,6 +28,14 @@ from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
 
+def report_subdir(paper: str, scale: str) -> Path:
+    """Where a paper's report at `scale` lies in the reports directory: the default scale's
+    (`repro reproduce PAPER` without scale=, which the README's commands run) in `PAPER/`,
+    any other scale's in `PAPER/SCALE/`. A page keeps its address whichever scales have runs,
+    so a tiny run set never writes over the small set's page, nor leaves one behind."""
+    return Path(paper) if scale == "small" else Path(paper) / scale
+
+
 def default_claims_dir() -> Path:
     """`reports/claims/` of the source tree this package was installed from."""
     return Path(__file__).resolve().parents[2] / "reports" / "claims"
@@ -155,13 +163,15 @@ def render_parts(
 def build_report(
     paper: str,
     runs_root: Path,
-    out_dir: Path,
+    reports: Path,
     *,
+    into: Path | None = None,
     scale: str | None = None,
     claims_dir: Path | None = None,
     command: str | None = None,
 ) -> Path:
-    """Report for `paper` from the runs under `runs_root`, written into `out_dir`.
+    """Report for `paper` from the runs under `runs_root`, written into its directory in
+    `reports` (`report_subdir`), or into exactly `into`.
 
     `command` is the command line the page names for regenerating it. Returns the path of
     report.html (report.md and the figures' SVGs lie beside it).
@@ -174,5 +184,6 @@ def build_report(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
-    render_parts(claims, runs, chosen_scale, Path(out_dir), command=command, notes=notes, off=off)
-    return Path(out_dir) / "report.html"
+    out_dir = into or Path(reports) / report_subdir(paper, chosen_scale)
+    render_parts(claims, runs, chosen_scale, out_dir, command=command, notes=notes, off=off)
+    return out_dir / "report.html"

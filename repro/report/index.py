@@ -20,7 +20,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
-from repro.report.build import default_claims_dir, render_parts, select_runs
+from repro.report.build import default_claims_dir, render_parts, report_subdir, select_runs
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
@@ -60,19 +60,19 @@ class Index:
     command: str
 
 
-def _report_command(paper: str, scale: str, runs_root: str, out: Path, sub: Path) -> str:
+def _report_command(paper: str, scale: str, runs_root: str, out: Path) -> str:
     """The `repro report` command that writes exactly this report directory."""
-    args = ["repro", "report", paper, "--runs", runs_root, "--scale", scale]
-    if sub == Path(paper):
-        return shlex.join([*args, "--out", str(out)])
-    return shlex.join([*args, "--dir", str(out / sub)])
+    return shlex.join(
+        ["repro", "report", paper, "--runs", runs_root, "--scale", scale, "--out", str(out)]
+    )
 
 
 def _section(
-    claims: ClaimsFile, scale: str, found: Sequence[Run], runs_root: str, out: Path, sub: Path
+    claims: ClaimsFile, scale: str, found: Sequence[Run], runs_root: str, out: Path
 ) -> Section:
     paper = claims.paper
-    command = _report_command(paper, scale, runs_root, out, sub)
+    command = _report_command(paper, scale, runs_root, out)
+    sub = report_subdir(paper, scale)
     reproduce = f"repro reproduce {paper} scale={scale}"
     base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)
     try:
@@ -91,8 +91,7 @@ def collect_runs(
     found: Sequence[Run], runs_root: str, out: Path, claims_dir: Path, command: str = ""
 ) -> Index:
     """Write every paper's report for the runs `found` (read from `runs_root`) under `out`
-    (one directory per paper, or per paper and scale when a paper has runs at several
-    scales) and return what the index shows."""
+    (each in its `report_subdir`) and return what the index shows."""
     sections: list[Section] = []
     not_run: list[NotRun] = []
     groups = {run.group for run in found}
@@ -104,8 +103,7 @@ def collect_runs(
             continue
         for scale in scales:
             check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")
-            sub = Path(paper) if len(scales) == 1 else Path(paper) / scale
-            sections.append(_section(claims, scale, found, runs_root, out, sub))
+            sections.append(_section(claims, scale, found, runs_root, out))
     return Index(sections, not_run, runs_root, command)
 
 

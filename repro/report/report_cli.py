@@ -1,7 +1,8 @@
 """`repro report`: reports from runs read back from disk.
 
 repro report PAPER [--runs ROOT] [--out DIR | --dir DIR] [--scale S] [--publish]
-    one paper's report: DIR/PAPER/report.md, report.html and the figures beside them;
+    one paper's report: DIR/PAPER/report.md (DIR/PAPER/SCALE/ for a scale other than small),
+    report.html and the figures beside them;
     --publish also saves the W&B Report's spec there (wandb_report.json) and publishes it
     when a key and a server exist, else says how to publish it later (exit 0 either way)
 repro report publish PATH
@@ -35,7 +36,7 @@ def _paper_parser() -> argparse.ArgumentParser:
     p.add_argument("paper", help="a paper with a claims file, e.g. adacomm")
     p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")
-    p.add_argument("--dir", help="write into exactly this directory (default OUT/PAPER)")
+    p.add_argument("--dir", help="write into exactly this directory (default OUT/PAPER[/SCALE])")
     p.add_argument("--scale", choices=SCALES, help="which reproduction, when several exist")
     p.add_argument("--claims", help="directory of claims files (default reports/claims)")
     p.add_argument("--publish", action="store_true", help="also publish a W&B Report")
@@ -48,22 +49,23 @@ def _paper(argv: list[str]) -> int:
     if args.paper not in known_papers(claims_dir):
         known = ", ".join(known_papers(claims_dir))
         raise UserError(f"repro report: unknown paper '{args.paper}'; known papers: {known}")
-    out_dir = Path(args.dir) if args.dir else Path(args.out) / args.paper
-    if args.dir:  # the folder named on purpose is the setting a refusal names
-        check_creatable(out_dir, "--dir")
+    into = Path(args.dir) if args.dir else None
+    if into:  # the folder named on purpose is the setting a refusal names
+        check_creatable(into, "--dir")
     html = build_report(
         args.paper,
         Path(args.runs),
-        out_dir,
+        Path(args.out),
+        into=into,
         scale=args.scale,
         claims_dir=claims_dir,
         command=shlex.join(["repro", "report", *argv]),
     )
-    print(f"wrote {out_dir / 'report.md'} and {html}")
+    print(f"wrote {html.with_name('report.md')} and {html}")
     if args.publish:
         from repro.report.wandb_spec import publish
 
-        print(publish(args.paper, Path(args.runs), args.scale, claims_dir, out_dir))
+        print(publish(args.paper, Path(args.runs), args.scale, claims_dir, html.parent))
     return 0
 
 

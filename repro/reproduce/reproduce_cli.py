@@ -85,11 +85,11 @@ def main(argv: list[str]) -> int:
     experiment = runs[0][1].experiment
     minutes = experiment.expected_minutes / len(experiment.runs)
     claims, claims_dir, also, away = None, Path(args.claims or "."), "", []
-    reports = Path(args.reports) / args.paper
+    reports = Path(args.reports)  # the paper's page goes to its report_subdir there
     if not args.no_report:
         from repro.claims.claims_file import load_claims
         from repro.claims.seed_caps import check_seed_caps
-        from repro.report.build import default_claims_dir
+        from repro.report.build import default_claims_dir, report_subdir
         from repro.reproduce.more_seeds import most_added
 
         claims_dir = Path(args.claims) if args.claims else default_claims_dir()
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         if here:
             also += f"; then {search_minutes(search, experiment, workers)}"
     if claims is not None:  # a report that cannot be written stops us before any run
-        check_creatable(reports, "--reports")
+        check_creatable(reports / report_subdir(args.paper, scale), "--reports")
     try:
         with sigterm_stops():
             launched = launch_runs(

@@ -24,7 +24,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     expected = "adacomm tiny: expected time: about "
     assert first.stdout.splitlines()[0].startswith(expected), first.stdout[:500]
     assert re.search(r"5 runs to do, \d+ at a time", first.stdout.splitlines()[0])
-    report = tmp_path / "reports" / "adacomm"
+    report = tmp_path / "reports" / "adacomm" / "tiny"
     md = (report / "report.md").read_text()
     for section in SECTIONS:
         assert section in md
@@ -89,7 +89,10 @@ def added_seeds_where_undecided(tmp_path, args):
     assert chosen.returncode == 0, chosen.stderr[-3000:]
     # seeds=N on the command line is the user's number: nothing is added to it
     assert not [ln for ln in chosen.stdout.splitlines() if ": claim " in ln], chosen.stdout
-    assert "undecided at 1 seed" in (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    assert (
+        "undecided at 1 seed"
+        in (tmp_path / "reports" / "adacomm" / "tiny" / "report.md").read_text()
+    )
     third = repro_cli(*args, *claims_dir, cwd=tmp_path, timeout=600)
     assert third.returncode == 0, third.stderr[-3000:]
     added = [ln for ln in third.stdout.splitlines() if ": claim " in ln]
@@ -114,7 +117,7 @@ def added_seeds_where_undecided(tmp_path, args):
         + [("adacomm", s) for s in (0, 1)]
         + [(x, 0) for x in labels]
     )
-    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    md = (tmp_path / "reports" / "adacomm" / "tiny" / "report.md").read_text()
     sync_row = next(ln for ln in md.splitlines() if ln.startswith("| sync_loss |"))
     assert re.search(r"\| inconclusive at 3 seeds, CI \[[^]]+\] \|", sync_row), sync_row
     assert "seed 0: " in sync_row and "seed 2: " in sync_row
@@ -134,7 +137,7 @@ def runs_made_otherwise(tmp_path, args, claims_dir):
         "no seeds are added"
     )
     assert not [ln for ln in other.stdout.splitlines() if ": claim " in ln], other.stdout
-    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    md = (tmp_path / "reports" / "adacomm" / "tiny" / "report.md").read_text()
     assert "| reproduced |" in next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
     assert re.search(r"kept run \w+ \(the run set's own\)", md)
     (own,) = [
@@ -154,7 +157,7 @@ def runs_made_otherwise(tmp_path, args, claims_dir):
         cwd=tmp_path,
     )
     assert report.returncode == 0, report.stderr[-3000:]
-    md = (tmp_path / "reports" / "adacomm" / "report.md").read_text()
+    md = (tmp_path / "reports" / "adacomm" / "tiny" / "report.md").read_text()
     row = next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
     assert "| not assessed |" in row and "optim.lr=0.04 (set: 0.05)" in row, row
     assert "| reproduced |" not in row

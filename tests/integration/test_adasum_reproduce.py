@@ -43,7 +43,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     args = reproduce_tiny_args("adasum", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
-    report = tmp_path / "reports" / "adasum"
+    report = tmp_path / "reports" / "adasum" / "tiny"
     md = (report / "report.md").read_text()
     for section in SECTIONS:
         assert section in md

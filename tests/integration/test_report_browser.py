@@ -75,7 +75,7 @@ def test_index_has_the_claims_table_figures_environment_and_papers_not_run(built
     assert 0 < len(outcomes) < len(claims)
     assert len(rows) == len(outcomes) and all("| not assessed | tiny |" in r for r in rows)
     assert {c.id for c in outcomes} == {r.split("|")[2].strip() for r in rows}
-    assert all("[adacomm](adacomm/report.html)" in r for r in rows)
+    assert all("[adacomm](adacomm/tiny/report.html)" in r for r in rows)
     assert "Claims at scale small" not in md
     for paper in ("topk", "adasum"):
         assert f"| {paper} |" in md and f"repro reproduce {paper} scale=small" in md
@@ -84,7 +84,7 @@ def test_index_has_the_claims_table_figures_environment_and_papers_not_run(built
     assert f"| CPU | {os.cpu_count()} logical cores" in md
     html = (reports / "index.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', html)
-    figures = list((reports / "adacomm").glob("*.svg"))
+    figures = list((reports / "adacomm" / "tiny").glob("*.svg"))
     assert len(images) == len(figures) == 5
     assert all((reports / src).is_file() for src in images)
 
@@ -94,7 +94,9 @@ def test_every_page_loads_its_images_without_console_errors(built, chromium):
     proc = repro_cli("report", "check", "reports", cwd=built)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 of 2 pages passed" in proc.stdout
-    checks = check_pages([reports / "index.html", reports / "adacomm" / "report.html"], chromium)
+    checks = check_pages(
+        [reports / "index.html", reports / "adacomm" / "tiny" / "report.html"], chromium
+    )
     for check in checks:
         assert check.ok, check.problems()
         assert check.images == 5  # the AdaComm figures, inline in the index too
@@ -107,7 +109,7 @@ def test_every_page_loads_its_images_without_console_errors(built, chromium):
 def test_the_check_reports_a_missing_image_and_console_errors(built, chromium, tmp_path):
     page = tmp_path / "broken.html"
     (tmp_path / "fine.svg").write_bytes(
-        (built / "reports" / "adacomm" / "loss_vs_step.svg").read_bytes()
+        (built / "reports" / "adacomm" / "tiny" / "loss_vs_step.svg").read_bytes()
     )
     page.write_text(
         '<!DOCTYPE html><html><body><img src="fine.svg"><img src="gone.png">'

@@ -94,7 +94,7 @@ def test_tiny_run_set_produces_table_iv_and_every_figure_and_repeat_skips(tmp_pa
     args = reproduce_tiny_args("topk", tmp_path)
     first = repro_cli(*args, cwd=tmp_path, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]
-    report = tmp_path / "reports" / "topk"
+    report = tmp_path / "reports" / "topk" / "tiny"
     md = (report / "report.md").read_text()
 
     table = _table(md, "Table IV — step time and final accuracy")

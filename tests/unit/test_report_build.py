@@ -178,3 +178,21 @@ def test_build_report_reads_runs_back_from_disk(tmp_path):
     # no interval: more seeds must decide
     assert "| 0.225 x sync's time | seed 0: 0.225 | undecided at 1 seed |" in row
     assert "Regenerate: repro report adacomm --runs" in md
+
+
+def test_a_report_of_another_scale_goes_beside_the_small_one_not_over_it(tmp_path, capsys):
+    runs_root = tmp_path / "runs"
+    write_offline_runs(runs_root, [*as_set_runs(adacomm_set("small")), *adacomm_set("tiny")])
+    out = tmp_path / "reports"
+    common = ["adacomm", "--runs", str(runs_root), "--out", str(out), "--claims", str(CLAIMS_DIR)]
+    assert report_main([*common, "--scale", "small"]) == 0
+    small = (out / "adacomm" / "report.md").read_text()
+    assert report_main([*common, "--scale", "tiny"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"wrote {out}/adacomm/tiny/report.md and {out}/adacomm/tiny/report.html"
+    )
+    assert "Scale: tiny." in (out / "adacomm" / "tiny" / "report.md").read_text()
+    assert (out / "adacomm" / "report.md").read_text() == small and "Scale: small." in small
+    # --dir is exactly the folder named
+    assert report_main([*common, "--scale", "tiny", "--dir", str(tmp_path / "here")]) == 0
+    assert (tmp_path / "here" / "report.html").is_file()

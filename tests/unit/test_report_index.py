@@ -59,17 +59,19 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     assert md.split("\n")[2:6] == [
         "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
         f"model checks: 3 not assessed ({title})",
-        "- [adacomm](adacomm/small/report.html), scale small: 3 outcome claims: 1 partly, 2 "
+        "- [adacomm](adacomm/report.html), scale small: 3 outcome claims: 1 partly, 2 "
         f"reproduced; model checks: 2 hold, 1 not measured ({title})",
         "- other: not run; run it with `repro reproduce other scale=small` (Another paper)",
         "",
     ]
     tables = _claims_tables(md)
     assert set(tables) == {"small", "tiny"}
+    # the small page at the paper's own address, whatever other scales have runs
+    where = {"small": "adacomm/report.html", "tiny": "adacomm/tiny/report.html"}
     for scale, rows in tables.items():
         assert len(rows) == 3  # the three outcome claims, once per scale, never mixed
         assert all(row[7] == scale for row in rows)
-        assert all(row[8] == f"[adacomm](adacomm/{scale}/report.html)" for row in rows)
+        assert all(row[8] == f"[adacomm]({where[scale]})" for row in rows)
     # claims are stated for small and paper: judged at small, computed but not judged at tiny
     assert all(row[6] == "not assessed" for row in tables["tiny"])
     headline = next(r for r in tables["small"] if r[1] == "headline_time_to_sync_loss")
@@ -90,9 +92,9 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     assert "Claims: 1 partly, 2 reproduced." in md
     assert "| other | Another paper | not run | repro reproduce other scale=small |" in md
     for scale in ("small", "tiny"):
-        report = out / "adacomm" / scale
+        report = out / Path(where[scale]).parent
         assert (report / "report.html").is_file()
-        cmd = f"repro report adacomm --runs runs --scale {scale} --dir {out}/adacomm/{scale}"
+        cmd = f"repro report adacomm --runs runs --scale {scale} --out {out}"
         assert f"Regenerate: `{cmd}`" in md
         assert f"Regenerate: {cmd}" in (report / "report.md").read_text()
     html = to_html(index, [["python", "3.x"]])
@@ -101,10 +103,13 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     assert len(re.findall(r"<img ", html)) == 2 * len(load_claims("adacomm", claims_dir).figures)
 
 
-def test_index_of_one_scale_uses_the_paper_directory(tmp_path, claims_dir):
-    index = collect_runs(adacomm_set("small"), "runs", tmp_path, claims_dir)
-    assert [s.where for s in index.sections] == ["adacomm/report.html"]
-    assert index.sections[0].command.endswith(f"--scale small --out {tmp_path}")
+@pytest.mark.parametrize("scale,where", [("small", "adacomm"), ("tiny", "adacomm/tiny")])
+def test_a_report_has_one_address_per_scale_whatever_else_has_runs(
+    scale, where, tmp_path, claims_dir
+):
+    index = collect_runs(adacomm_set(scale), "runs", tmp_path, claims_dir)
+    assert [s.where for s in index.sections] == [f"{where}/report.html"]
+    assert index.sections[0].command.endswith(f"--scale {scale} --out {tmp_path}")
     assert index.sections[0].seeds == "0" and index.sections[0].runs == 5
 
 
