@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shlex
 from pathlib import Path
 
 from repro.claims.set_regime import changed_by
@@ -79,6 +80,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
     return args, scale, seeds, extra
 
 
+def report_command(args: argparse.Namespace, scale: str, root: Path) -> str:
+    """The `repro report` command that builds this set's report once its jobs have ended: the
+    runs root, reports directory and claims are the set's, and the scale is named, as a
+    root that holds several scales' runs needs."""
+    extra = [["--runs", str(root)]] if root != Path("runs") else []
+    extra += [["--out", args.reports]] if Path(args.reports) != Path("reports") else []
+    extra += [["--claims", args.claims]] if args.claims else []
+    command = ["repro", "report", args.paper, "--scale", scale, *sum(extra, [])]
+    return shlex.join(command)
+
+
 def main(argv: list[str]) -> int:
     args, scale, seeds, extra = parse(argv)
     runs = run_set(args.paper, scale, extra, seeds)
@@ -123,7 +135,7 @@ def main(argv: list[str]) -> int:
             launched = launch_runs(
                 runs,
                 f"{args.paper} {scale}",
-                then=f"`repro report {args.paper}` builds the report",
+                then=f"`{report_command(args, scale, root)}` builds the report",
                 minutes_per_run=minutes,
                 also=also,
             )

@@ -20,7 +20,7 @@ import torch
 from repro.cluster.submit import submit_run
 from repro.config import compose, run_dir_of
 from repro.train import checkpoint
-from tests.helpers import TINY, repro_cli, train
+from tests.helpers import TINY, repro_cli, reproduce_tiny_args, train
 
 pytestmark = pytest.mark.slow
 # A submitit launch runs processes; the spawned twin is pinned to the same engine.
@@ -119,3 +119,23 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_exactly(tmp_path: Pa
     )
     for key in ("step", "train/loss", "test/loss", "test/acc", "comm/bytes", "time/modeled_s"):
         assert summary[key] == local[key], key
+
+
+@pytest.mark.timeout(600)
+def test_a_submitted_run_set_names_the_report_command_that_reads_its_runs(tmp_path: Path) -> None:
+    """The line a submitted set ends with names its own runs root, reports directory and scale,
+    so the command it gives builds the report from another folder once the jobs have ended."""
+    args = reproduce_tiny_args("adacomm", tmp_path)
+    submitted = repro_cli(*args, "cluster=submitit_local", cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    root, reports = tmp_path / "runs", tmp_path / "reports"
+    command = f"repro report adacomm --scale tiny --runs {root} --out {reports}"
+    assert submitted.stdout.rstrip().endswith(f"then `{command}` builds the report")
+    watched = repro_cli("jobs", "--root", str(root), "--watch", "--interval", "1", timeout=500)
+    assert watched.stdout.rstrip().endswith("5 jobs: 5 COMPLETED"), watched.stdout[-2000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    built = repro_cli(*command.split()[1:], cwd=elsewhere)
+    assert built.returncode == 0, built.stderr
+    assert (reports / "adacomm" / "tiny" / "report.html").is_file()
+    assert list(elsewhere.iterdir()) == []
