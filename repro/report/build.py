@@ -9,6 +9,7 @@ seeds (`repro.claims.verdicts`), and figures draw every seed.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +35,14 @@ def report_subdir(paper: str, scale: str) -> Path:
     any other scale's in `PAPER/SCALE/`. A page keeps its address whichever scales have runs,
     so a tiny run set never writes over the small set's page, nor leaves one behind."""
     return Path(paper) if scale == "small" else Path(paper) / scale
+
+
+def reproduce_command(paper: str, scale: str | None, runs_root: str) -> str:
+    """The `repro reproduce` command that makes a paper's runs under `runs_root`."""
+    command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
+    if Path(runs_root) != Path("runs"):
+        command.append(f"runs_root={runs_root}")
+    return shlex.join(command)
 
 
 def default_claims_dir() -> Path:
@@ -67,9 +76,9 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
     groups = {f"{paper}_{s}": s for s in scales}
     found = sorted({run.group for run in runs if run.group in groups})
     if not found:
-        how = f"`repro reproduce {paper}" + (f" scale={scale}`" if scale else "`")
         at = f" at scale {scale}" if scale else ""
-        raise UserError(f"no runs for {paper}{at} under {where}: run {how} first")
+        how = reproduce_command(paper, scale, where)
+        raise UserError(f"no runs for {paper}{at} under {where}: run `{how}` first")
     if len(found) > 1:
         raise UserError(
             f"runs of {paper} under {where} span groups {', '.join(found)}: pass "

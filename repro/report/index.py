@@ -20,7 +20,13 @@ from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
-from repro.report.build import default_claims_dir, render_parts, report_subdir, select_runs
+from repro.report.build import (
+    default_claims_dir,
+    render_parts,
+    report_subdir,
+    reproduce_command,
+    select_runs,
+)
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
@@ -73,7 +79,7 @@ def _section(
     paper = claims.paper
     command = _report_command(paper, scale, runs_root, out)
     sub = report_subdir(paper, scale)
-    reproduce = f"repro reproduce {paper} scale={scale}"
+    reproduce = reproduce_command(paper, scale, runs_root)
     base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)
     try:
         _, runs, notes, off = select_runs(found, paper, scale, runs_root)
@@ -99,7 +105,8 @@ def collect_runs(
         claims = load_claims(paper, claims_dir)
         scales = [scale for scale in SCALES if f"{paper}_{scale}" in groups]
         if not scales:
-            not_run.append(NotRun(paper, claims.title, f"repro reproduce {paper} scale=small"))
+            how = reproduce_command(paper, "small", runs_root)
+            not_run.append(NotRun(paper, claims.title, how))
             continue
         for scale in scales:
             check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")

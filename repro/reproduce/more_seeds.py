@@ -134,5 +134,5 @@ def extend(
             measured=measured_minutes(runs),
         )
         if launched.jobs:
-            print(f"{title}: run `repro reproduce {paper} scale={scale}` again once they end")
+            print(f"{title}: run this repro reproduce command again once they end", flush=True)
             return

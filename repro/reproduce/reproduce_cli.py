@@ -153,8 +153,8 @@ def main(argv: list[str]) -> int:
             elif search is not None:
                 print(
                     f"search: {experiment.search} runs only here, not on cluster="
-                    f"{runs[0][1].cluster.name}; `repro reproduce {args.paper} scale={scale}` "
-                    "with cluster=local runs it (finished runs are skipped)",
+                    f"{runs[0][1].cluster.name}; this command again with cluster=local runs it "
+                    "(finished runs are skipped)",
                     flush=True,
                 )
     except KeyboardInterrupt as stop:

@@ -150,8 +150,11 @@ def test_a_figure_without_data_is_named_not_linked(tmp_path):
     assert all((tmp_path / s).is_file() for s in img_sources(html))
 
 
-def test_no_runs_is_a_user_error(tmp_path):
-    msg = f"no runs for adacomm under {tmp_path}: run `repro reproduce adacomm` first"
+def test_no_runs_is_a_user_error_naming_the_command_that_makes_them_there(tmp_path):
+    # the runs root named, so the command given writes its runs where the report looks
+    msg = (
+        f"no runs for adacomm under {tmp_path}: run `repro reproduce adacomm runs_root={tmp_path}`"
+    )
     with pytest.raises(UserError, match=re.escape(msg)):
         build_report("adacomm", tmp_path, tmp_path / "out", claims_dir=CLAIMS_DIR)
     with pytest.raises(UserError, match="no runs for adacomm under"):

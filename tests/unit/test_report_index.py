@@ -135,11 +135,11 @@ def test_report_all_without_runs_lists_every_paper_as_not_run(
         args += ["--runs", runs]
     assert report_main(args) == 0
     md = (out / "index.md").read_text()
-    assert "| adacomm |" in md and "repro reproduce adacomm scale=small" in md
+    # a root named on purpose is where the command given puts the runs
+    how = "repro reproduce adacomm scale=small" + (f" runs_root={runs}" if runs else "")
+    assert f"| adacomm | {load_claims('adacomm', claims_dir).title} | not run | {how} |" in md
     assert "Claims at scale" not in md
-    assert "adacomm: not run; run it with `repro reproduce adacomm scale=small`" in (
-        capsys.readouterr().out
-    )
+    assert f"adacomm: not run; run it with `{how}`" in capsys.readouterr().out
 
 
 def test_environment_names_versions_hardware_and_commit():
