@@ -167,6 +167,9 @@ def main(argv: list[str]) -> int:
         return 0
     from repro.report.build import build_report
 
-    out = build_report(args.paper, root, reports, scale=scale, claims_dir=claims_dir)
+    command = report_command(args, scale, root)
+    out = build_report(
+        args.paper, root, reports, scale=scale, claims_dir=claims_dir, command=command
+    )
     print(f"report: {out}")
     return 0

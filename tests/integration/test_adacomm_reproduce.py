@@ -39,6 +39,11 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     # but not judged
     assert all("| not assessed | tiny |" in r for r in rows + checks[1:])
     assert "Seeds: 1." in md and "| seeds | 1 (0) |" in md
+    # the page's own command reads the set's runs and writes where the set put the page
+    regenerate = (
+        f"repro report adacomm --scale tiny --runs {tmp_path}/runs --out {tmp_path}/reports"
+    )
+    assert f"- Regenerate: {regenerate}\n" in md
     assert re.search(r"method/tau 16 -> \d+", checks_part)
     html = (report / "report.html").read_text()
     for img in re.findall(r'<img src="([^"]+)"', html):
