@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.claims.claims_file import load_claims
+from repro.config import NON_IDENTITY_KEYS, flat
 from repro.errors import CommandParser, UserError
 from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, counted, fmt, to_html
 from repro.report.build import default_claims_dir
@@ -87,11 +88,25 @@ def _trial(run: Run) -> str:
     return f", trial {numbers[0]}" if numbers else ""
 
 
+def _settings_apart(runs: Sequence[Run]) -> list[str]:
+    """Each run's settings where it differs from the others (`key=value`, at most three),
+    among the settings that decide what a run computes (`repro.config.NON_IDENTITY_KEYS` say
+    where and how it was kept)."""
+    kept = [
+        {k: v for k, v in flat(r.config).items() if not k.startswith(NON_IDENTITY_KEYS)}
+        for r in runs
+    ]
+    keys = sorted({k for each in kept for k in each})
+    apart = [k for k in keys if len({repr(each.get(k)) for each in kept}) > 1]
+    return [", ".join(f"{k}={fmt(each.get(k))}" for k in apart[:3]) for each in kept]
+
+
 def _names(runs: Sequence[Run]) -> list[str]:
     """Legend names: the method as its paper names it, with the run's group when runs come
     from several groups, a sweep trial's number (a sweep's trials share their label), its
-    seed when two would otherwise read the same (one label run for several seeds), and its
-    run id when they still would."""
+    seed when two would otherwise read the same (one label run for several seeds), the
+    settings where they differ when they still would (a `--multirun` over one setting), and
+    its run id when even those are the same."""
     several = len({r.group for r in runs}) > 1
     methods = [_namer(str(cfg(r, "experiment.paper")))(label_of(r)) + _trial(r) for r in runs]
     names = [f"{r.group}: {m}" if several else m for m, r in zip(methods, runs, strict=True)]
@@ -99,6 +114,10 @@ def _names(runs: Sequence[Run]) -> list[str]:
         f"{n}, seed {seed_of(r)}" if names.count(n) > 1 else n
         for n, r in zip(names, runs, strict=True)
     ]
+    for name in {n for n in names if names.count(n) > 1}:
+        alike = [i for i, n in enumerate(names) if n == name]
+        for i, apart in zip(alike, _settings_apart([runs[i] for i in alike]), strict=True):
+            names[i] = f"{name}, {apart}" if apart else name
     return [
         f"{n} ({r.run_id})" if names.count(n) > 1 else n for n, r in zip(names, runs, strict=True)
     ]

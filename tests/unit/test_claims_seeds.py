@@ -207,6 +207,28 @@ def test_compare_names_a_sweeps_trials_by_their_number():
     ]
 
 
+def test_compare_names_runs_of_one_label_and_seed_by_the_settings_they_differ_in():
+    """A `--multirun` over one setting makes runs of one label and seed: the legend names the
+    setting (not where a run was kept), and the run id only where nothing tells them apart."""
+    tau = [
+        make_run(
+            "local_sgd",
+            run_id=f"r{t}",
+            method={"name": "local_sgd", "tau": t},
+            config={"run_dir": f"runs/x{t}", "tracking": {"mode": f"m{t}"}},
+        )
+        for t in (1, 4)
+    ]
+    again = [make_run("sync", run_id="a"), make_run("sync", run_id="b")]
+    drawn, _ = curves([*tau, *again], "train/loss", "step")
+    assert [c.name for c in drawn] == [
+        "PASGD, seed 0, method.tau=1",
+        "PASGD, seed 0, method.tau=4",
+        "Fully synchronous SGD, seed 0 (a)",
+        "Fully synchronous SGD, seed 0 (b)",
+    ]
+
+
 def test_compare_marks_a_run_logged_once_so_that_it_shows():
     """A short run logs one point, which a line alone does not draw: it gets a marker, and
     runs with a curve stay lines."""
