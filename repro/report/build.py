@@ -9,7 +9,6 @@ seeds (`repro.claims.verdicts`), and figures draw every seed.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -21,6 +20,7 @@ from repro.claims.set_regime import departures, set_settings
 from repro.claims.verdicts import OffSet, evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown
+from repro.report.missing_runs import reproduce_command
 from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
@@ -35,14 +35,6 @@ def report_subdir(paper: str, scale: str) -> Path:
     any other scale's in `PAPER/SCALE/`. A page keeps its address whichever scales have runs,
     so a tiny run set never writes over the small set's page, nor leaves one behind."""
     return Path(paper) if scale == "small" else Path(paper) / scale
-
-
-def reproduce_command(paper: str, scale: str | None, runs_root: str) -> str:
-    """The `repro reproduce` command that makes a paper's runs under `runs_root`."""
-    command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
-    if Path(runs_root) != Path("runs"):
-        command.append(f"runs_root={runs_root}")
-    return shlex.join(command)
 
 
 def default_claims_dir() -> Path:
@@ -140,10 +132,12 @@ def render_parts(
     command: str,
     notes: Sequence[str] = (),
     off: OffSet | None = None,
+    runs_root: str = "runs",
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
     """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`;
     returns the results and figures, which the index page shows again. `off` lists the runs
-    that are not the run set's (`repro.report.build.Selection.off`).
+    that are not the run set's (`repro.report.build.Selection.off`); `runs_root`, where they
+    were read, is where the commands the page gives make runs.
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
@@ -163,7 +157,7 @@ def render_parts(
         figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
     figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
     regenerate = [*notes, f"Regenerate: {command}"]
-    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off)
+    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
     (out_dir / "report.md").write_text(to_markdown(page))
     (out_dir / "report.html").write_text(to_html(page))
     return results, figures
@@ -194,5 +188,14 @@ def build_report(
     )
     command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
     out_dir = into or Path(reports) / report_subdir(paper, chosen_scale)
-    render_parts(claims, runs, chosen_scale, out_dir, command=command, notes=notes, off=off)
+    render_parts(
+        claims,
+        runs,
+        chosen_scale,
+        out_dir,
+        command=command,
+        notes=notes,
+        off=off,
+        runs_root=str(runs_root),
+    )
     return out_dir / "report.html"

@@ -24,9 +24,9 @@ from repro.report.build import (
     default_claims_dir,
     render_parts,
     report_subdir,
-    reproduce_command,
     select_runs,
 )
+from repro.report.missing_runs import reproduce_command
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
@@ -86,7 +86,7 @@ def _section(
     except UserError as err:
         return replace(base, refused=str(err))
     results, figures = render_parts(
-        claims, runs, scale, out / sub, command=command, notes=notes, off=off
+        claims, runs, scale, out / sub, command=command, notes=notes, off=off, runs_root=runs_root
     )
     seeds = ", ".join(map(str, seeds_of(runs)))
     count = len(every_run(runs))

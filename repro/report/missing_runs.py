@@ -13,6 +13,7 @@ same command.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import yaml
@@ -24,6 +25,14 @@ from repro.claims.verdicts import OffSet
 from repro.config import CONFIG_DIR
 from repro.pages.writer import Code, Para
 from repro.track.series import Seeded, any_seed
+
+
+def reproduce_command(paper: str, scale: str | None, runs_root: str) -> str:
+    """The `repro reproduce` command that makes a paper's runs under `runs_root`."""
+    command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
+    if Path(runs_root) != Path("runs"):
+        command.append(f"runs_root={runs_root}")
+    return shlex.join(command)
 
 
 def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
@@ -76,17 +85,21 @@ def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
 
 
 def missing_notes(
-    paper: str, scale: str, needs: dict[str, list[str]], config_dir: Path = CONFIG_DIR
+    paper: str,
+    scale: str,
+    needs: dict[str, list[str]],
+    config_dir: Path = CONFIG_DIR,
+    runs_root: str = "runs",
 ) -> list[Para]:
-    """The runs the report lacks and the one command that makes them; apart, in small
-    print, the labels this scale's run set does not make (what reads them is for another
-    scale). Empty when nothing is missing."""
+    """The runs the report lacks and the one command that makes them under `runs_root`,
+    where the report reads; apart, in small print, the labels this scale's run set does not
+    make (what reads them is for another scale). Empty when nothing is missing."""
     in_set = run_set_labels(paper, scale, config_dir)
     ours = [label for label in needs if in_set is None or label in in_set]
     other = [label for label in needs if label not in ours]
     notes = []
     if ours:
-        command = f"repro reproduce {paper} scale={scale}"
+        command = reproduce_command(paper, scale, runs_root)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
         notes.append(Para(text, css="missing"))
     if other:
@@ -100,7 +113,7 @@ def missing_notes(
     return notes
 
 
-def off_set_notes(paper: str, scale: str, off: OffSet) -> list[Para]:
+def off_set_notes(paper: str, scale: str, off: OffSet, runs_root: str = "runs") -> list[Para]:
     """The runs standing in for the set's own, made with other settings (label -> seed ->
     departures, `repro.report.build.Selection.off`): each label with its seeds and settings,
     and the command that makes the set's runs, which a report then reads instead."""
@@ -111,7 +124,7 @@ def off_set_notes(paper: str, scale: str, off: OffSet) -> list[Para]:
         settings = "; ".join(dict.fromkeys(t for found in by_seed.values() for t in found))
         seeds = ", ".join(str(seed) for seed in sorted(by_seed))
         parts.append(f"{label} (seed{'s' if len(by_seed) > 1 else ''} {seeds}: {settings})")
-    command = f"repro reproduce {paper} scale={scale}"
+    command = reproduce_command(paper, scale, runs_root)
     text = (
         f"Runs not the {paper}_{scale} run set's, made with other settings: "
         f"{', '.join(parts)}. The claims that read them are not assessed. ",

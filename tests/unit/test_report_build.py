@@ -181,6 +181,8 @@ def test_build_report_reads_runs_back_from_disk(tmp_path):
     # no interval: more seeds must decide
     assert "| 0.225 x sync's time | seed 0: 0.225 | undecided at 1 seed |" in row
     assert "Regenerate: repro report adacomm --runs" in md
+    # the run it lacks, made by a command that puts it where this report reads its runs
+    assert f"Make them with `repro reproduce adacomm scale=small runs_root={runs_root}`." in md
 
 
 def test_a_report_of_another_scale_goes_beside_the_small_one_not_over_it(tmp_path, capsys):
