@@ -88,9 +88,9 @@ def paper_lines(index: Index) -> list[tuple]:
 
 def _tables(index: Index) -> list[Table]:
     """The claims tables, one per scale so that numbers of different scales never share a
-    table, then the papers not run."""
+    table, the largest scale (the nearest the paper's) first, then the papers not run."""
     tables = []
-    for scale in SCALES:
+    for scale in reversed(SCALES):
         at_scale = [s for s in index.sections if s.scale == scale]
         if at_scale:
             rows = _claim_rows(at_scale)

@@ -57,15 +57,16 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     # the index opens with one line per paper and scale: outcome claims by verdict, its page
     title = load_claims("adacomm", claims_dir).title
     assert md.split("\n")[2:6] == [
-        "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
-        f"model checks: 3 not assessed ({title})",
+        # the larger scale, the nearer the paper's, first
         "- [adacomm](adacomm/report.html), scale small: 3 outcome claims: 1 partly, 2 "
         f"reproduced; model checks: 2 hold, 1 not measured ({title})",
+        "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
+        f"model checks: 3 not assessed ({title})",
         "- other: not run; run it with `repro reproduce other scale=small` (Another paper)",
         "",
     ]
     tables = _claims_tables(md)
-    assert set(tables) == {"small", "tiny"}
+    assert list(tables) == ["small", "tiny"]
     # the small page at the paper's own address, whatever other scales have runs
     where = {"small": "adacomm/report.html", "tiny": "adacomm/tiny/report.html"}
     for scale, rows in tables.items():
