@@ -54,8 +54,10 @@ def cfg(run: Run, path: str, default: Any = None) -> Any:
 
 
 def label_of(run: Run) -> str:
-    """The run's label within its reproduction (`experiment.label`), else its name."""
-    return str(cfg(run, "experiment.label") or run.name)
+    """The run's label within its reproduction (`experiment.label`), else its method's name,
+    as the run's config names it (`repro.config.Config.label`); the run's name, which adds
+    its seed, only for a record without either."""
+    return str(cfg(run, "experiment.label") or cfg(run, "method.name") or run.name)
 
 
 # A reproduction's runs: label -> seed -> run (every label is run for several seeds).

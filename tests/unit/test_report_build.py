@@ -1,5 +1,6 @@
 """Report building: run selection, figures, report.md/report.html, and `repro report`."""
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ from repro.report.build import build_report, render_parts, select_runs
 from repro.report.colours import colour_for
 from repro.report.plots import draw_figure
 from repro.report.report_cli import main as report_main
-from repro.track.runs import find_runs
+from repro.track.runs import RunData, find_runs
 from repro.track.series import NotMeasurable
 from tests.unit.report_data import (
     adacomm_set,
@@ -51,6 +52,24 @@ def test_of_two_finished_runs_with_one_label_the_newest_is_kept():
     for order in ([old, new], [new, old]):
         _, chosen, notes, _ = select_runs([*adacomm_set()[1:], *order], "adacomm", None, "runs")
         assert chosen["sync"][0].run_id == "after" and "kept run after" in notes[0]
+
+
+def test_a_run_made_without_a_label_is_its_methods_run_at_every_seed():
+    """`repro train experiment=adacomm_small` (no experiment.label) makes a run whose config
+    names it by its method, as its run directory does: read back, it is that method's run,
+    one label over all its seeds, not a label per wandb name ("sync-s0", "sync-s1")."""
+
+    def unlabelled(method: str, seed: int) -> RunData:
+        run = make_run(method, seed=seed, run_id=f"{method}-{seed}")
+        run.config["experiment"]["label"] = ""
+        return dataclasses.replace(run, name=f"{method}-s{seed}")
+
+    runs = [*adacomm_set(), unlabelled("sync", 0), unlabelled("powersgd", 0)]
+    runs += [unlabelled("powersgd", 1)]
+    _, chosen, notes, _ = select_runs(runs, "adacomm", None, "runs")
+    assert sorted(chosen["powersgd"]) == [0, 1] and not any("-s" in label for label in chosen)
+    assert chosen["sync"][0].run_id == "id-sync"
+    assert notes == ["several runs labelled 'sync' with seed 0: kept run id-sync"]
 
 
 def test_mixed_scales_are_refused():
