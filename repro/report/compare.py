@@ -8,7 +8,8 @@ point go into `--out`.
 
 A run's colour is its method's colour in the reports (by label), so a method looks the same
 here; when the runs come from several groups, each group gets its own line style and the
-legend says which group a run belongs to.
+legend says which group a run belongs to; runs of one method and group that differ in their
+settings (a `--multirun`) get a marker each and are named by those settings.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from repro.track.runs import find_runs, read_run
 from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
 
 GROUP_STYLES = ("-", "--", ":", "-.")
+VARIANT_MARKERS = ("o", "s", "^", "D", "v", "P")  # the first variant of a label is plain
 COLUMNS = ["run", "label", "group", "run id", "points"]
 
 
@@ -88,14 +90,15 @@ def _trial(run: Run) -> str:
     return f", trial {numbers[0]}" if numbers else ""
 
 
+def _settings(run: Run) -> dict:
+    """The settings that decide what a run computes, by dotted key
+    (`repro.config.NON_IDENTITY_KEYS` say where and how it was kept)."""
+    return {k: v for k, v in flat(run.config).items() if not k.startswith(NON_IDENTITY_KEYS)}
+
+
 def _settings_apart(runs: Sequence[Run]) -> list[str]:
-    """Each run's settings where it differs from the others (`key=value`, at most three),
-    among the settings that decide what a run computes (`repro.config.NON_IDENTITY_KEYS` say
-    where and how it was kept)."""
-    kept = [
-        {k: v for k, v in flat(r.config).items() if not k.startswith(NON_IDENTITY_KEYS)}
-        for r in runs
-    ]
+    """Each run's settings where it differs from the others (`key=value`, at most three)."""
+    kept = [_settings(r) for r in runs]
     keys = sorted({k for each in kept for k in each})
     apart = [k for k in keys if len({repr(each.get(k)) for each in kept}) > 1]
     return [", ".join(f"{k}={fmt(each.get(k))}" for k in apart[:3]) for each in kept]
@@ -144,18 +147,37 @@ def curves(runs: Sequence[Run], metric: str, x: str) -> tuple[list[Curve], list[
 
 
 def figure(drawn: list[Curve], metric: str, x: str, logy: bool):
-    """The overlaid curves: a run's colour by its label, a line style by its group."""
+    """The overlaid curves: a run's colour by its label, a line style by its group, and a
+    marker by its settings where runs of one label and group differ in more than the seed
+    (a `--multirun`), which would otherwise be drawn alike."""
     from matplotlib.figure import Figure  # loads only when a figure is drawn
 
     groups = list(dict.fromkeys(c.run.group for c in drawn))
+    variants: dict[tuple[str, str], list[str]] = {}
     fig = Figure(figsize=(7.5, 4.5), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     for c in drawn:
         style = GROUP_STYLES[groups.index(c.run.group) % len(GROUP_STYLES)]
+        seen = variants.setdefault((label_of(c.run), c.run.group), [])
+        settings = repr(sorted((k, v) for k, v in _settings(c.run).items() if k != "seed"))
+        if settings not in seen:
+            seen.append(settings)
+        variant = seen.index(settings)
         # a run logged once is a point, which a line alone would not draw
-        marker = "o" if len(c.xs) == 1 else None
+        marker = VARIANT_MARKERS[variant % len(VARIANT_MARKERS)] if variant else None
+        marker = marker or ("o" if len(c.xs) == 1 else None)
         colour = colour_for(label_of(c.run))
-        ax.plot(c.xs, c.ys, style, marker=marker, color=colour, label=c.name, linewidth=1.5)
+        ax.plot(
+            c.xs,
+            c.ys,
+            style,
+            marker=marker,
+            markevery=max(1, len(c.xs) // 8),
+            markersize=4,
+            color=colour,
+            label=c.name,
+            linewidth=1.5,
+        )
     ax.set_title(f"{axis_label(metric)} against {axis_label(x_metric(x))}")
     ax.set_xlabel(axis_label(x_metric(x)))
     ax.set_ylabel(axis_label(metric))

@@ -227,6 +227,12 @@ def test_compare_names_runs_of_one_label_and_seed_by_the_settings_they_differ_in
         "Fully synchronous SGD, seed 0 (a)",
         "Fully synchronous SGD, seed 0 (b)",
     ]
+    # drawn apart too: one colour per method, so a marker per setting; runs that differ in
+    # nothing but where they were kept, or their seed, share the plain line
+    seeds = [make_run("sync", run_id="s1", seed=1)]
+    drawn, _ = curves([*tau, *again, *seeds], "train/loss", "step")
+    lines = figure(drawn, "train/loss", "step", logy=False).axes[0].lines
+    assert [line.get_marker() for line in lines] == ["None", "s", "None", "None", "None"]
 
 
 def test_compare_marks_a_run_logged_once_so_that_it_shows():
