@@ -81,13 +81,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
 
 
 def report_command(args: argparse.Namespace, scale: str, root: Path) -> str:
-    """The `repro report` command that builds this set's report once its jobs have ended: the
-    runs root, reports directory and claims are the set's, and the scale is named, as a
-    root that holds several scales' runs needs."""
-    extra = [["--runs", str(root)]] if root != Path("runs") else []
-    extra += [["--out", args.reports]] if Path(args.reports) != Path("reports") else []
-    extra += [["--claims", args.claims]] if args.claims else []
-    command = ["repro", "report", args.paper, "--scale", scale, *sum(extra, [])]
+    """The `repro report` command that builds this set's report, given when its runs are
+    submitted as jobs and as the page's Regenerate line: the scale named (a root may hold
+    several scales' runs), and the set's runs root, reports folder and claims where they are
+    not the defaults."""
+    command = ["repro", "report", args.paper, "--scale", scale]
+    if root != Path("runs"):
+        command += ["--runs", str(root)]
+    if Path(args.reports) != Path("reports"):
+        command += ["--out", args.reports]
+    if args.claims:
+        command += ["--claims", args.claims]
     return shlex.join(command)
 
 
