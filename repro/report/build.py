@@ -20,7 +20,7 @@ from repro.claims.set_regime import departures, set_settings
 from repro.claims.verdicts import OffSet, evaluate
 from repro.errors import UserError
 from repro.pages.writer import FigureOut, to_html, to_markdown
-from repro.report.missing_runs import reproduce_command
+from repro.report.missing_runs import report_command, reproduce_command
 from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
@@ -186,7 +186,9 @@ def build_report(
     check_caps_for_scale(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
-    command = command or f"repro report {paper} --runs {runs_root} --scale {chosen_scale}"
+    command = command or report_command(
+        paper, chosen_scale, str(runs_root), str(reports), str(into) if into else None
+    )
     out_dir = into or Path(reports) / report_subdir(paper, chosen_scale)
     render_parts(
         claims,

@@ -31,7 +31,7 @@ from repro.track.runs import find_runs, read_run
 from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
 
 GROUP_STYLES = ("-", "--", ":", "-.")
-VARIANT_MARKERS = ("o", "s", "^", "D", "v", "P")  # the first variant of a label is plain
+VARIANT_MARKERS = ("o", "s", "^", "D", "v", "P")  # a label's first variant: a line alone
 COLUMNS = ["run", "label", "group", "run id", "points"]
 
 
@@ -163,9 +163,9 @@ def figure(drawn: list[Curve], metric: str, x: str, logy: bool):
         if settings not in seen:
             seen.append(settings)
         variant = seen.index(settings)
-        # a run logged once is a point, which a line alone would not draw
-        marker = VARIANT_MARKERS[variant % len(VARIANT_MARKERS)] if variant else None
-        marker = marker or ("o" if len(c.xs) == 1 else None)
+        # a run logged once is a point, which a line alone would not draw: the plain marker
+        marked = variant or len(c.xs) == 1
+        marker = VARIANT_MARKERS[variant % len(VARIANT_MARKERS)] if marked else None
         colour = colour_for(label_of(c.run))
         ax.plot(
             c.xs,

@@ -10,7 +10,6 @@ disagree on the scale is listed as refused (with the reason) instead of being re
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from repro.report.build import (
     report_subdir,
     select_runs,
 )
-from repro.report.missing_runs import reproduce_command
+from repro.report.missing_runs import report_command, reproduce_command
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
@@ -66,18 +65,11 @@ class Index:
     command: str
 
 
-def _report_command(paper: str, scale: str, runs_root: str, out: Path) -> str:
-    """The `repro report` command that writes exactly this report directory."""
-    return shlex.join(
-        ["repro", "report", paper, "--runs", runs_root, "--scale", scale, "--out", str(out)]
-    )
-
-
 def _section(
     claims: ClaimsFile, scale: str, found: Sequence[Run], runs_root: str, out: Path
 ) -> Section:
     paper = claims.paper
-    command = _report_command(paper, scale, runs_root, out)
+    command = report_command(paper, scale, runs_root, str(out))
     sub = report_subdir(paper, scale)
     reproduce = reproduce_command(paper, scale, runs_root)
     base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)

@@ -35,6 +35,24 @@ def reproduce_command(paper: str, scale: str | None, runs_root: str) -> str:
     return shlex.join(command)
 
 
+def report_command(
+    paper: str,
+    scale: str,
+    runs_root: str,
+    out: str,
+    into: str | None = None,
+    claims: str | None = None,
+) -> str:
+    """The `repro report` command that builds a paper's report at `scale` from the runs under
+    `runs_root` into its folder under `out` (exactly `into`, if given), with `claims` if not
+    the default: every place that names the command (a page's Regenerate line, the index,
+    a run set submitted as jobs) gives this one."""
+    command = ["repro", "report", paper, "--runs", runs_root, "--scale", scale]
+    command += ["--dir", into] if into else ["--out", out]
+    command += ["--claims", claims] if claims else []
+    return shlex.join(command)
+
+
 def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
     """Label -> what reads it ("claim x", "figure f", "table t", by id), for every label a
     claim, figure or table names that has no run, in the order first named."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shlex
 from pathlib import Path
 
 from repro.claims.set_regime import changed_by
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.config import compose, papers
 from repro.errors import CommandParser, UserError, override_key, say_stopped, sigterm_stops
+from repro.report.missing_runs import report_command
 from repro.reproduce.run_sets import run_set
 from repro.reproduce.set_search import run_search, search_minutes, search_spec, set_dir_of
 from repro.storage import check_creatable
@@ -80,21 +80,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, int | None, list[st
     return args, scale, seeds, extra
 
 
-def report_command(args: argparse.Namespace, scale: str, root: Path) -> str:
-    """The `repro report` command that builds this set's report, given when its runs are
-    submitted as jobs and as the page's Regenerate line: the scale named (a root may hold
-    several scales' runs), and the set's runs root, reports folder and claims where they are
-    not the defaults."""
-    command = ["repro", "report", args.paper, "--scale", scale]
-    if root != Path("runs"):
-        command += ["--runs", str(root)]
-    if Path(args.reports) != Path("reports"):
-        command += ["--out", args.reports]
-    if args.claims:
-        command += ["--claims", args.claims]
-    return shlex.join(command)
-
-
 def main(argv: list[str]) -> int:
     args, scale, seeds, extra = parse(argv)
     runs = run_set(args.paper, scale, extra, seeds)
@@ -132,6 +117,7 @@ def main(argv: list[str]) -> int:
         workers = max(1, min(os.cpu_count() or 1, search.n_trials))
         if here:
             also += f"; then {search_minutes(search, experiment, workers)}"
+    report = report_command(args.paper, scale, str(root), args.reports, claims=args.claims)
     if claims is not None:  # a report that cannot be written stops us before any run
         check_creatable(reports / report_subdir(args.paper, scale), "--reports")
     try:
@@ -139,7 +125,7 @@ def main(argv: list[str]) -> int:
             launched = launch_runs(
                 runs,
                 f"{args.paper} {scale}",
-                then=f"`{report_command(args, scale, root)}` builds the report",
+                then=f"`{report}` builds the report",
                 minutes_per_run=minutes,
                 also=also,
             )
@@ -171,9 +157,8 @@ def main(argv: list[str]) -> int:
         return 0
     from repro.report.build import build_report
 
-    command = report_command(args, scale, root)
     out = build_report(
-        args.paper, root, reports, scale=scale, claims_dir=claims_dir, command=command
+        args.paper, root, reports, scale=scale, claims_dir=claims_dir, command=report
     )
     print(f"report: {out}")
     return 0

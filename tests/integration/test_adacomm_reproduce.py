@@ -41,7 +41,7 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert "Seeds: 1." in md and "| seeds | 1 (0) |" in md
     # the page's own command reads the set's runs and writes where the set put the page
     regenerate = (
-        f"repro report adacomm --scale tiny --runs {tmp_path}/runs --out {tmp_path}/reports"
+        f"repro report adacomm --runs {tmp_path}/runs --scale tiny --out {tmp_path}/reports"
     )
     assert f"- Regenerate: {regenerate}\n" in md
     assert re.search(r"method/tau 16 -> \d+", checks_part)

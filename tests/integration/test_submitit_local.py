@@ -129,7 +129,7 @@ def test_a_submitted_run_set_names_the_report_command_that_reads_its_runs(tmp_pa
     submitted = repro_cli(*args, "cluster=submitit_local", cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     root, reports = tmp_path / "runs", tmp_path / "reports"
-    command = f"repro report adacomm --scale tiny --runs {root} --out {reports}"
+    command = f"repro report adacomm --runs {root} --scale tiny --out {reports}"
     assert submitted.stdout.rstrip().endswith(f"then `{command}` builds the report")
     watched = repro_cli("jobs", "--root", str(root), "--watch", "--interval", "1", timeout=500)
     assert watched.stdout.rstrip().endswith("5 jobs: 5 COMPLETED"), watched.stdout[-2000:]
