@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.comm.launch import init_process_group, spawn
+from repro.comm.launch import WORKERS_PER_CORE, init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.record import CommRecord
 from repro.errors import CommandParser, UserError
@@ -168,6 +168,14 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be integers") from None
     if not ranks or min(ranks) < 2:
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be >= 2 each")
+    cores = os.cpu_count() or 1
+    if max(ranks) > WORKERS_PER_CORE * cores:
+        # gloo's times would then be mostly each rank waiting for its turn on a core
+        raise UserError(
+            f"repro calibrate: --ranks={args.ranks} puts {max(ranks)} ranks on {cores} cores, "
+            f"more than {WORKERS_PER_CORE} per core; give rank counts up to "
+            f"{WORKERS_PER_CORE * cores}"
+        )
     if not args.link_ranks:
         args.link_ranks = str(max(ranks))
     if not args.link_ranks.isdigit() or int(args.link_ranks) not in ranks:

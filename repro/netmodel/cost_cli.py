@@ -51,8 +51,14 @@ def _validate(args: argparse.Namespace) -> None:
         (args.params is None or args.params >= 1, f"--params={args.params} must be >= 1"),
         (args.num_classes >= 1, f"--num-classes={args.num_classes} must be >= 1"),
         (args.tensors is None or args.tensors >= 1, f"--tensors={args.tensors} must be >= 1"),
-        (args.latency_ms >= 0, f"--latency-ms={args.latency_ms} must be >= 0"),
-        (args.bandwidth_gbps > 0, f"--bandwidth-gbps={args.bandwidth_gbps} must be > 0"),
+        (
+            math.isfinite(args.latency_ms) and args.latency_ms >= 0,
+            f"--latency-ms={args.latency_ms} must be a finite number >= 0",
+        ),
+        (
+            math.isfinite(args.bandwidth_gbps) and args.bandwidth_gbps > 0,
+            f"--bandwidth-gbps={args.bandwidth_gbps} must be a finite number > 0",
+        ),
         (0 < args.cr <= 1, f"--cr={args.cr} must be in (0, 1]"),
         (args.workers >= 1, f"--workers={args.workers} must be >= 1"),
         (args.dtype_bytes >= 1, f"--dtype-bytes={args.dtype_bytes} must be >= 1"),

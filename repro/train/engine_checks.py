@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from repro.comm.launch import WORKERS_PER_CORE
 from repro.errors import UserError
 
 if TYPE_CHECKING:
@@ -74,9 +75,6 @@ def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) ->
 # gloo. Measured with 4 workers of the MNIST-1D CNN: about 335 MiB proportional set size
 # each, plus the launcher's 330 MiB, so about 0.4-0.5 GiB per worker all told.
 PROCESS_BYTES = 512 * 2**20
-# Each worker process runs one thread; past this many per core the time slices stretch
-# every collective until the slowest worker's turn comes and a run crawls or times out.
-WORKERS_PER_CORE = 4
 
 
 def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) -> None:

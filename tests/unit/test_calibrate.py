@@ -1,5 +1,7 @@
 """The calibration fit: each op's alpha-beta coefficients and the least-squares solution."""
 
+import os
+
 import numpy as np
 import pytest
 import yaml
@@ -164,3 +166,12 @@ def test_default_sizes_span_1k_to_64m():
     default = _parser().parse_args([]).sizes
     assert tuple(_parse_size(s) for s in default.split(",")) == DEFAULT_SIZES
     assert (DEFAULT_SIZES[0], DEFAULT_SIZES[-1]) == (1024, 64 << 20)
+
+
+def test_more_ranks_than_the_cores_can_take_turns_for_are_refused_before_measuring():
+    """Past four ranks per core, as the process engine refuses, gloo's times are mostly each
+    rank waiting for its turn on a core: no link could be fitted to them."""
+    cores = os.cpu_count() or 1
+    assert _args(["--ranks", f"2,{4 * cores}"])[0] == [2, 4 * cores]
+    with pytest.raises(UserError, match=rf"--ranks=2,{4 * cores + 1} puts {4 * cores + 1} ranks"):
+        _args(["--ranks", f"2,{4 * cores + 1}"])

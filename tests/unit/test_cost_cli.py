@@ -78,6 +78,8 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         ([*BASE, "--bandwidth-gbps", "0"], "--bandwidth-gbps"),
         ([*BASE, "--bandwidth-gbps", "-2"], "--bandwidth-gbps"),
         ([*BASE, "--latency-ms", "-1"], "--latency-ms"),
+        ([*BASE, "--latency-ms", "inf"], "--latency-ms=inf must be a finite number"),
+        ([*BASE, "--bandwidth-gbps", "inf"], "--bandwidth-gbps=inf must be a finite number"),
         ([*BASE, "--cr", "0"], "--cr"),
         ([*BASE, "--cr", "1.5"], "--cr"),
         ([*BASE, "--workers", "0"], "--workers"),
