@@ -158,7 +158,7 @@ def launch_runs(
         if done is None:
             pending.append((label, cfg))
         else:
-            print(f"skip {label}: finished earlier", flush=True)
+            print(f"skip {label}: finished earlier: {describe(done)}", flush=True)
             launched.summaries.append(done)
     if damaged and not pending:
         raise UserError(f"{title}: {len(damaged)} run(s) need the fix above: {', '.join(damaged)}")

@@ -55,6 +55,9 @@ def test_tiny_run_set_produces_full_report_and_repeat_skips(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert not any(m.split(".")[0] == "torch" for m in loaded), loaded
     assert second.stderr.count("finished earlier") + second.stdout.count("finished earlier") == 5
+    # each skipped run says what it ended at and where, as a finished run's "done" line does
+    skipped = re.findall(r"skip \S+: finished earlier: step=\d+ .*run_dir=(\S+)", second.stdout)
+    assert len(skipped) == 5 and all((tmp_path / d / "summary.json").exists() for d in skipped)
     assert "expected time" not in second.stdout  # nothing left to run
 
     added_seeds_where_undecided(tmp_path, args)
