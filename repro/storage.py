@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,6 +107,27 @@ class NewDir:
                     with contextlib.suppress(OSError):  # another run's folder since: keep it
                         folder.rmdir()
             raise
+
+
+@contextlib.contextmanager
+def staged_folder(final: Path, setting: str) -> Iterator[Path]:
+    """A hidden folder inside `final` to write a page's files into; when the block ends
+    well they are renamed into `final` together (a rename takes no space, so a full disk
+    stops the writing, never the move), and otherwise removed: a page and its figures are
+    never left half-written beside the previous ones. An OSError (a full or read-only disk)
+    becomes one line naming `final` and `setting`."""
+    make_dir(final, setting)
+    stage = None
+    try:
+        stage = Path(tempfile.mkdtemp(dir=final, prefix=".writing-"))
+        yield stage
+        for f in sorted(stage.iterdir()):
+            os.replace(f, final / f.name)
+    except OSError as e:
+        raise storage_error(final, e, setting) from None
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def check_creatable(path: Path, setting: str) -> None:

@@ -24,7 +24,7 @@ from repro.report.missing_runs import report_command, reproduce_command
 from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
-from repro.storage import make_dir
+from repro.storage import staged_folder
 from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
@@ -123,6 +123,22 @@ def ordered(claims: ClaimsFile, runs: Seeded) -> dict[str, Mapping[int, Run]]:
     return dict(sorted(runs.items(), key=lambda kv: claims.order_key(kv[0])))
 
 
+def draw_figures(claims: ClaimsFile, runs: Seeded, folder: Path) -> list[FigureOut]:
+    """The claims file's figures and sweep fronts drawn into `folder`; a figure with
+    nothing to draw comes back with the reason instead of a file."""
+    figures = []
+    for spec in claims.figures:
+        seeds = seeds_sentence(spec, runs, claims.display_name)
+        caption = f"{spec.caption} {clock_sentence(spec)} {seeds}".strip()
+        try:
+            path = draw_figure(spec, runs, claims.display_name, folder / f"{spec.id}.svg")
+        except NotMeasurable as err:
+            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err), spec.headline))
+            continue
+        figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
+    return figures + [draw_sweep_front(front, folder, runs) for front in claims.sweep_fronts]
+
+
 def render_parts(
     claims: ClaimsFile,
     runs: Seeded,
@@ -134,32 +150,23 @@ def render_parts(
     off: OffSet | None = None,
     runs_root: str = "runs",
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
-    """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`;
-    returns the results and figures, which the index page shows again. `off` lists the runs
-    that are not the run set's (`repro.report.build.Selection.off`); `runs_root`, where they
-    were read, is where the commands the page gives make runs.
+    """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`
+    (renamed into place together once all are written: `staged_folder`); returns the results
+    and figures, which the index page shows again. `off` lists the runs that are not the run
+    set's (`repro.report.build.Selection.off`); `runs_root`, where they were read, is where
+    the commands the page gives make runs.
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    make_dir(out_dir, "--out")
     results = evaluate(claims.claims, runs, scale, off)
-    figures = []
-    for spec in claims.figures:
-        seeds = seeds_sentence(spec, runs, claims.display_name)
-        caption = f"{spec.caption} {clock_sentence(spec)} {seeds}".strip()
-        try:
-            path = draw_figure(spec, runs, claims.display_name, out_dir / f"{spec.id}.svg")
-        except NotMeasurable as err:
-            figures.append(FigureOut(spec.id, spec.title, caption, None, str(err), spec.headline))
-            continue
-        figures.append(FigureOut(spec.id, spec.title, caption, path.name, headline=spec.headline))
-    figures += [draw_sweep_front(front, out_dir, runs) for front in claims.sweep_fronts]
-    regenerate = [*notes, f"Regenerate: {command}"]
-    page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
-    (out_dir / "report.md").write_text(to_markdown(page))
-    (out_dir / "report.html").write_text(to_html(page))
+    with staged_folder(out_dir, "--out") as stage:
+        figures = draw_figures(claims, runs, stage)
+        regenerate = [*notes, f"Regenerate: {command}"]
+        page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
+        (stage / "report.md").write_text(to_markdown(page))
+        (stage / "report.html").write_text(to_html(page))
     return results, figures
 
 

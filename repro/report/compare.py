@@ -26,7 +26,7 @@ from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, counted
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
 from repro.report.plots import CLOCK_SENTENCES, axis_label
-from repro.storage import make_dir
+from repro.storage import staged_folder
 from repro.track.runs import find_runs, read_run
 from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
 
@@ -220,11 +220,11 @@ def main(argv: list[str]) -> int:
     drawn, skipped = curves(runs, args.metric, args.x)
     out = Path(args.out)
     png = out / "compare.png"
-    make_dir(out, "--out")
-    figure(drawn, args.metric, args.x, args.logy).savefig(png, format="png")
     command = shlex.join(["repro", "report", "compare", *argv])
     compare_page = page(drawn, skipped, args.metric, args.x, png.name, command)
-    (out / "compare.html").write_text(to_html(compare_page))
+    with staged_folder(out, "--out") as stage:
+        figure(drawn, args.metric, args.x, args.logy).savefig(stage / png.name, format="png")
+        (stage / "compare.html").write_text(to_html(compare_page))
     for note in skipped:
         print(f"not drawn: {note}")
     runs = counted(len(drawn), "run")

@@ -28,7 +28,7 @@ from pathlib import Path
 from repro.claims.claims_file import SCALES, known_papers
 from repro.errors import CommandParser, UserError
 from repro.report.build import build_report, default_claims_dir
-from repro.storage import check_creatable
+from repro.storage import check_creatable, staged_folder
 
 
 def _paper_parser() -> argparse.ArgumentParser:
@@ -90,9 +90,9 @@ def _all(argv: list[str]) -> int:
     command = shlex.join(["repro", "report", "all", *argv])
     index = collect(Path(args.runs or "runs"), out, claims_dir=claims_dir, command=command)
     env = environment_rows(Path(__file__).resolve().parents[2])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "index.md").write_text(to_markdown(index, env))
-    (out / "index.html").write_text(to_html(index, env))
+    with staged_folder(out, "--out") as stage:
+        (stage / "index.md").write_text(to_markdown(index, env))
+        (stage / "index.html").write_text(to_html(index, env))
     for s in index.sections:
         if s.refused:
             print(f"{s.paper} at scale {s.scale} not reported: {s.refused}", file=sys.stderr)

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from repro.errors import UserError
 from repro.pages.writer import Page, Pre, Raw, to_html
+from repro.storage import staged_folder
 from repro.sweep.front import (
     Front,
     front_of,
@@ -118,8 +119,8 @@ def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 
-def plot_front(front: Front) -> list[Path]:
-    """The front's table and figures beside the study: front.csv, pareto.png, pareto.html."""
+def plot_front(front: Front, folder: Path) -> list[Path]:
+    """The front's table and figures in `folder`: front.csv, pareto.png, pareto.html."""
     spec, directions = front.spec, ", ".join(front.spec.directions)
     if len(spec.metric_names) == 1:
         against = "per trial" if front.searched is None else f"against {front.searched.key}"
@@ -128,15 +129,15 @@ def plot_front(front: Front) -> list[Path]:
         extra = f", first 2 of {len(spec.metric_names)}" if len(spec.metric_names) > 2 else ""
         title = f"{spec.name}: Pareto front ({directions}{extra})"
     return [
-        write_csv(front, spec.study_dir / "front.csv"),
-        plot_front_png(front, spec.study_dir / "pareto.png", title),
-        write_front_page(front, spec.study_dir / "pareto.html", title),
+        write_csv(front, folder / "front.csv"),
+        plot_front_png(front, folder / "pareto.png", title),
+        write_front_page(front, folder / "pareto.html", title),
     ]
 
 
-def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any]) -> list[Path]:
-    """Optuna's hypervolume history (two or more objectives). Optuna takes the reference
-    point in the objectives' own directions, `reference_point` gives it minimised."""
+def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any], folder: Path) -> list[Path]:
+    """Optuna's hypervolume history (two or more objectives), in `folder`. Optuna takes the
+    reference point in the objectives' own directions, `reference_point` gives it minimised."""
     from optuna.visualization import matplotlib as optuna_plots
 
     ref_min = reference_point([t.values for t in trials], spec.directions)
@@ -150,7 +151,7 @@ def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any]) -> list[Pat
             for n, h in zip(line.get_xdata(), line.get_ydata(), strict=True)
         )
         title = f"{spec.name}: hypervolume history"
-        return _figure_pair(ax, spec.study_dir / "hypervolume", title, table)
+        return _figure_pair(ax, folder / "hypervolume", title, table)
 
 
 def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
@@ -201,9 +202,11 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
     rows, knee = whole
-    files = plot_front(front_of(spec, study))
-    if len(spec.metric_names) > 1:
-        files += plot_hypervolume(spec, study, trials)
+    with staged_folder(spec.study_dir, "the spec's `out:`") as stage:
+        written = plot_front(front_of(spec, study), stage)
+        if len(spec.metric_names) > 1:
+            written += plot_hypervolume(spec, study, trials, stage)
+    files = [spec.study_dir / f.name for f in written]
     print("\nwrote " + ", ".join(str(f) for f in files), file=stream)
     result.update(front=rows, knee=rows[knee], files=files)
     return result

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from repro.errors import UserError
+from repro.storage import atomic_write
 from repro.track.wandb_report import SPEC_FORMAT, to_report
 
 SPEC_FILE = "wandb_report.json"
@@ -73,11 +74,9 @@ def api_or_missing():
 
 
 def save_spec(spec: dict[str, Any], out_dir: Path) -> Path:
-    """Write the spec into `out_dir` whole or not at all (a temporary file renamed)."""
+    """Write the spec into `out_dir` whole or not at all (`atomic_write`)."""
     path = Path(out_dir) / SPEC_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(spec, indent=1) + "\n")
-    tmp.replace(path)
+    atomic_write(path, lambda f: f.write((json.dumps(spec, indent=1) + "\n").encode()), "--out")
     return path
 
 

@@ -17,13 +17,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from repro.claims.claims_file import load_claims
 from repro.errors import UserError
+from repro.report.build import render_parts, select_runs
+from repro.report.compare import main as compare_main
 from repro.schemas.tracking import TrackingConfig
 from repro.storage import check_creatable
 from repro.track.runs import read_run
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
 from repro.workload.data import mnist1d
+from tests.unit.report_data import adacomm_set, write_offline_runs
+
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
 FULL = "no space left on device; free space or set {} elsewhere"
 
@@ -152,6 +158,33 @@ def test_full_data_root_leaves_no_temporary_file(small_fs):
     assert str(err.value) == f"{target}: {FULL.format('data.root')}"
     assert temporaries(small_fs) == []
     assert not target.exists()
+
+
+def test_a_page_on_a_disk_that_fills_leaves_the_previous_page_whole(small_fs):
+    """A report's figures and pages are written in a folder of their own and moved in
+    together: a disk that fills while they are drawn leaves the last page as it was, with
+    no figure of the new one beside it, and says so in one line."""
+    claims = load_claims("adacomm", CLAIMS_DIR)
+    _, runs, _, _ = select_runs(adacomm_set(), "adacomm", None, "runs")
+    page = small_fs / "reports" / "adacomm"
+    render_parts(claims, runs, "small", page, command="repro report adacomm")
+    before = {p.name: p.read_bytes() for p in page.iterdir()}
+    assert "report.html" in before and any(name.endswith(".svg") for name in before)
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        render_parts(claims, runs, "small", page, command="repro report adacomm --out x")
+    assert str(err.value) == f"{page}: {FULL.format('--out')}"
+    assert {p.name: p.read_bytes() for p in page.iterdir()} == before
+
+
+def test_compare_on_a_full_disk_writes_nothing(small_fs, tmp_path):
+    write_offline_runs(tmp_path / "runs", adacomm_set()[:2])
+    out = small_fs / "compare"
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        compare_main(["adacomm_small", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert str(err.value) == f"{out}: {FULL.format('--out')}"
+    assert list(out.iterdir()) == []
 
 
 @pytest.fixture
