@@ -25,7 +25,12 @@ _NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
 _FILE_IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST}
 
 
-def storage_error(path: Path | str, err: OSError, setting: str) -> UserError:
+class StorageError(UserError):
+    """A write the disk refused: the place or the disk is at fault, not the run or the trial
+    that was writing, so a search stops on it rather than recording a failed trial."""
+
+
+def storage_error(path: Path | str, err: OSError, setting: str) -> StorageError:
     """`<path>: no space left on device; free space or set <setting> elsewhere` (or the
     OS's reason for another errno); `setting` is the config key that chose the place."""
     reason = os.strerror(err.errno).lower() if err.errno else str(err)
@@ -37,7 +42,18 @@ def storage_error(path: Path | str, err: OSError, setting: str) -> UserError:
         fix = f"a file, not a folder, is on that path; set {setting} elsewhere"
     else:
         fix = f"check that disk or set {setting} elsewhere"
-    return UserError(f"{path}: {reason}; {fix}")
+    return StorageError(f"{path}: {reason}; {fix}")
+
+
+def storage_failure(err: BaseException) -> StorageError | None:
+    """The `StorageError` that `err` is, or was raised while handling (a library's cleanup
+    can fail anew once the disk refused its write, hiding the first error)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, StorageError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def out_of_space(path: Path | str) -> OSError | None:

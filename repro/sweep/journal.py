@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.storage import storage_error
 
 log = logging.getLogger("repro.sweep")
 DAMAGE = (ValueError, KeyError, IndexError, TypeError, AttributeError, AssertionError)
@@ -77,8 +78,18 @@ def open_journal_file(path: Path) -> Any:
                 path,
                 cut,
             )
+
+    class Appends(JournalFileBackend):
+        """Optuna's backend, a full or read-only disk under an append one line."""
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            try:
+                super().append_logs(logs)
+            except OSError as err:
+                raise storage_error(path, err, "the spec's `out:`") from None
+
     try:
-        return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+        return JournalStorage(Appends(str(path), lock_obj=lock))
     except DAMAGE as err:
         raise damaged(path, err) from None
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from repro.errors import Terminated, dropped_stops_sent_again, sigterm_taken
+from repro.storage import StorageError
 
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers
@@ -67,6 +68,19 @@ class Stopped(BaseException):
         if self.signum == signal.SIGTERM and sigterm_taken():
             return Terminated()
         return SystemExit(128 + self.signum)
+
+
+class WriteRefused(BaseException):
+    """A trial's run ended by a disk that refused a write (`error`, a full or read-only
+    disk): no outcome of its point either, so it is marked and queued again as a stopped
+    trial is, and the worker ends on `error`'s one line. A BaseException for the reason
+    `Stopped` is one."""
+
+    name = "a refused write"
+
+    def __init__(self, error: StorageError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class StopSignals:
@@ -151,13 +165,19 @@ def stop_reason(trial: Any) -> str | None:
         return None
     if mark.get("signal") == "SIGINT":
         return "interrupted (Ctrl-C); its point runs again, resuming its run"
+    if mark.get("signal") == WriteRefused.name:
+        return (
+            "its disk refused a write (full or read-only); its point runs again, resuming its run"
+        )
     return (
         f"stopped by {mark.get('signal')} (a kill, or its job cancelled or preempted); its "
         "point runs again, resuming its run"
     )
 
 
-def mark_stopped(study: Any, storage: Any, number: int, stop: Stopped, requeue: bool) -> None:
+def mark_stopped(
+    study: Any, storage: Any, number: int, stop: Stopped | WriteRefused, requeue: bool
+) -> None:
     """Fail RUNNING trial `number` as stopped and (with `requeue`) queue its point again."""
     import optuna
     from optuna.trial import TrialState

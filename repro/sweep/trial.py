@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.storage import StorageError
 from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import STEPS_TO_TARGET, ArmSpec, ObjectiveSpec, SweepSpec, base_overrides
-from repro.sweep.stops import StopSignals
+from repro.sweep.stops import StopSignals, WriteRefused
 
 
 class TrialFailed(Exception):
@@ -183,6 +184,8 @@ def sweep_objective(
         reason = f"diverged: {err}"
     except TrialFailed as err:
         reason = str(err)
+    except StorageError as err:  # the disk's failure, not the trial's: the sweep stops on it
+        raise WriteRefused(err) from None
     except UserError as err:
         stops.check()
         reason = f"rejected: {err}"

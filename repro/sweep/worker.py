@@ -35,9 +35,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro.locks import take
+from repro.storage import StorageError, storage_failure
 from repro.sweep.space import design, format_override, shown_settings, suggest
 from repro.sweep.spec import ArmSpec, SweepSpec
-from repro.sweep.stops import Stopped, StopSignals, mark_stopped
+from repro.sweep.stops import Stopped, StopSignals, WriteRefused, mark_stopped
 from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
 from repro.sweep.study import (
     ask_point,
@@ -186,11 +187,12 @@ def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: floa
 class _RecordedFailures(logging.Filter):
     """Drops Optuna's two warnings for a trial failed by `TrialFailed` (the reason with its
     traceback, then the missing value): that failure is an outcome the trial records and
-    `_say_finished` prints in one line. Any other failure keeps the first, its traceback."""
+    `_say_finished` prints in one line; and for one a full disk ended, which the worker's
+    own one line names. Any other failure keeps the first, its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, TrialFailed):
+        if isinstance(error, TrialFailed | StorageError):
             return False
         return not record.getMessage().endswith("failed with value None.")
 
@@ -203,7 +205,9 @@ def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> in
     number when another worker failed it as stale while it ran (its heartbeat came too late):
     Optuna then refuses this worker's writes of the result, with one error or another, and
     that must not end the worker. A stop signal marks the trial stopped and queues its point
-    again before `Stopped` propagates. Any other error propagates."""
+    again before `Stopped` propagates; a run's write the disk refused (`WriteRefused`) is
+    marked so too, and its `StorageError` propagates, as does one of Optuna's own writes
+    (perhaps hidden under the error its cleanup then meets). Any other error propagates."""
     from optuna.trial import TrialState
 
     logging.getLogger("optuna.study._optimize").addFilter(RECORDED_FAILURES)
@@ -213,7 +217,17 @@ def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> in
         if run.number is not None:
             mark_stopped(study, storage, run.number, stop, requeue=True)
         raise
-    except Exception:
+    except WriteRefused as refused:
+        if run.number is not None:
+            # the journal may be on the disk that refused: then the trial stays RUNNING, and
+            # the next sweep fails it as its dead worker's and queues its point again
+            with contextlib.suppress(StorageError):
+                mark_stopped(study, storage, run.number, refused, requeue=True)
+        raise refused.error from None
+    except Exception as err:
+        full = storage_failure(err)
+        if full is not None:  # Optuna's cleanup may have failed on it too, hiding it
+            raise full from None
         mine = [t for t in study.get_trials(deepcopy=False) if t.number == run.number]
         if not run.ended or not mine or mine[0].state != TrialState.FAIL:
             raise

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from repro.errors import UserError
-from repro.storage import atomic_write, make_dir, probe_write
+from repro.storage import StorageError, atomic_write, make_dir, probe_write
 
 COMMIT = "commit.json"
 CONFIG_FILE = "config.yaml"
@@ -161,7 +161,7 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
             raise NotADirectoryError(f"{existing} is not a directory")
         probe_write(existing)
     except OSError as e:
-        raise UserError(
+        raise StorageError(
             f"run_dir={run_dir} cannot be written ({e.strerror or e}); pass a writable run_dir=..."
         ) from None
     _check_name_lengths(run_dir, existing)

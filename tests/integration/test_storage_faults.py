@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from repro.claims.claims_file import load_claims
 from repro.errors import UserError
@@ -27,6 +28,7 @@ from repro.track.runs import read_run
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
 from repro.workload.data import mnist1d
+from tests.helpers import REPO, repro_cli
 from tests.unit.report_data import adacomm_set, write_offline_runs
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
@@ -185,6 +187,52 @@ def test_compare_on_a_full_disk_writes_nothing(small_fs, tmp_path):
         compare_main(["adacomm_small", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert str(err.value) == f"{out}: {FULL.format('--out')}"
     assert list(out.iterdir()) == []
+
+
+def test_a_sweep_trial_whose_disk_is_full_is_queued_again_not_counted(small_fs, tmp_path):
+    """A full disk under a trial's run is no outcome of its point: the worker ends on one
+    line naming the run directory, the trial is marked so and its point queued again, and
+    once there is room the next sweep runs it, resuming in the same run directory, to the
+    full budget. The study is in SQLite beside; the trials' run directories (`out:`) are on
+    the full disk."""
+    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    raw["overrides"] += ["tracking=disabled", f"data.root={tmp_path / 'data'}"]
+    raw.update(out=str(small_fs), n_trials=2, storage=f"sqlite:///{tmp_path / 'study.db'}")
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    sweep = ("sweep", str(spec), "--workers", "1")
+    filler = fill(small_fs)
+
+    refused = repro_cli(*sweep, cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("error:")]
+    assert line.endswith(
+        "trial_0 cannot be written (No space left on device); pass a writable run_dir=..."
+    )
+    filler.unlink()
+    done = repro_cli(*sweep, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = repro_cli("sweep", "show", str(spec), cwd=tmp_path).stdout
+    assert "2 complete, 1 failed" in shown, shown
+    assert (
+        "failed trial 0: its disk refused a write (full or read-only); its point runs again"
+        in shown
+    )
+    retry = json.loads((small_fs / "tiny" / "trial_0" / "summary.json").read_text())
+    assert retry["step"] == 20  # the queued point ran in trial 0's run directory
+
+
+def test_a_sweep_whose_journal_disk_is_full_says_so_in_one_line(small_fs, tmp_path):
+    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    raw["overrides"] += ["tracking=disabled", f"data.root={tmp_path / 'data'}"]
+    raw.update(out=str(small_fs), n_trials=2)
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(raw))
+    fill(small_fs)
+    refused = repro_cli("sweep", str(tmp_path / "tiny.yaml"), "--workers", "1", cwd=tmp_path)
+    journal = small_fs / "tiny" / "journal.log"
+    setting = "the spec's `out:`"
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == f"error: {journal}: {FULL.format(setting)}"
 
 
 @pytest.fixture
