@@ -2,9 +2,11 @@
 
 Without this, a full disk surfaced as whatever the writer made of it: torch's zip writer
 prints `unexpected pos ...` and `iostream error`, wandb's logger prints a traceback per
-record, numpy a 49-line traceback. Each writer of run directory or data files turns the
-`OSError` into `storage_error(...)`, a `UserError`, so the CLI prints one line and exits
-non-zero.
+record, numpy a 49-line traceback, matplotlib one per figure. Each writer of run
+directory, data or report files turns the `OSError` into `storage_error(...)`, a
+`StorageError` (a `UserError`), so the CLI prints one line and exits non-zero; a search
+tells it from a trial's own failure by its type. A report's files are written together
+(`staged_folder`), so a full disk leaves the previous page whole.
 """
 
 from __future__ import annotations
