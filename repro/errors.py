@@ -26,6 +26,12 @@ class UserError(Exception):
     """Bad input or an unmet precondition that the user can fix."""
 
 
+class StorageError(UserError):
+    """A write the disk refused (`repro.storage.storage_error`): the place or the disk is at
+    fault, not the run or the trial that was writing, so a run set or a search stops on it
+    rather than going on with the next run or recording a failed trial."""
+
+
 def require_choice(setting: str, value: object, choices, hint: str = "") -> None:
     """Refuse `value` for `setting` unless it is one of `choices`, in the one line every
     named option's refusal shares: the setting, the value, the choices (and `hint`)."""

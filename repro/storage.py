@@ -20,16 +20,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from repro.errors import UserError
+from repro.errors import StorageError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 _NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
 _FILE_IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST}
-
-
-class StorageError(UserError):
-    """A write the disk refused: the place or the disk is at fault, not the run or the trial
-    that was writing, so a search stops on it rather than recording a failed trial."""
 
 
 def storage_error(path: Path | str, err: OSError, setting: str) -> StorageError:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.config import Config
-from repro.errors import Terminated, UserError
+from repro.errors import StorageError, Terminated, UserError
 from repro.schemas.cluster import ClusterConfig
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
@@ -150,7 +150,7 @@ def launch_runs(
         try:
             done = finished_or_resumable(cfg)
         except UserError as err:  # one run's directory: the set goes on with the others
-            if len(runs) == 1:
+            if len(runs) == 1 or isinstance(err, StorageError):  # a disk: the others' too
                 raise
             print(f"damaged {label}: {err}", file=sys.stderr, flush=True)
             damaged.append(label)

@@ -29,8 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from repro.errors import Terminated, dropped_stops_sent_again, sigterm_taken
-from repro.storage import StorageError
+from repro.errors import StorageError, Terminated, dropped_stops_sent_again, sigterm_taken
 
 STOP_GRACE_S = 3.0
 """How long a failed run waits for the stop signal that may have caused it (SLURM delivers

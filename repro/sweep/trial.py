@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError
-from repro.storage import StorageError
+from repro.errors import StorageError, UserError
 from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import STEPS_TO_TARGET, ArmSpec, ObjectiveSpec, SweepSpec, base_overrides
 from repro.sweep.stops import StopSignals, WriteRefused

@@ -34,8 +34,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from repro.errors import StorageError
 from repro.locks import take
-from repro.storage import StorageError, storage_failure
+from repro.storage import storage_failure
 from repro.sweep.space import design, format_override, shown_settings, suggest
 from repro.sweep.spec import ArmSpec, SweepSpec
 from repro.sweep.stops import Stopped, StopSignals, WriteRefused, mark_stopped

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from repro.errors import UserError
-from repro.storage import StorageError, atomic_write, make_dir, probe_write
+from repro.errors import StorageError, UserError
+from repro.storage import atomic_write, make_dir, probe_write
 
 COMMIT = "commit.json"
 CONFIG_FILE = "config.yaml"
@@ -145,8 +145,9 @@ def _check_name_lengths(run_dir: Path, existing: Path) -> None:
             )
 
 
-def check_run_dir(run_dir: Path, identity: dict) -> None:
-    """Fail early, writing nothing, if `run_dir` cannot be written or holds another config.
+def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
+    """Fail early, writing nothing, if `run_dir` cannot be written (when `writing`: a
+    finished run is only read) or holds another config.
 
     A config.yaml that is damaged, or disagrees with the hash its run's intact commit
     records were written for (which only damage or a hand edit makes), is not taken for
@@ -159,7 +160,8 @@ def check_run_dir(run_dir: Path, identity: dict) -> None:
     try:
         if not existing.is_dir():
             raise NotADirectoryError(f"{existing} is not a directory")
-        probe_write(existing)
+        if writing:
+            probe_write(existing)
     except OSError as e:
         raise StorageError(
             f"run_dir={run_dir} cannot be written ({e.strerror or e}); pass a writable run_dir=..."

@@ -156,15 +156,18 @@ def finished_summary(cfg: Config) -> dict | None:
     """The summary of this config's finished run, or None; a run directory holding another
     config is refused (one line) rather than taken for this run's. A damaged summary is
     removed, saying so: the run then ends again from its last checkpoint and writes it anew
-    (the same numbers, the run being deterministic from a checkpoint)."""
+    (the same numbers, the run being deterministic from a checkpoint). A finished run is
+    only read, so it may lie on a read-only disk; a run still to make must be writable."""
     run_dir = run_dir_of(cfg)
-    check_run_dir(run_dir, identity(cfg))
+    check_run_dir(run_dir, identity(cfg), writing=False)
     path = run_dir / "summary.json"
     if not path.exists():
+        check_run_dir(run_dir, identity(cfg))  # the run is still to make there
         return None
     try:
         done = read_checked_json(path)
     except Damaged as e:
+        check_run_dir(run_dir, identity(cfg))  # removing it, and running again, write there
         print(
             f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
             file=sys.stderr,
@@ -172,7 +175,7 @@ def finished_summary(cfg: Config) -> dict | None:
         path.unlink(missing_ok=True)
         return None
     repair_config(run_dir, identity(cfg))
-    return done
+    return {**done, "run_dir": str(run_dir)}  # where it is now, not where it was made from
 
 
 def finished_or_resumable(cfg: Config) -> dict | None:

@@ -235,6 +235,31 @@ def test_a_sweep_whose_journal_disk_is_full_says_so_in_one_line(small_fs, tmp_pa
     assert refused.stderr.strip() == f"error: {journal}: {FULL.format(setting)}"
 
 
+def test_a_run_set_reads_its_finished_runs_from_a_read_only_root_and_stops_on_new_ones(
+    small_fs, tmp_path
+):
+    """Finished runs are only read: their set's report is built from a read-only runs root
+    (a colleague's, an archive). Runs still to make stop the set at the first, in one line:
+    the disk is every run's, not one run's damage to list and step over."""
+    adacomm = ("reproduce", "adacomm", "scale=tiny", f"runs_root={small_fs}/runs")
+    made = repro_cli(*adacomm, "--reports", str(tmp_path / "first"), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    remount_read_only(small_fs)
+    again = repro_cli(*adacomm, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "adacomm tiny: every run has finished" in again.stdout
+    skipped = re.findall(r"skip \S+: finished earlier: .* run_dir=(\S+)", again.stdout)
+    assert len(skipped) == 5 and all(d.startswith(f"{small_fs}/runs/") for d in skipped)
+    assert (tmp_path / "reports" / "adacomm" / "tiny" / "report.html").is_file()
+    new = repro_cli("reproduce", "topk", "scale=tiny", f"runs_root={small_fs}/runs", cwd=tmp_path)
+    assert new.returncode == 2 and new.stdout.count("\n") <= 2, new.stdout
+    assert re.fullmatch(
+        rf"error: run_dir={small_fs}/runs/topk_tiny/\S+ cannot be written \(Read-only file "
+        r"system\); pass a writable run_dir=\.\.\.\n",
+        new.stderr,
+    ), new.stderr
+
+
 @pytest.fixture
 def wandb_service(small_fs):
     """Ends this process's wandb service after the test, before its disk is unmounted.
