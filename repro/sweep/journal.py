@@ -32,16 +32,23 @@ DAMAGE = (ValueError, KeyError, IndexError, TypeError, AttributeError, Assertion
 JSON and UTF-8 decoding)."""
 
 
+def ends_whole(path: Path) -> bool:
+    """Whether the journal is empty or ends with a whole line."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return True
+        f.seek(size - 1)
+        return f.read(1) == b"\n"
+
+
 def cut_torn_tail(path: Path) -> int:
     """Cut an unterminated last line off the journal (the caller holds Optuna's lock);
     returns how many bytes were cut."""
+    if ends_whole(path):
+        return 0
     with open(path, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return 0
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
         step, end = 4096, size
         while end > 0:  # find the last newline, reading backwards
             start = max(0, end - step)
@@ -65,12 +72,16 @@ def open_journal_file(path: Path) -> Any:
     from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 
     lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's appends take
-    if path.exists():
-        lock.acquire()
+    # looked at unlocked first, so that a whole journal on a read-only disk is still read
+    if path.exists() and not ends_whole(path):
         try:
-            cut = cut_torn_tail(path)
-        finally:
-            lock.release()
+            lock.acquire()
+            try:
+                cut = cut_torn_tail(path)
+            finally:
+                lock.release()
+        except OSError as err:
+            raise storage_error(path, err, "the spec's `out:`") from None
         if cut:
             log.warning(
                 "%s: cut off its last %d bytes, an unfinished record (a worker stopped while "

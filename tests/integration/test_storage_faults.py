@@ -260,6 +260,25 @@ def test_a_run_set_reads_its_finished_runs_from_a_read_only_root_and_stops_on_ne
     ), new.stderr
 
 
+def test_a_finished_sweep_on_a_read_only_disk_is_shown(small_fs, tmp_path):
+    """Showing a sweep reads its journal without Optuna's lock (a symlink it would make
+    beside it), so a finished study on a read-only disk still prints its front; only the
+    plot files it cannot write are refused, in one line."""
+    raw = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    raw["overrides"] += ["tracking=disabled", f"data.root={tmp_path / 'data'}"]
+    raw.update(out=str(small_fs), n_trials=2)
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert repro_cli("sweep", str(spec), "--workers", "1", cwd=tmp_path).returncode == 0
+    remount_read_only(small_fs)
+    shown = repro_cli("sweep", "show", str(spec), cwd=tmp_path)
+    assert shown.returncode == 2 and "Pareto front" in shown.stdout, shown.stderr
+    assert shown.stderr == (
+        f"error: {small_fs / 'tiny'}: read-only file system; make it writable or set the "
+        "spec's `out:` elsewhere\n"
+    )
+
+
 @pytest.fixture
 def wandb_service(small_fs):
     """Ends this process's wandb service after the test, before its disk is unmounted.
