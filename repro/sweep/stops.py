@@ -9,7 +9,8 @@ stops at its next check. `mark_stopped` then fails the trial with the user attri
 point again with Optuna's `failed_trial` link, so the retry reuses the lost trial's run
 directory and resumes from its checkpoint. Stops are not counted against
 `repro.sweep.storage.MAX_RETRY`: that cap is for points that kill their worker, and a
-preempted or interrupted point did nothing wrong.
+preempted or interrupted point did nothing wrong. Nor did a point whose run a full or
+read-only disk ended (`WriteRefused`): it is marked and queued again the same way.
 
 SLURM signals every process of a job at once, and wandb's service may die before this
 process handles its own SIGTERM; the run then fails with a lost connection first. So a

@@ -188,12 +188,11 @@ def _say_finished(spec: SweepSpec, study: Any, number: int | None, seconds: floa
 class _RecordedFailures(logging.Filter):
     """Drops Optuna's two warnings for a trial failed by `TrialFailed` (the reason with its
     traceback, then the missing value): that failure is an outcome the trial records and
-    `_say_finished` prints in one line; and for one a full disk ended, which the worker's
-    own one line names. Any other failure keeps the first, its traceback."""
+    `_say_finished` prints in one line. Any other failure keeps the first, its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, TrialFailed | StorageError):
+        if isinstance(error, TrialFailed):
             return False
         return not record.getMessage().endswith("failed with value None.")
 
