@@ -104,6 +104,20 @@ def _settings_apart(runs: Sequence[Run]) -> list[str]:
     return [", ".join(f"{k}={fmt(each.get(k))}" for k in apart[:3]) for each in kept]
 
 
+def _variants(runs: Sequence[Run]) -> list[int]:
+    """Each run's variant among the runs of its label and group: the index, in order met, of
+    its settings other than the seed (0 for all the seeds of one config)."""
+    met: dict[tuple[str, str], list[str]] = {}
+    variants = []
+    for run in runs:
+        seen = met.setdefault((label_of(run), run.group), [])
+        settings = repr(sorted((k, v) for k, v in _settings(run).items() if k != "seed"))
+        if settings not in seen:
+            seen.append(settings)
+        variants.append(seen.index(settings))
+    return variants
+
+
 def _names(runs: Sequence[Run]) -> list[str]:
     """Legend names: the method as its paper names it, with the run's group when runs come
     from several groups, a sweep trial's number (a sweep's trials share their label), its
@@ -153,16 +167,10 @@ def figure(drawn: list[Curve], metric: str, x: str, logy: bool):
     from matplotlib.figure import Figure  # loads only when a figure is drawn
 
     groups = list(dict.fromkeys(c.run.group for c in drawn))
-    variants: dict[tuple[str, str], list[str]] = {}
     fig = Figure(figsize=(7.5, 4.5), dpi=110, layout="constrained")
     ax = fig.add_subplot()
-    for c in drawn:
+    for c, variant in zip(drawn, _variants([c.run for c in drawn]), strict=True):
         style = GROUP_STYLES[groups.index(c.run.group) % len(GROUP_STYLES)]
-        seen = variants.setdefault((label_of(c.run), c.run.group), [])
-        settings = repr(sorted((k, v) for k, v in _settings(c.run).items() if k != "seed"))
-        if settings not in seen:
-            seen.append(settings)
-        variant = seen.index(settings)
         # a run logged once is a point, which a line alone would not draw: the plain marker
         marked = variant or len(c.xs) == 1
         marker = VARIANT_MARKERS[variant % len(VARIANT_MARKERS)] if marked else None

@@ -19,12 +19,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
-from repro.report.build import (
-    default_claims_dir,
-    render_parts,
-    report_subdir,
-    select_runs,
-)
+from repro.report.build import default_claims_dir, render_parts, report_subdir, select_runs
 from repro.report.missing_runs import report_command, reproduce_command
 from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of

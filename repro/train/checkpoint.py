@@ -145,27 +145,43 @@ def _check_name_lengths(run_dir: Path, existing: Path) -> None:
             )
 
 
+def _nearest_existing(run_dir: Path) -> Path:
+    """`run_dir`, or the folder it would be made in: its nearest existing ancestor."""
+    existing = run_dir
+    while not _exists(existing):
+        existing = existing.parent
+    return existing
+
+
+def _unwritable(run_dir: Path, err: OSError) -> StorageError:
+    return StorageError(
+        f"run_dir={run_dir} cannot be written ({err.strerror or err}); pass a writable run_dir=..."
+    )
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail early, writing nothing, if a run cannot be made or finished in `run_dir`: its
+    disk is full or read-only, or the folder is not ours to write."""
+    try:
+        probe_write(_nearest_existing(run_dir))
+    except OSError as e:
+        raise _unwritable(run_dir, e) from None
+
+
 def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
-    """Fail early, writing nothing, if `run_dir` cannot be written (when `writing`: a
-    finished run is only read) or holds another config.
+    """Fail early, writing nothing, if `run_dir` cannot be written (`check_writable`, when
+    `writing`: a finished run is only read) or holds another config.
 
     A config.yaml that is damaged, or disagrees with the hash its run's intact commit
     records were written for (which only damage or a hand edit makes), is not taken for
     another config's: `record_run_dir` writes it again, saying so."""
     from repro.config import hash_of
 
-    existing = run_dir
-    while not _exists(existing):
-        existing = existing.parent
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(f"{existing} is not a directory")
-        if writing:
-            probe_write(existing)
-    except OSError as e:
-        raise StorageError(
-            f"run_dir={run_dir} cannot be written ({e.strerror or e}); pass a writable run_dir=..."
-        ) from None
+    existing = _nearest_existing(run_dir)
+    if not existing.is_dir():
+        raise _unwritable(run_dir, NotADirectoryError(f"{existing} is not a directory"))
+    if writing:
+        check_writable(run_dir)
     _check_name_lengths(run_dir, existing)
     cfg_file = run_dir / CONFIG_FILE
     if not cfg_file.exists() or hash_of(identity) in committed_hashes(run_dir):

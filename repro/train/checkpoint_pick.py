@@ -28,6 +28,7 @@ from repro.train.checkpoint import (
     COMMIT,
     Damaged,
     check_run_dir,
+    check_writable,
     read_checked_json,
     repair_config,
     step_dirs,
@@ -162,12 +163,12 @@ def finished_summary(cfg: Config) -> dict | None:
     check_run_dir(run_dir, identity(cfg), writing=False)
     path = run_dir / "summary.json"
     if not path.exists():
-        check_run_dir(run_dir, identity(cfg))  # the run is still to make there
+        check_writable(run_dir)  # the run is still to make there
         return None
     try:
         done = read_checked_json(path)
     except Damaged as e:
-        check_run_dir(run_dir, identity(cfg))  # removing it, and running again, write there
+        check_writable(run_dir)  # removing it, and running again, write there
         print(
             f"note: {run_dir}: {e}; finishing the run again from its last checkpoint",
             file=sys.stderr,
