@@ -26,6 +26,7 @@ from repro.cli import main as repro
 from repro.cluster.jobs import JOBS_FILE, JobRecord, append_records
 from repro.track.runs import find_runs
 from repro.train.checkpoint import read_checked_json
+from repro.workload.data import mnist1d
 
 ARGS = [
     "train",
@@ -88,6 +89,29 @@ def same_run(run_dir: Path, base: Path) -> None:
 def one_error_line(err: str, names: Path) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(names) in lines[0], err
+
+
+@pytest.mark.parametrize("kind,seed", [*trials(), ("stray", 0)])
+def test_a_damaged_mnist1d_cache_is_generated_again_with_one_note(tmp_path, kind, seed, capsys):
+    """The data cache is derived from its seed alone: a damaged one is replaced by the
+    same bytes, noted once, and the run goes on with the very arrays it would have read."""
+    want = mnist1d(str(tmp_path), num_samples=600, seed=4)
+    cache = tmp_path / "mnist1d_n600_s4.npz"
+    whole = cache.read_bytes()
+    if kind == "stray":  # a file of that name that is no archive at all
+        cache.write_text("not an archive\n")
+    else:
+        damage(cache, kind, random.Random(seed))
+    capsys.readouterr()
+    got = mnist1d(str(tmp_path), num_samples=600, seed=4)
+    assert cache.read_bytes() == whole
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(got, name), getattr(want, name))
+    err = capsys.readouterr().err.splitlines()
+    if kind == "delete":
+        assert err == []
+    else:
+        assert len(err) == 1 and err[0].startswith(f"note: {cache} was damaged ("), err
 
 
 @pytest.fixture(scope="module")
