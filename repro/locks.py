@@ -5,8 +5,8 @@ by a killed process never blocks anyone, and "I can take it" means "its holder i
 The suite uses them for one live run per run directory (`repro.train.run_lock`), one
 process at a time generating a dataset or preparing a job's data (`repro.workload.data`,
 `repro.cluster.submit`), a sweep's ask lock and its workers' liveness
-(`repro.sweep.storage`), and a tuning worker's claim on a design point
-(`repro.sweep.worker`).
+(`repro.sweep.storage`), a tuning worker's claim on a design point
+(`repro.sweep.worker`), and a page writer's staging folder (`repro.storage.staged_folder`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from repro.errors import StorageError
+from repro.locks import held, take
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 _NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -128,18 +129,37 @@ def staged_folder(final: Path, setting: str) -> Iterator[Path]:
     well they are renamed into `final` together (a rename takes no space, so a full disk
     stops the writing, never the move), and otherwise removed: a page and its figures are
     never left half-written beside the previous ones. An OSError (a full or read-only disk)
-    becomes one line naming `final` and `setting`."""
+    becomes one line naming `final` and `setting`.
+
+    The writer holds a lock inside its folder, so that a folder left by one that was
+    killed (SIGKILL, its node lost), whose lock the kernel has dropped, is removed by the
+    next writer of `final`, while a folder another writer is filling now is left alone."""
     make_dir(final, setting)
     stage = None
     try:
-        stage = Path(tempfile.mkdtemp(dir=final, prefix=".writing-"))
-        yield stage
-        for f in sorted(stage.iterdir()):
-            os.replace(f, final / f.name)
+        _remove_abandoned(final)
+        stage = Path(tempfile.mkdtemp(dir=final, prefix=_STAGE))
+        with take(stage / _WRITER):
+            yield stage
+            for f in sorted(stage.iterdir()):
+                if f.name != _WRITER:
+                    os.replace(f, final / f.name)
     except OSError as e:
         raise storage_error(final, e, setting) from None
     finally:
         if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+_STAGE, _WRITER = ".writing-", ".writer.lock"
+
+
+def _remove_abandoned(final: Path) -> None:
+    """Remove the staging folders in `final` whose writer has ended without removing its
+    own. One with no lock file yet is being made this instant and is kept."""
+    for stage in final.glob(f"{_STAGE}*"):
+        lock = stage / _WRITER
+        if lock.exists() and not held(lock):
             shutil.rmtree(stage, ignore_errors=True)
 
 

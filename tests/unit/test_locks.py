@@ -10,6 +10,7 @@ import threading
 import time
 
 from repro.locks import held, holder, take
+from repro.storage import staged_folder
 
 HOLD = (
     "import sys, time\n"
@@ -55,3 +56,48 @@ def test_missing_and_unstamped_files(tmp_path):
     assert holder(tmp_path / "none.lock") == "another process"
     (tmp_path / "c.lock").write_text("garbage\n")
     assert holder(tmp_path / "c.lock") == "another process"
+
+
+STAGE = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from repro.storage import staged_folder\n"
+    "with staged_folder(Path(sys.argv[1]), '--out') as stage:\n"
+    "    (stage / 'page.html').write_text(sys.argv[2])\n"
+    "    print('writing', flush=True); time.sleep(60)\n"
+)
+
+
+def _writer(final, text: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STAGE, str(final), text], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def _stages(final) -> list[str]:
+    return sorted(p.read_text() for p in final.glob(".writing-*/page.html"))
+
+
+def test_a_killed_page_writers_staging_folder_is_removed_by_the_next_not_a_live_ones(
+    tmp_path,
+):
+    """A page writer killed mid-page leaves its hidden staging folder; the next writer of
+    that folder removes it, but not the folder a live writer is filling."""
+    final = tmp_path / "reports" / "adacomm"
+    live, killed = _writer(final, "live"), _writer(final, "killed")
+    try:
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+        assert _stages(final) == ["killed", "live"]
+        with staged_folder(final, "--out") as stage:
+            (stage / "page.html").write_text("whole")
+        assert _stages(final) == ["live"]
+        assert (final / "page.html").read_text() == "whole"
+    finally:
+        os.kill(live.pid, signal.SIGKILL)
+        live.wait()
+    with staged_folder(final, "--out") as stage:
+        (stage / "page.html").write_text("again")
+    assert _stages(final) == [] and sorted(p.name for p in final.iterdir()) == ["page.html"]
