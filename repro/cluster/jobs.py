@@ -25,6 +25,7 @@ from submitit.slurm.slurm import SlurmInfoWatcher
 from repro.cluster.executor import apply_env_file
 from repro.cluster.slurm_env import job_log_tail, slurm_tool
 from repro.errors import UserError
+from repro.storage import storage_error
 
 JOBS_FILE = "jobs.jsonl"
 ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "RESIZING", "SUSPENDED")
@@ -62,13 +63,17 @@ def _crc(fields: dict) -> int:
 def append_records(runs_root: str | Path, records: list[JobRecord]) -> Path:
     """Add `records` to `<runs_root>/jobs.jsonl` (created if needed); one line each, with the
     log paths spelt out so that the file alone tells where to look, and a `crc` of the
-    line's other fields, so that a damaged line is told from a good one."""
+    line's other fields, so that a damaged line is told from a good one. A full or
+    read-only disk is one line (a line it cut short is skipped when read)."""
     path = Path(runs_root) / JOBS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        for r in records:
-            fields = {**asdict(r), "stdout": r.stdout, "stderr": r.stderr}
-            f.write(json.dumps({**fields, "crc": _crc(fields)}) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for r in records:
+                fields = {**asdict(r), "stdout": r.stdout, "stderr": r.stderr}
+                f.write(json.dumps({**fields, "crc": _crc(fields)}) + "\n")
+    except OSError as e:
+        raise storage_error(path, e, "runs_root") from None
     return path
 
 

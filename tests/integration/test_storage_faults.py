@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from repro.claims.claims_file import load_claims
+from repro.cluster.jobs import JOBS_FILE, JobRecord, append_records, read_records
 from repro.errors import UserError
 from repro.report.build import render_parts, select_runs
 from repro.report.compare import main as compare_main
@@ -160,6 +161,21 @@ def test_full_data_root_leaves_no_temporary_file(small_fs):
     assert str(err.value) == f"{target}: {FULL.format('data.root')}"
     assert temporaries(small_fs) == []
     assert not target.exists()
+
+
+def test_a_jobs_record_on_a_full_disk_is_one_line_and_the_records_before_it_stay(small_fs):
+    def job(i: int) -> JobRecord:
+        return JobRecord(str(2**22 + i), "run", f"run{i}", "slurm", str(small_fs / "jobs"))
+
+    """A submission's records meet the full disk (more than the file's last block holds):
+    one line naming the file, and the file still reads back whole records, in order."""
+    append_records(small_fs, [job(0)])
+    fill(small_fs)
+    with pytest.raises(UserError) as err:
+        append_records(small_fs, [job(i) for i in range(1, 41)])
+    assert str(err.value) == f"{small_fs / JOBS_FILE}: {FULL.format('runs_root')}"
+    labels = [r.label for r in read_records(small_fs)]
+    assert labels == [f"run{i}" for i in range(len(labels))] and len(labels) < 41
 
 
 def test_a_page_on_a_disk_that_fills_leaves_the_previous_page_whole(small_fs):
