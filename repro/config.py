@@ -29,7 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
-from repro.errors import UserError, override_key, require_seed
+from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig
@@ -131,6 +131,8 @@ class Config:
 
     def __post_init__(self):
         require_seed("seed", self.seed)
+        require_path("run_dir", self.run_dir)
+        require_path("runs_root", self.runs_root)
         n_train = self.workload.train_size()
         if (n_train // self.trainer.world_size) // self.trainer.batch_size < 1:
             raise UserError(

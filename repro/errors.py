@@ -16,6 +16,7 @@ the callback has returned into code the stop can end.
 import _thread
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,18 @@ def require_seed(setting: str, value: int) -> None:
     from numpy) before any run starts, rather than with numpy's traceback inside one."""
     if not 0 <= value < 2**32:
         raise UserError(f"{setting}={value} must be in 0 .. {2**32 - 1}")
+
+
+def require_path(setting: str, value: str) -> None:
+    """Refuse a path that starts with `~`: nothing expands it on its way here (the shell
+    leaves it alone after `key=`, Hydra takes it as written, a YAML file as text), so it
+    would name a folder called `~` inside the current one."""
+    if value.startswith("~"):
+        raise UserError(
+            f"{setting}={value} starts with ~, which is not expanded here (it would make a "
+            f"folder named ~ in this one); write the path out: {setting}="
+            f"{os.path.expanduser(value)}"
+        )
 
 
 class CommandParser(argparse.ArgumentParser):

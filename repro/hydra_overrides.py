@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,9 +68,31 @@ def parse(overrides: Iterable[str], config_dir: Path) -> list[Override]:
                 raise UserError(_missing_value(raw, others, config_dir)) from None
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise UserError(
-                f"cannot read the override {raw!r} ({reason}); write key=value, see {GRAMMAR_URL}"
+                f"cannot read the override {raw!r} ({reason}); {_readable(parser, raw, reason)}"
             ) from None
     return parsed
+
+
+def _readable(parser: OverridesParser, raw: str, reason: str) -> str:
+    """The fix for an override Hydra's grammar cannot read. Its unquoted values take no
+    `~`, `#`, `&` or non-ASCII letter (a character its lexer does not know), so a path
+    holding one (`data.root=~/data`, whose `~` the shell leaves alone after `data.root=`)
+    is written out (`~` as the home folder: Hydra never expands it) and quoted where that
+    is what it needs. Other syntax errors (a bracket left open) get the grammar's page."""
+    key, _, value = raw.partition("=")
+    if not reason.startswith("token recognition error"):
+        return f"write key=value, see {GRAMMAR_URL}"
+    value = os.path.expanduser(value)
+    for written in (value, f"'{value}'"):
+        try:
+            parser.parse_override(f"{key}={written}")
+        except HydraException:
+            continue
+        if written == value:
+            return f"write it out: {key}={value}"
+        if not any(c in value for c in "'\"$`\\"):
+            return f'quote the value inside the shell\'s quotes: "{key}={written}"'
+    return f"write key=value, see {GRAMMAR_URL}"
 
 
 def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:

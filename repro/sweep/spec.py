@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError, override_key
+from repro.errors import UserError, override_key, require_path
 from repro.spec_loader import FILE, KEY, load, read_yaml
 from repro.sweep.space import ParamSpec, grid_size, number
 from repro.sweep.storage import expand_storage_url, mask_url
@@ -227,6 +227,7 @@ class SweepSpec:
         if m < 0:
             raise UserError(f"minutes_per_trial={m!r} must be a number >= 0 (0: unknown)")
         _overrides(self.overrides, "overrides")
+        require_path("out", self.out)
         if self.storage is not None:
             expand_storage_url(self.storage)
         if self.arms:

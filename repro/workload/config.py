@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from repro.errors import UserError, require_choice
+from repro.errors import UserError, require_choice, require_path
 
 # The models `models.build_model` builds.
 MODELS = (
@@ -40,6 +40,9 @@ class DataConfig:
 
     root: str = "data"
     download: bool = True
+
+    def __post_init__(self):
+        require_path("data.root", self.root)
 
 
 @dataclass

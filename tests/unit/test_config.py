@@ -1,11 +1,14 @@
 """Every config group composes; wrong keys and values fail at compose time, naming the field."""
 
+import os
 import shutil
 
 import pytest
+from omegaconf import OmegaConf
 
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, config_hash, registered
 from repro.errors import UserError
+from repro.hydra_overrides import GRAMMAR_URL
 
 
 def _choices(group):
@@ -139,3 +142,44 @@ def test_as_dict_is_omegaconfs_container_for_every_run_of_a_set(paper):
 
     for _, cfg in run_set(paper, "small", [], seeds=1):
         assert as_dict(cfg) == OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+@pytest.mark.parametrize(
+    "override,key,value,quoted",
+    [
+        # `~` reaches Hydra as typed after `data.root=`; the fix is the path written out
+        ("data.root=~/data", "data.root", "~/data", False),
+        ("run_dir=/tmp/a#b", "run_dir", "/tmp/a#b", True),
+        ("runs_root=/tmp/ünï", "runs_root", "/tmp/ünï", True),
+    ],
+)
+def test_a_path_hydra_cannot_read_unquoted_gets_the_override_that_it_can(
+    override, key, value, quoted
+):
+    """The one line ends with the override to type instead (inside the shell's double
+    quotes where Hydra needs its own), and that override composes to the path meant."""
+    with pytest.raises(UserError) as err:
+        compose([override])
+    path = os.path.expanduser(value)
+    fix = f"{key}='{path}'" if quoted else f"{key}={path}"
+    said = str(err.value)
+    assert said.endswith(f': "{fix}"' if quoted else f": {fix}"), said
+    cfg = compose([fix])
+    assert OmegaConf.select(OmegaConf.structured(cfg), key) == path
+
+
+def test_other_syntax_errors_get_the_grammars_page():
+    with pytest.raises(UserError) as err:
+        compose(["trainer.steps=(4)"])
+    assert str(err.value).endswith(f"write key=value, see {GRAMMAR_URL}")
+
+
+@pytest.mark.parametrize("key", ["data.root", "run_dir", "runs_root"])
+def test_a_quoted_path_starting_with_a_tilde_is_refused_with_the_path_written_out(key):
+    """Quoted, `~` would reach the run as a folder named `~` in the current one."""
+    with pytest.raises(UserError) as err:
+        compose([f"{key}='~/place'"])
+    assert str(err.value) == (
+        f"{key}=~/place starts with ~, which is not expanded here (it would make a folder "
+        f"named ~ in this one); write the path out: {key}={os.path.expanduser('~/place')}"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -78,6 +79,11 @@ def test_string_strategy_metric_is_not_an_objective(tmp_path):
         tiny(tmp_path, objectives=[{"metric": "method/collective", "direction": "maximize"}]),
         "method/collective",
     )
+
+
+def test_an_out_folder_starting_with_a_tilde_is_refused_with_the_path_written_out(tmp_path):
+    home = os.path.expanduser("~/sweeps")
+    refused(tiny(tmp_path, out="~/sweeps"), "out=~/sweeps starts with ~", f"out={home}")
 
 
 def test_empty_search_space_is_refused(tmp_path):
