@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -79,8 +80,18 @@ class CommandParser(argparse.ArgumentParser):
         ends the positionals at the first option. A command with subcommands parses them as
         argparse does (each subcommand's own parser reads its part)."""
         if any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._actions):
-            return super().parse_args(args, namespace)
-        return self.parse_intermixed_args(args, namespace)
+            return _home_expanded(super().parse_args(args, namespace))
+        return _home_expanded(self.parse_intermixed_args(args, namespace))
+
+
+def _home_expanded(parsed: argparse.Namespace) -> argparse.Namespace:
+    """Each value that starts with `~` with the home folder written out, as the shell would
+    have: it expands `~` only at a word's start (`--out ~/reports`), not in `--out=~/reports`,
+    which would otherwise make a folder named `~`."""
+    for name, value in vars(parsed).items():
+        if isinstance(value, str | Path) and str(value).startswith("~"):
+            setattr(parsed, name, type(value)(os.path.expanduser(value)))
+    return parsed
 
 
 class Terminated(KeyboardInterrupt):

@@ -276,3 +276,16 @@ def test_an_unknown_benchmark_is_refused_and_keeps_the_last_results(capsys, tmp_
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no benchmark 'stepfloor'; choose from ") and "step_floor" in err
     assert list(tmp_path.iterdir()) == []  # nothing run, bench-results/latest.txt untouched
+
+
+def test_a_path_option_written_with_its_tilde_after_the_equals_sign_is_the_home_folder(
+    capsys, tmp_path, monkeypatch
+):
+    """`--out=~/x` reaches the command as typed (the shell expands `~` only at a word's
+    start): it is read as the shell would read `--out ~/x`, never as a folder named `~`."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["report", "all", "--runs=~/no_runs", "--out=~/reports"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and f": --runs {tmp_path}/home/no_runs is not a directory;" in err, err
+    assert list(tmp_path.iterdir()) == []
