@@ -237,6 +237,9 @@ REFUSED = [
     (["tune", "adacomm", "--workers", "1", "scale=huge"], "scale=huge: adacomm has no tuning"),
     (["report", "compare", "no_a", "--metric", "test/acc", "no_b"], "'no_a' is not a path"),
     (["sweep", "show", "--port", "8080", "sweeps/tiny.yaml"], "no study tiny yet in runs/sweeps"),
+    # more workers on this machine than four to a core: refused before the journal is made
+    (["sweep", "sweeps/tiny.yaml", "--workers", "100000"], "is more than 4 per core; lower"),
+    (["tune", "adacomm", "scale=tiny", "--workers", "100000"], "is more than 4 per core; lower"),
     # an action with no spec is a missing spec, not a spec file named after the action
     (["sweep", "show"], "repro sweep: the following arguments are required: spec"),
     (["sweep", "dashboard", "--port", "8080"], "the following arguments are required: spec"),
