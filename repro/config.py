@@ -29,6 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
+from repro.comm.launch import env_rank_world
 from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
@@ -162,10 +163,12 @@ def papers() -> list[str]:
 
 def simulated_by_default(cfg: Config) -> bool:
     """`trainer.engine=auto`: the tiny and small scales run simulated wherever it can (a
-    local launch, sampled compute, no injected delays)."""
+    local launch, not one process of an external launcher's; sampled compute; no injected
+    delays)."""
     return (
         cfg.experiment.scale != "paper"
         and cfg.cluster.kind == "local"
+        and env_rank_world() is None
         and cfg.compute.mode == "sampled"
         and not cfg.network.inject
     )
@@ -181,6 +184,14 @@ def check_simulated(cfg: Config) -> None:
         raise UserError(
             f"trainer.engine=simulated runs every worker in one local process and cannot be "
             f"launched on cluster={cfg.cluster.kind}; use trainer.engine=processes"
+        )
+    external = env_rank_world()
+    if external is not None:
+        raise UserError(
+            f"trainer.engine=simulated runs every worker in one process, and RANK={external[0]} "
+            f"WORLD_SIZE={external[1]} say a launcher (torchrun, srun) started this one among "
+            "others, each of which would run the whole run; use trainer.engine=processes, or "
+            "unset RANK and WORLD_SIZE"
         )
     if cfg.compute.mode == "measured":
         raise UserError(

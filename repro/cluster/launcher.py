@@ -58,7 +58,7 @@ def describe(summary: dict) -> str:
     parts = [
         f"{k}={summary[k]:.4g}" for k in SUMMARY_KEYS if isinstance(summary.get(k), int | float)
     ]
-    return " ".join(parts) + f" run_dir={summary.get('run_dir')}"
+    return " ".join([*parts, f"run_dir={summary.get('run_dir')}"])
 
 
 def _announce(records: list[JobRecord], what: str, title: str, runs_root: str, then: str) -> None:

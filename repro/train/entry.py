@@ -84,6 +84,7 @@ def run_training(cfg: Config) -> dict:
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = launch.env_rank_world()
+    check_external(cfg, external)
     if external is not None and external[0] != 0:
         return _train(cfg, device, external)
     run_dir = run_dir_of(cfg)
@@ -91,6 +92,27 @@ def run_training(cfg: Config) -> dict:
     with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, RUN_LOCK)):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
+
+
+def check_external(cfg: Config, external: tuple[int, int] | None) -> None:
+    """Refuse, before the run directory is written, a process an external launcher
+    (torchrun, srun: RANK and WORLD_SIZE set) started that cannot join the run: more or
+    fewer processes than the run's workers, or no rendezvous address to meet them at."""
+    if external is None:
+        return
+    if external[1] != cfg.trainer.world_size:
+        raise UserError(
+            f"the launcher started {external[1]} processes but trainer.world_size="
+            f"{cfg.trainer.world_size}; make them equal"
+        )
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+    if missing:
+        raise UserError(
+            f"RANK and WORLD_SIZE are set, as a launcher (torchrun, srun) sets them, but "
+            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} not: set "
+            f"{'them' if len(missing) > 1 else 'it'} as "
+            "the launcher does, or unset RANK and WORLD_SIZE to let repro start the workers"
+        )
 
 
 def check_method_model(cfg: Config, arrays) -> None:
@@ -119,14 +141,8 @@ def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
         return run_simulated(cfg, device)
     world = cfg.trainer.world_size
     if external is not None:
-        rank, ext_world = external
-        if ext_world != world:
-            raise UserError(
-                f"the launcher started {ext_world} processes but trainer.world_size={world}; "
-                f"make them equal"
-            )
-        out = train_worker(rank, world, cfg)
-        return out if out is not None else {}
+        out = train_worker(external[0], world, cfg)  # rank 0's alone is the run's summary
+        return out if out is not None else {"run_dir": str(run_dir)}
     if world == 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")

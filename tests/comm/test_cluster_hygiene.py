@@ -9,14 +9,21 @@ compiled CPU loops already loaded, from a server that runs no other thread.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import torch
+
 from repro.comm import adasum_kernels
-from repro.comm.launch import spawn
+from repro.comm.launch import free_port, spawn
 from repro.compress import select_kernels
 from repro.workload.data import mnist1d, node_lock
+from tests.helpers import repro_cli
 
 WORKERS = 3
 
@@ -68,3 +75,34 @@ def test_workers_start_with_the_compiled_loops_from_a_single_threaded_server():
     for loaded, server_threads in spawn(_at_start, 2):
         assert loaded == [1] * len(LOOPS)
         assert server_threads == 1  # a fork of a threaded process could inherit a held lock
+
+
+def test_a_run_under_torchrun_is_the_process_engines_run(tmp_path):
+    """`torchrun --nproc-per-node=2 repro train trainer.world_size=2`: each rank holds one
+    worker of the one run (never a whole simulated run each), rank 0 writes the summary,
+    and its numbers are those of the same run launched by `repro` itself."""
+    args = ["train", "trainer.world_size=2", "trainer.steps=20", "tracking=disabled"]
+    args += ["trainer.progress=false", f"data.root={tmp_path}/data"]
+    bin_dir = Path(sys.executable).parent
+    launched = subprocess.run(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}"]
+        + [str(bin_dir / "repro"), *args, f"run_dir={tmp_path}/torchrun"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    assert sorted(re.findall(r"^done sync: .*$", launched.stdout, re.M))[0] == (
+        f"done sync: run_dir={tmp_path}/torchrun"  # rank 1's: rank 0 holds the summary
+    )
+    assert "engine: processes" in (tmp_path / "torchrun" / "config.yaml").read_text()
+    own = repro_cli(*args, "trainer.engine=processes", f"run_dir={tmp_path}/own")
+    assert own.returncode == 0, own.stderr
+    got, want = (
+        json.loads((tmp_path / d / "summary.json").read_text()) for d in ("torchrun", "own")
+    )
+    for key in ("train/loss", "test/loss", "test/acc", "comm/bytes", "samples"):
+        assert got[key] == want[key], key
+    a, b = (torch.load(tmp_path / d / "final_model.pt") for d in ("torchrun", "own"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -85,6 +85,48 @@ def test_auto_engine_by_scale_and_launch():
     assert compose(["compute.mode=measured"]).trainer.engine == "processes"
 
 
+def test_auto_engine_under_an_external_launcher_is_processes(monkeypatch):
+    """torchrun or srun started this process as one rank among others: each rank holds one
+    worker, so a run every rank would simulate whole is never picked for it."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert compose(["compute.mode=sampled"]).trainer.engine == "processes"
+
+
+LAUNCHED = [
+    # (the launcher's variables, overrides, words of the one line)
+    ({"RANK": "1", "WORLD_SIZE": "2"}, [], ("started 2 processes", "trainer.world_size=1")),
+    (
+        {"RANK": "1", "WORLD_SIZE": "2"},
+        ["trainer.world_size=2"],
+        ("MASTER_ADDR and MASTER_PORT are not", "unset RANK and WORLD_SIZE"),
+    ),
+    (
+        {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+        ["trainer.world_size=2", "trainer.engine=simulated", "compute.mode=sampled"],
+        ("trainer.engine=simulated", "RANK=0 WORLD_SIZE=2", "trainer.engine=processes"),
+    ),
+]
+
+
+@pytest.mark.parametrize("env,overrides,words", LAUNCHED)
+def test_a_rank_that_cannot_join_its_launch_is_one_line_before_anything_is_written(
+    tmp_path, monkeypatch, env, overrides, words
+):
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    run_dir = tmp_path / "run"
+    proc = repro_cli(
+        "train", *overrides, f"run_dir={run_dir}", f"data.root={tmp_path}/data", cwd=tmp_path
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    assert not run_dir.exists()
+
+
 @pytest.mark.parametrize("method", sorted(registered()))
 def test_memory_estimate_counts_parameters_slots_copies_and_activations(method):
     """Every registered method's estimate counts the model copies its config declares."""
