@@ -264,3 +264,26 @@ def test_a_checkpoint_written_before_checksums_still_resumes(base, tmp_path):
     code, _, err = train(run_dir, base / "data")
     assert code == 0 and err == "", err
     same_run(run_dir, base / "run")
+
+
+def test_runs_ls_says_which_run_directories_it_cannot_list(base, tmp_path):
+    """A run made with tracking=disabled has no wandb log to list: `repro runs ls` lists
+    the others and says how many it left out and where, rather than leaving it unseen."""
+    shutil.copytree(base / "run", tmp_path / "tracked", symlinks=True)
+    code, _, err = train(tmp_path / "untracked", base / "data")
+    assert code == 0, err
+    code, out, err = cli("runs", "ls", str(tmp_path))
+    assert code == 0 and str(tmp_path / "tracked") in out and "untracked" not in out, out
+    assert err.strip() == (
+        f"note: {tmp_path / 'untracked'} has no wandb log (made with tracking=disabled) and "
+        "is not listed"
+    )
+    code, _, err = train(tmp_path / "other_untracked", base / "data")
+    assert code == 0, err
+    code, out, err = cli("runs", "ls", str(tmp_path))
+    assert err.strip() == (
+        f"note: 2 run directories under {tmp_path} have no wandb log (made with "
+        f"tracking=disabled) and are not listed, {tmp_path / 'other_untracked'} the first"
+    )
+    code, _, err = cli("runs", "ls", str(tmp_path / "tracked"))
+    assert code == 0 and err == ""
