@@ -5,7 +5,8 @@
 
 RUN is a run directory (or an `offline-run-*` directory, or a `.wandb` file) or a run id
 found under ROOT. `ls` lists the readable runs and then names each damaged file on a line of
-its own, with the fix, and exits 2.
+its own, with the fix, and exits 2; a run directory with no wandb log (tracking=disabled) it
+cannot list is named in a note.
 """
 
 from __future__ import annotations
