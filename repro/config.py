@@ -29,12 +29,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import hydra_overrides
-from repro.comm.launch import env_rank_world
 from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig
-from repro.schemas.cluster import ClusterConfig
+from repro.schemas.cluster import ClusterConfig, env_rank_world
 from repro.schemas.tracking import TrackingConfig
 from repro.schemas.trainer import TrainerConfig
 from repro.strategies.base import MethodConfig, registered

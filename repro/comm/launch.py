@@ -97,13 +97,6 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def env_rank_world() -> tuple[int, int] | None:
-    """(rank, world) when an external launcher (torchrun, SLURM) already set them."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
-
-
 def die_with_parent() -> None:
     # A SIGKILLed launcher must not leave workers blocked in a collective forever.
     try:

@@ -12,6 +12,7 @@ leaf the root config imports rather than a module of `repro.cluster`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
@@ -77,3 +78,11 @@ class ClusterConfig:
 
 
 ConfigStore.instance().store(group="cluster", name="cluster_schema", node=ClusterConfig)
+
+
+def env_rank_world() -> tuple[int, int] | None:
+    """(rank, world) when an external launcher (torchrun, SLURM) already set them: this
+    process is then one worker of a run whose other workers it did not start."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None

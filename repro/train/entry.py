@@ -23,6 +23,7 @@ from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
 from repro.locks import RUN_LOCK
+from repro.schemas.cluster import env_rank_world
 from repro.storage import NewDir
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose, finished_summary
@@ -83,7 +84,7 @@ def run_training(cfg: Config) -> dict:
     device = worker_device(cfg)  # a GPU request without CUDA fails before anything is written
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
-    external = launch.env_rank_world()
+    external = env_rank_world()
     check_external(cfg, external)
     if external is not None and external[0] != 0:
         return _train(cfg, device, external)
@@ -125,7 +126,7 @@ def check_memory_of(cfg: Config, device: str) -> None:
     """Refuse, before the run directory is written, workers that would not fit here."""
     if cfg.trainer.engine == "simulated":
         check_simulated_memory(cfg, device)
-    elif cfg.trainer.world_size > 1 and launch.env_rank_world() is None:
+    elif cfg.trainer.world_size > 1 and env_rank_world() is None:
         workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), "cpu")
         sample = workload.sample(cfg.trainer.batch_size)
         check_process_memory(cfg, workload.model_factory(), sample)
@@ -141,7 +142,10 @@ def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
         return run_simulated(cfg, device)
     world = cfg.trainer.world_size
     if external is not None:
-        out = train_worker(external[0], world, cfg)  # rank 0's alone is the run's summary
+        try:  # gloo's threads left running at exit abort the process (SIGABRT) now and then
+            out = train_worker(external[0], world, cfg)  # rank 0's alone is the summary
+        finally:
+            launch.shutdown()
         return out if out is not None else {"run_dir": str(run_dir)}
     if world == 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
