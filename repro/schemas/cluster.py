@@ -83,6 +83,13 @@ ConfigStore.instance().store(group="cluster", name="cluster_schema", node=Cluste
 def env_rank_world() -> tuple[int, int] | None:
     """(rank, world) when an external launcher (torchrun, SLURM) already set them: this
     process is then one worker of a run whose other workers it did not start."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    if not (rank.isdigit() and world.isdigit() and int(rank) < int(world)):
+        raise UserError(
+            f"RANK={rank!r} WORLD_SIZE={world!r} in the environment are not a launcher's "
+            "(torchrun, srun: whole numbers, RANK below WORLD_SIZE); unset them, or launch "
+            "with torchrun"
+        )
+    return int(rank), int(world)

@@ -108,11 +108,11 @@ def check_external(cfg: Config, external: tuple[int, int] | None) -> None:
         )
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
     if missing:
+        these, are = ("them", "are") if len(missing) > 1 else ("it", "is")
         raise UserError(
             f"RANK and WORLD_SIZE are set, as a launcher (torchrun, srun) sets them, but "
-            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} not: set "
-            f"{'them' if len(missing) > 1 else 'it'} as "
-            "the launcher does, or unset RANK and WORLD_SIZE to let repro start the workers"
+            f"{' and '.join(missing)} {are} not: set {these} as the launcher does, or unset "
+            "RANK and WORLD_SIZE to let repro start the workers"
         )
 
 

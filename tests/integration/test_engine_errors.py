@@ -96,6 +96,7 @@ def test_auto_engine_under_an_external_launcher_is_processes(monkeypatch):
 LAUNCHED = [
     # (the launcher's variables, overrides, words of the one line)
     ({"RANK": "1", "WORLD_SIZE": "2"}, [], ("started 2 processes", "trainer.world_size=1")),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, [], ("RANK='abc' WORLD_SIZE='2'", "unset them")),
     (
         {"RANK": "1", "WORLD_SIZE": "2"},
         ["trainer.world_size=2"],
