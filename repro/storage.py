@@ -26,6 +26,8 @@ from repro.locks import held, take
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 _NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
 _FILE_IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST}
+# a page writer's staging folder in the page's folder, and the lock it holds inside it
+_STAGE, _WRITER = ".writing-", ".writer.lock"
 
 
 def storage_error(path: Path | str, err: OSError, setting: str) -> StorageError:
@@ -149,9 +151,6 @@ def staged_folder(final: Path, setting: str) -> Iterator[Path]:
     finally:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
-
-
-_STAGE, _WRITER = ".writing-", ".writer.lock"
 
 
 def _remove_abandoned(final: Path) -> None:

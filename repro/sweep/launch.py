@@ -117,15 +117,18 @@ def prepare_study(spec: SweepSpec, storage: Any) -> Any:
     return study
 
 
-def check_workers(workers: int | None, here: bool = False, elsewhere: str = "") -> None:
-    """Refuse fewer than one worker, and workers run `here`, on this machine, more than
-    `WORKERS_PER_CORE` to a core: each is a process of its own (torch loaded, about 0.3
-    GiB), and past that its trials only take turns on the cores. `elsewhere`: the fix
-    that runs them on other machines, if the command has one."""
+def check_workers(workers: int | None) -> None:
     if workers is not None and workers < 1:
         raise UserError(f"--workers={workers} must be at least 1")
+
+
+def check_cores(workers: int, elsewhere: str = "") -> None:
+    """Refuse more than `WORKERS_PER_CORE` workers to a core of this machine, where they
+    run: each is a process of its own (torch loaded, about 0.3 GiB), and past that its
+    trials only take turns on the cores. `elsewhere`: the fix that runs them on other
+    machines, if the command has one."""
     cores = os.cpu_count() or 1
-    if here and workers is not None and workers > WORKERS_PER_CORE * cores:
+    if workers > WORKERS_PER_CORE * cores:
         raise UserError(
             f"--workers={workers} on this machine's {cores} cores is more than "
             f"{WORKERS_PER_CORE} per core; lower --workers to at most "
@@ -141,7 +144,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     check_workers(workers)
     check_config_keys(spec)
     cfg = compose([*base_overrides(spec), *([f"cluster={cluster}"] if cluster else [])])
-    check_workers(workers, runs_here(cfg.cluster), ", or run them as jobs (--cluster NAME)")
+    if runs_here(cfg.cluster):
+        check_cores(workers, ", or run them as jobs (--cluster NAME)")
     check_storage_for(spec, cfg.cluster)
     database = open_storage(spec) if spec.storage is not None else None
     cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size  # a trial spawns its workers
@@ -249,7 +253,9 @@ def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: flo
 def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path | None:
     """Run (or finish) the search with arms `spec` here and write its tuned file when it has an
     export; returns the file's path."""
-    check_workers(workers, here=True)
+    check_workers(workers)
+    if workers is not None:
+        check_cores(workers)  # the search runs here, whatever cluster the experiment names
     run_set = check_run_set(spec)
     fresh = not (spec.study_dir / "journal.log").exists()
     if fresh:  # probe before the journal exists: a refused spec leaves nothing behind

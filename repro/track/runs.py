@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UserError
+from repro.locks import RUN_LOCK
 from repro.track.wandb_file import DamagedLog, records
 
 STOPPED = 130
@@ -233,6 +234,18 @@ def _check_logged(root: Path, by_id: dict, damaged: list[str] | None) -> None:
                 f"says the run finished; remove {summary}, then run the run again to log it anew",
                 damaged,
             )
+
+
+def untracked_run_dirs(root: str | Path) -> list[Path]:
+    """The training run directories under `root` (a run's lock beside its config) that
+    never opened a tracker run: no `run_id`, which the run writes when it opens one (a
+    tracked run whose log is gone is damage, `_check_logged`). Made with
+    tracking=disabled, they have no log for `find_runs` to list."""
+    return sorted(
+        lock.parent
+        for lock in Path(root).rglob(RUN_LOCK)
+        if (lock.parent / "config.yaml").is_file() and not (lock.parent / "run_id").exists()
+    )
 
 
 def _relog_fix(file: Path) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from repro.errors import CommandParser, UserError
 from repro.locks import RUN_LOCK, held
-from repro.track.runs import STOPPED, RunData, find_runs, read_run
+from repro.track.runs import STOPPED, RunData, find_runs, read_run, untracked_run_dirs
 
 DEFAULT_ROOT = "runs"  # the trainer's default `runs_root`
 LS_METRICS = ("train/loss", "test/acc")
@@ -99,17 +99,6 @@ def _ls(root: str, group: str | None, damaged: list[str]) -> str:
     return _table(header, rows)
 
 
-def _untracked(root: str) -> list[Path]:
-    """The run directories under `root` (a run's lock and config beside each other) with
-    no wandb folder: nothing to list them from but a summary, which `repro runs` does not
-    read (a report does not either)."""
-    return sorted(
-        lock.parent
-        for lock in Path(root).rglob(RUN_LOCK)
-        if (lock.parent / "config.yaml").is_file() and not (lock.parent / "wandb").is_dir()
-    )
-
-
 def _find(run: str, root: str) -> RunData:
     if Path(run).exists():
         return read_run(run)
@@ -166,7 +155,7 @@ def main(argv: list[str]) -> int:
         damaged: list[str] = []
         print(_ls(args.root, args.group, damaged))
         sys.stdout.flush()  # the table first, then what was left out of it
-        untracked = [] if args.group else _untracked(args.root)
+        untracked = [] if args.group else untracked_run_dirs(args.root)
         if len(untracked) == 1:
             print(f"note: {untracked[0]} {UNTRACKED.format('has', 'is')}", file=sys.stderr)
         elif untracked:
