@@ -10,22 +10,24 @@ element once, upcasts it in a register and keeps the accumulators in float64, so
 results are those of the float64 formulas (up to summation order), as Horovod's CPU Adasum
 also accumulates in double in one loop.
 
-numba compiles them on first use (cached on disk beside this file when it is writable), so
-importing this module costs nothing until an Adasum exchange runs on the CPU.
+numba compiles them on first use (cached on disk beside this file when it is writable, and
+compiled again where that cache is damaged: `repro.compiled_loops`), so importing this
+module costs nothing until an Adasum exchange runs on the CPU.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
+
+from repro.compiled_loops import njit
 
 # "reassoc" lets LLVM split each float64 sum over several vector lanes (the speed); the sum
 # order then differs from a sequential loop only at float64 rounding level.
 _FAST = {"reassoc", "contract"}
 
 
-@numba.njit(fastmath=_FAST, cache=True, nogil=True)
+@njit(fastmath=_FAST)
 def _stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     ab = 0.0
     aa = 0.0
@@ -43,13 +45,13 @@ def _stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
 # lower rank) evaluates ca*a + cb*b. Rounded products commute exactly under addition; a
 # fused multiply-add would round the two orders differently, and Adasum magnifies that ulp
 # when two deltas nearly cancel.
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _scaled_add(own: np.ndarray, other: np.ndarray, c_own: float, c_other: float) -> None:
     for i in range(own.shape[0]):
         own[i] = c_own * np.float64(own[i]) + c_other * np.float64(other[i])
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _tree(rows: np.ndarray, offsets: np.ndarray, zero_norm_sq: float) -> None:
     d = 1
     while d < rows.shape[0]:

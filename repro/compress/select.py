@@ -23,7 +23,8 @@ threshold with the same tie rule applied. Indices come back in ascending order; 
 downstream depends on the order of the selected entries.
 
 The compiled loops are numba's, compiled on first use and cached beside this file, as
-Adasum's fused loops are (`repro.comm.adasum_kernels`). The selected positions are also
+Adasum's fused loops are (`repro.comm.adasum_kernels`; a damaged cache is compiled again,
+`repro.compiled_loops`). The selected positions are also
 where error feedback zeroes G once they went out (`zero_selected`) and where AG-Topk adds
 every worker's values (`add_selected`), by compiled loops too.
 """

@@ -58,8 +58,9 @@ at its positions (AG-Topk's sum, `repro.compress.select.add_selected`).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from repro.compiled_loops import njit
 
 _TOP = 11
 _DIGIT = 10
@@ -71,7 +72,7 @@ _BLOCK = 64
 _PEAKS_BELOW_SHARE = 16
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _select_segment(
     row, start, stop, k, out, kept, at, top, low, listed, vals, sample, peaks, members
 ):
@@ -143,7 +144,7 @@ def _select_segment(
             w += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _narrow(vals, m, rank, prefix, bits, low):
     """The rank-th largest of those vals[:m] whose bits from bit `bits` up are `prefix`'s,
     found `_DIGIT` bits at a time from the top, and how many entries equal to it the rank
@@ -170,7 +171,7 @@ def _narrow(vals, m, rank, prefix, bits, low):
     return prefix, rank
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _candidates(row, magnitude, start, stop, k, listed, vals, sample, peaks, low):
     """List, in index order, every entry of the segment at or above a magnitude estimated
     from an evenly spaced sample to lie below the k-th largest (indices in `listed`, their
@@ -202,7 +203,7 @@ def _candidates(row, magnitude, start, stop, k, listed, vals, sample, peaks, low
     return m if m >= k else -1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _block_peaks(row, magnitude, start, stop, peaks):
     """Each block of `_BLOCK` entries' largest magnitude into `peaks`, the partial block at
     the end as one more; returns how many blocks. A branch-free maximum the compiler
@@ -226,7 +227,7 @@ def _block_peaks(row, magnitude, start, stop, peaks):
     return blocks
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _listed(row, magnitude, start, stop, estimate, listed, vals, peaks, blocks):
     """List, in index order, every entry of the segment at or above `estimate` (its
     magnitude in `vals`); returns how many. With `blocks` (> 0) of `_block_peaks` in
@@ -252,7 +253,7 @@ def _listed(row, magnitude, start, stop, estimate, listed, vals, peaks, blocks):
     return m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
     """When fewer than k entries are non-zero the threshold is 0 and the selection is every
     non-zero entry and the first zeros, in index order: written in one pass, True. Else
@@ -280,7 +281,7 @@ def _zero_threshold(row, magnitude, start, stop, k, out, kept, at):
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _select(bits, starts, ks, out, kept):
     top = np.zeros(_LANES << _TOP, dtype=np.int32)
     low = np.zeros(1 << _DIGIT, dtype=np.int64)
@@ -315,7 +316,7 @@ def _select(bits, starts, ks, out, kept):
                 at += ks[s]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _zero_at(rows, positions):
     shared = positions.shape[0] == 1
     width = rows.shape[1]
@@ -328,7 +329,7 @@ def _zero_at(rows, positions):
             row[at[j]] = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _add_at(total, positions, values):
     n = total.shape[0]
     for r in range(positions.shape[0]):

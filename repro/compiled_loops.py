@@ -1,0 +1,58 @@
+"""numba's compiled CPU loops, cached on disk and compiled again where that cache is damaged.
+
+Top-k's radix select (`repro.compress.select_kernels`) and Adasum's fused passes
+(`repro.comm.adasum_kernels`) are numba loops whose machine code numba keeps beside their
+source (`__pycache__/<module>.<function>-<line>.py311.nbi` and `.nbc`), so a run loads them
+in milliseconds instead of compiling them for seconds. That cache is derived data, yet
+numba reads it without a guard: a file cut short (a copy interrupted, a disk that filled
+while numba wrote it) or a stray byte ended every Top-k and Adasum run in numba's
+traceback (`_pickle.UnpicklingError: pickle data was truncated`), with no hint that the
+file is only a cache. Here a cache that cannot be read is emptied, the loop compiled
+again (and cached anew), with one note per cache folder and process.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numba
+from numba.core.caching import FunctionCache
+
+_NOTED: set[str] = set()
+
+
+class _RebuiltWhereDamaged(FunctionCache):
+    """numba's own per-function cache, whose load treats a file that cannot be read as no
+    file: numba then compiles the loop and saves it over the emptied index."""
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as err:  # reading the cache is all this call does: any error is its
+            if self.cache_path not in _NOTED:
+                _NOTED.add(self.cache_path)
+                why = f"{type(err).__name__}: {err}".splitlines()[0].rstrip(": ")
+                print(
+                    f"note: numba's cache of compiled loops in {self.cache_path} was damaged "
+                    f"({why}); compiling them again",
+                    file=sys.stderr,
+                )
+            try:
+                self.flush()
+            except OSError:  # a folder no longer writable: compile for this process alone
+                self.disable()
+            return None
+
+
+def njit(**options: Any) -> Callable[[Callable], Any]:
+    """`numba.njit` with the GIL released (these loops run on the calling thread) and the
+    machine code cached on disk, read back as `_RebuiltWhereDamaged` reads it."""
+
+    def compiled(fn: Callable) -> Any:
+        dispatcher = numba.njit(cache=True, nogil=True, **options)(fn)
+        dispatcher._cache = _RebuiltWhereDamaged(fn)
+        return dispatcher
+
+    return compiled
