@@ -1,10 +1,13 @@
-"""What the submitting side needs to know about the SLURM installation it talks to.
+"""What the submitting side needs to know about the SLURM installation it talks to, and
+what a task that SLURM started reads of its step.
 
 These helpers back the one-line errors of a SLURM launch's bad input: `sbatch` not
 found (`sbatch_available`), an unknown partition or more tasks than it has
 (`partition_info`), and a job that failed on the node, shown with its log path and last
 lines (`job_log_tail`). They call the SLURM client tools and never the daemons' files, so
 they work the same on a real cluster's login node and on `scripts/slurm-local`'s cluster.
+A run's tasks meet at a port both sides derive from the job (`rendezvous_port`), also
+where a batch script's own `srun` started them (`join_srun_step`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,54 @@ from repro.errors import UserError
 SRUN_CPUS_PER_TASK_SETUP = "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}"
 
 _GPU_GRES = re.compile(r"^gpu(?::[^:(,]+)?:(\d+)")
+# Below Linux's ephemeral range (32768-60999 by default): any outgoing connection, gloo's
+# own pairs among them, takes a port from that range, and one there made a rendezvous fail
+# with "address already in use"
+PORT_BASE, PORT_SPAN = 20000, 12768
+
+
+def rendezvous_port(job_id: str, restart: int) -> int:
+    """A port derived from the job id (all tasks agree without talking) and the restart
+    count, so a requeued job never waits for its previous incarnation's socket."""
+    return PORT_BASE + (zlib.crc32(f"{job_id}/{restart}".encode()) % PORT_SPAN)
+
+
+def join_srun_step() -> bool:
+    """Make this process one worker of the run when a batch script's `srun` started it as
+    one task of a step of several (`srun -n 4 repro train trainer.world_size=4`): RANK,
+    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE from the step's task ids and, unless set,
+    MASTER_ADDR (the step's first node) and MASTER_PORT (`rendezvous_port` of the job and
+    step), the variables torchrun sets. srun sets none of them, and each task used to run
+    the whole run by itself, all but one then refused by the run's lock. True when set;
+    nothing changes where RANK is already set (torchrun, submitit's tasks) or the step has
+    one task (a batch script's `srun repro ...` of one task, the batch step itself)."""
+    env = os.environ
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if "RANK" in env or not tasks.isdigit() or int(tasks) < 2:
+        return False
+    nodes = int(env.get("SLURM_STEP_NUM_NODES", "1"))
+    if not env.get("MASTER_ADDR"):
+        env["MASTER_ADDR"] = "127.0.0.1" if nodes == 1 else _first_host(env["SLURM_STEP_NODELIST"])
+    if not env.get("MASTER_PORT"):
+        step = f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+        env["MASTER_PORT"] = str(rendezvous_port(step, int(env.get("SLURM_RESTART_COUNT", "0"))))
+    env.update(
+        RANK=env["SLURM_PROCID"],
+        WORLD_SIZE=tasks,
+        LOCAL_RANK=env["SLURM_LOCALID"],
+        LOCAL_WORLD_SIZE=str(int(tasks) // nodes),
+    )
+    return True
+
+
+def _first_host(nodelist: str) -> str:
+    """The first host name of a SLURM node list (`gpu[03-04,07]` -> `gpu03`)."""
+    shown = slurm_tool(["scontrol", "show", "hostnames", nodelist])
+    if shown.returncode != 0 or not shown.stdout.split():
+        raise UserError(
+            f"scontrol could not expand SLURM_STEP_NODELIST={nodelist}; set MASTER_ADDR"
+        )
+    return shown.stdout.split()[0]
 
 
 def sbatch_available() -> bool:

@@ -23,7 +23,6 @@ Submitting returns at once; `repro jobs` follows what `<runs_root>/jobs.jsonl` r
 from __future__ import annotations
 
 import os
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,23 +32,13 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.cluster.executor import job_folder, make_executor
 from repro.cluster.jobs import JobRecord, append_records
+from repro.cluster.slurm_env import rendezvous_port
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
 from repro.locks import take
 from repro.pages.writer import counted
 from repro.schemas.cluster import ClusterConfig
 from repro.train import checkpoint
-
-# Below Linux's ephemeral range (32768-60999 by default): any outgoing connection, gloo's
-# own pairs among them, takes a port from that range, and one there made a rendezvous fail
-# with "address already in use"
-PORT_BASE, PORT_SPAN = 20000, 12768
-
-
-def rendezvous_port(job_id: str, restart: int) -> int:
-    """A port derived from the job id (all tasks agree without talking) and the restart
-    count, so a requeued job never waits for its previous incarnation's socket."""
-    return PORT_BASE + (zlib.crc32(f"{job_id}/{restart}".encode()) % PORT_SPAN)
 
 
 def set_rendezvous(env: submitit.JobEnvironment) -> tuple[int, int]:

@@ -18,6 +18,7 @@ import textwrap
 from omegaconf import OmegaConf
 
 from repro import hydra_overrides
+from repro.cluster.slurm_env import join_srun_step
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
 from repro.errors import UserError, say_stopped, sigterm_stops
 
@@ -47,6 +48,7 @@ def main(argv: list[str]) -> int:
         print(help_text())
         return 0
     multirun, show, overrides = _flags(argv)
+    join_srun_step()  # before composing: under srun's several tasks, auto is processes
     parsed = parse_overrides(overrides)
     sweeps = [ov.input_line for ov in parsed if ov.is_sweep_override()]
     if sweeps and not multirun:

@@ -1,13 +1,15 @@
 """Runs and run sets submitted to a real local SLURM cluster, and input it refuses.
 
 Every job goes through sbatch, slurmctld, slurmd and srun; states come from sacct. A run
-submitted as a two-task job, and each run of a run set submitted as one array, equals its
-local twin; a bad partition, CPU count, env file or a missing sbatch is one clear line.
+submitted as a two-task job, each run of a run set submitted as one array, and a run
+started by a user's own `srun` of two tasks equal their local twins; a bad partition, CPU
+count, env file or a missing sbatch is one clear line.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +24,7 @@ from repro.config import run_dir_of
 from repro.reproduce.run_sets import run_set
 from repro.train.entry import run_training
 from tests.daemons.slurm_jobs import (
+    GUARD_S,
     TWO_WORKERS,
     _assert_same_run,
     _slurm_overrides,
@@ -69,6 +72,28 @@ def test_train_submits_a_two_task_job_equal_to_the_local_run(tmp_path: Path) -> 
         "states unknown: SLURM's accounting did not answer (sacct failed: sacct: error: "
         "Problem talking to the database: Connection refused)\n"
     )
+
+
+@pytest.mark.timeout(600)
+def test_an_srun_step_of_two_tasks_is_one_run_of_two_workers(tmp_path: Path) -> None:
+    """`srun -n 2 repro train trainer.world_size=2`, as in a batch script: srun sets no
+    RANK, and each task ran the whole run by itself (the second refused by the run's lock)."""
+    auto = [o for o in TWO_WORKERS if not o.startswith("trainer.engine=")]  # processes here
+    where = ["tracking=disabled", f"runs_root={tmp_path / 'runs'}", f"data.root={tmp_path}/data"]
+    exe = Path(sys.executable).parent / "repro"
+    step = subprocess.run(
+        ["srun", "-n", "2", "-p", "debug", str(exe), "train", *auto, *where],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert step.returncode == 0, step.stderr
+    runs = sorted((tmp_path / "runs").glob("*/sync-*"))
+    assert len(runs) == 1 and f"done sync: run_dir={runs[0]}" in step.stdout  # rank 1's line
+    assert re.search(rf"done sync: step=40 .*run_dir={runs[0]}", step.stdout), step.stdout
+    local = train(tmp_path / "local", *TWO_WORKERS)
+    _assert_same_run(runs[0], Path(local["run_dir"]))
 
 
 @pytest.mark.timeout(600)

@@ -8,7 +8,8 @@ import pytest
 
 from repro.cluster.executor import job_folder, read_env_file
 from repro.cluster.jobs import JobRecord, append_records, failure_report, read_records
-from repro.cluster.submit import _tasks_per_node, rendezvous_port
+from repro.cluster.slurm_env import rendezvous_port
+from repro.cluster.submit import _tasks_per_node
 from repro.config import compose
 from repro.errors import UserError
 

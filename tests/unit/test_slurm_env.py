@@ -1,13 +1,22 @@
-"""The SLURM helpers that need no cluster: log tails, GRES parsing, missing client tools."""
+"""The SLURM helpers that need no cluster: log tails, GRES parsing, missing client tools, the
+variables an srun step's tasks take (the step itself: tests/daemons/test_slurm_submit.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from repro.cluster.executor import default_partition
-from repro.cluster.slurm_env import _gpus, job_log_tail, partition_info, sbatch_available
+from repro.cluster.slurm_env import (
+    _gpus,
+    job_log_tail,
+    join_srun_step,
+    partition_info,
+    rendezvous_port,
+    sbatch_available,
+)
 from repro.errors import UserError
 
 
@@ -69,3 +78,52 @@ def test_an_unreachable_controller_is_said_so_not_a_missing_partition(monkeypatc
         UserError, match=r"^sinfo cannot reach a SLURM controller \(.*cluster=local"
     ):
         default_partition()
+
+
+# what srun sets in task 1 of a step of 4 tasks on one node (job 7, its third step)
+_STEP = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_STEP_ID": "2",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_STEP_NODELIST": "localhost",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "4",
+}
+_RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {k: v for k, v in _STEP.items() if not k.startswith("SLURM_STEP")},  # the batch step
+        {**_STEP, "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"},  # `srun repro ...`
+        {**_STEP, "RANK": "3", "WORLD_SIZE": "4"},  # torchrun's or submitit's own
+    ],
+    ids=["batch-step", "one-task-step", "rank-already-set"],
+)
+def test_a_process_that_is_not_one_of_several_srun_tasks_is_left_alone(env, monkeypatch):
+    for key in (*_STEP, *_RENDEZVOUS):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = dict(os.environ)
+    assert join_srun_step() is False
+    assert dict(os.environ) == before
+
+
+def test_a_task_of_an_srun_step_takes_its_rank_and_the_steps_rendezvous(monkeypatch):
+    for key in _RENDEZVOUS:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in _STEP.items():
+        monkeypatch.setenv(key, value)
+    assert join_srun_step() is True
+    assert {k: os.environ[k] for k in _RENDEZVOUS} == {
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(rendezvous_port("7.2", 0)),  # another step of the job: another port
+    }
