@@ -70,7 +70,36 @@ def parse(overrides: Iterable[str], config_dir: Path) -> list[Override]:
             raise UserError(
                 f"cannot read the override {raw!r} ({reason}); {_readable(parser, raw, reason)}"
             ) from None
+    for override in parsed:
+        key = override.key_or_group
+        if override.is_delete() and "." not in key and key != "experiment":
+            refusal = _undeletable(key, [o for o in overrides if o[:1] != "~"], config_dir)
+            if refusal:
+                raise UserError(refusal)
     return parsed
+
+
+def _undeletable(key: str, others: list[str], config_dir: Path) -> str | None:
+    """Why `~key` of a group or a top-level setting is refused, with the fix; None for a key
+    the config does not have (the unknown key's own line follows). Hydra deletes it, and
+    the typed config then either fills in its schema's default without a word (`~seed` ran
+    the schema's seed, `~trainer` the schema's trainer in place of config.yaml's) or misses
+    a mandatory value (`~method`), said without a fix. A nested setting's deletion is
+    refused by its typed node (`explain`); an experiment is optional: `~experiment` drops
+    the one chosen."""
+    typed = "of a typed config cannot be deleted"
+    if (config_dir / key).is_dir():
+        choices = ", ".join(group_options(key, config_dir))
+        return f"~{key}: every run has a {key}; choose one instead: {key}=CHOICE, one of {choices}"
+    cfg = _compose_quietly(config_dir, others)
+    node = node_at(cfg, key) if cfg is not None else None
+    if isinstance(node, DictConfig) and len(node):
+        first = next(iter(node))
+        example = _example(f"{key}.{first}", node._get_node(first))
+        return f"~{key}: a section {typed}; set its settings instead, e.g. {example}"
+    if node is not None:
+        return f"~{key}: a setting {typed}; set a value instead, e.g. {_example(key, node)}"
+    return None
 
 
 def _readable(parser: OverridesParser, raw: str, reason: str) -> str:

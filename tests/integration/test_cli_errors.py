@@ -45,6 +45,11 @@ HYDRA_CASES = [
     (["method.tau=4"], ("method.tau", "method=sync", "method=local_sgd")),
     (["method=local_sgd", "method.tua=4"], ("method.tua", "did you mean method.tau?")),
     (["~trainer.steps"], ("~trainer.steps", "cannot be deleted")),
+    # a group or a top-level setting: not the schema's default in its place, nor OmegaConf's
+    # "missing mandatory value" without a fix
+    (["~method"], ("~method: every run has a method", "method=CHOICE", "local_sgd")),
+    (["~seed"], ("~seed: a setting of a typed config cannot be deleted", "e.g. seed=0")),
+    (["~trainer"], ("~trainer: a section", "set its settings instead, e.g. trainer.")),
     # a comma list without --multirun: every fix on the one line
     (["method=local_sgd", "method.tau=1,4"], ("method.tau=1,4", "--multirun", "[1,4]")),
     (["method=local_sgd,adacomm"], ("several choices", "--multirun")),
