@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.comm.launch import WORKERS_PER_CORE, init_process_group, spawn
+from repro.comm.devices import available_bytes
+from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE, init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.record import CommRecord
 from repro.errors import CommandParser, UserError
@@ -187,6 +188,7 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
     sizes = sorted({_parse_size(s) for s in _csv(args.sizes)})
     if len(sizes) < 2:
         raise UserError(f"repro calibrate: --sizes={args.sizes} needs at least two sizes")
+    check_memory(ranks, sizes, args.sizes)
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("repro calibrate: --repeats must be >= 1 and --warmup >= 0")
     if args.link_from != JOINT and args.link_from not in ops:
@@ -195,6 +197,24 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --out={args.out} must be a .yaml file")
     check_creatable(args.out.parent, "--out")  # before minutes of measuring, not after
     return ranks, ops, sizes, args
+
+
+def check_memory(ranks: Sequence[int], sizes: Sequence[int], given: str) -> None:
+    """Refuse sizes whose buffers the machine cannot hold, before any rank starts: each of
+    the largest run's ranks holds one tensor of every size (`measure_worker`) and an
+    allgather's output of the largest, `world` times its size, beside its process's own
+    `PROCESS_BYTES`; torch's allocator would otherwise fail inside every rank, each with
+    its traceback."""
+    world = max(ranks)
+    per_rank = PROCESS_BYTES + sum(sizes) + world * max(sizes)
+    need, have = world * per_rank, available_bytes("cpu")
+    if need > have:
+        gib = 2**30
+        raise UserError(
+            f"repro calibrate: --sizes={given} at {world} ranks needs about {need / gib:.1f} "
+            f"GiB (each rank holds every size and an allgather of the largest) and this "
+            f"machine has {have / gib:.1f} GiB free; give smaller sizes or fewer --ranks"
+        )
 
 
 def load_note() -> str:

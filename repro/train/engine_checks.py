@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from repro.comm.launch import WORKERS_PER_CORE
+from repro.comm.devices import available_bytes
+from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE
 from repro.errors import UserError
 
 if TYPE_CHECKING:
@@ -71,12 +72,6 @@ def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) ->
     return per_worker * cfg.trainer.world_size
 
 
-# One worker process of the process engine before its model: the interpreter, torch and
-# gloo. Measured with 4 workers of the MNIST-1D CNN: about 335 MiB proportional set size
-# each, plus the launcher's 330 MiB, so about 0.4-0.5 GiB per worker all told.
-PROCESS_BYTES = 512 * 2**20
-
-
 def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) -> None:
     """Refuse local worker processes that the machine's memory or cores cannot hold: each
     one's interpreter and libraries (`PROCESS_BYTES`) plus its model, gradients, optimizer
@@ -98,19 +93,6 @@ def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tens
             f"(about {per_worker / gib:.2f} GiB each) and this machine has {have / gib:.1f} "
             "GiB free; lower trainer.world_size or use trainer.engine=simulated"
         )
-
-
-def available_bytes(device: str) -> int:
-    """Free memory where the workers will live: the GPU's, or the machine's."""
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.mem_get_info(torch.device(device))[0]
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def check_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor, device: str) -> None:
