@@ -69,22 +69,25 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _build(name: str, num_classes: int):
-    """The model named `name`: the repro zoo when it knows it, else torchvision."""
+    """The model named `name`: the repro zoo when it knows it, else torchvision. Only the
+    parameter shapes matter: built on the meta device, no weight is allocated or initialised
+    (a ResNet-18 with 10^8 classes had asked the allocator for 191 GiB)."""
+    import torch
+
     try:
         from repro.workload.models import build_model
     except ImportError:
         build_model = None
     if build_model is not None:
         try:
-            return build_model(name, num_classes)
+            with torch.device("meta"):
+                return build_model(name, num_classes)
         except (UserError, KeyError, ValueError):
             pass
-    import torch
     import torchvision
 
     if name not in torchvision.models.list_models():
         raise UserError(f"repro cost: --model={name} is not a repro or torchvision model")
-    # Only the parameter shapes matter: meta tensors skip allocating and initialising weights.
     with torch.device("meta"):
         return torchvision.models.get_model(name, num_classes=num_classes)
 

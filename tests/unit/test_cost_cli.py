@@ -50,6 +50,16 @@ def test_adasum_needs_power_of_two_workers(capsys):
     assert out["costs_ms"]["dense_ring"] is not None
 
 
+def test_a_zoo_model_too_large_to_allocate_is_counted_without_allocating(capsys):
+    # the repro zoo's ResNet-18: 11,168,832 parameters before its classifier, whose 512
+    # weights and one bias per class make 10^8 classes 191 GiB of float32, never allocated
+    out = run_json(capsys, ["--model", "resnet18", "--num-classes", "100000000"])
+    assert out["params"] == 11_168_832 + 513 * 100_000_000
+    assert out["tensors"] == 62
+    small = run_json(capsys, ["--model", "resnet18"])
+    assert (small["params"], small["tensors"]) == (11_168_832 + 513 * 10, 62)
+
+
 def test_model_from_torchvision_counts_its_parameters(capsys):
     # mobilenet_v2 with 10 classes (not in the repro zoo): 2,236,682 parameters in 158 tensors.
     out = run_json(capsys, ["--model", "mobilenet_v2", "--workers", "8"])
