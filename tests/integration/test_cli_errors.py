@@ -15,6 +15,9 @@ CASES = [
     (["method=compressed/nope"], "'compressed/topk_c0.1'"),
     (["trainer.world_size=0"], "trainer.world_size"),
     (["trainer.world_size=9000"], "trainer.world_size"),
+    # a data set no machine here can hold while it is generated: not hours, then killed
+    (["workload.num_samples=1000000000"], "workload.num_samples=1000000000 needs about"),
+    (["workload=synthetic_mlp", "workload.num_samples=1000000000"], "workload.dataset=synthetic"),
     (["trainer.batch_size=0"], "trainer.batch_size"),
     (["optim.lr=-1"], "optim.lr"),
     (["method=local_sgd", "method.tau=0"], "method.tau"),
