@@ -74,6 +74,9 @@ CONFIG_ERRORS = [
     (["method=topk", "method.seed=-1"], "method.seed=-1 must be in 0 .. 4294967295"),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two values in [0, 1)"),
     (["optim.eps=-1"], "optim.eps=-1.0 must be >= 0"),
+    # Adam's and LAMB's denominator: nan at step 2 ("lower optim.lr"), or LAMB's own line
+    (["optim.eps=0"], "optim.eps=0 must be > 0 for optim.name=adam"),
+    (["optim.name=lamb", "optim.eps=0"], "optim.eps=0 must be > 0 for optim.name=lamb"),
     (["optim.momentum=nan"], "optim.momentum=nan must be a finite number"),
     (["network.bandwidth_gbps=inf"], "network.bandwidth_gbps=inf must be a finite number"),
     (["cluster=slurm", "cluster.cpus_per_task=0"], "cluster.cpus_per_task=0 must be at least 1"),
