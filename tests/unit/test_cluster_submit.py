@@ -58,6 +58,12 @@ def test_job_records_round_trip_with_log_paths(tmp_path: Path) -> None:
     assert back[0].paths(1).stderr == tmp_path / "slurm" / "12_1_1_log.err"
     with pytest.raises(UserError, match="no jobs recorded"):
         read_records(tmp_path / "elsewhere")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "jobs.jsonl").write_text("\n")  # `repro jobs` listed "0 jobs: "
+    with pytest.raises(UserError) as empty:
+        read_records(tmp_path / "empty")
+    root = tmp_path / "empty"
+    assert str(empty.value) == f"no jobs recorded under {root} ({root / 'jobs.jsonl'} is empty)"
 
 
 def test_a_failure_report_keeps_sruns_word_on_a_task_that_later_lines_push_out(
