@@ -94,6 +94,14 @@ _STEP = {
 _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+def _unset(monkeypatch, *keys: str) -> None:
+    """Unset `keys` for this test alone: set first, so that monkeypatch also removes what
+    `join_srun_step` sets (a RANK left behind makes later tests' engine=auto processes)."""
+    for key in keys:
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+
+
 @pytest.mark.parametrize(
     "env",
     [
@@ -104,8 +112,7 @@ _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_A
     ids=["batch-step", "one-task-step", "rank-already-set"],
 )
 def test_a_process_that_is_not_one_of_several_srun_tasks_is_left_alone(env, monkeypatch):
-    for key in (*_STEP, *_RENDEZVOUS):
-        monkeypatch.delenv(key, raising=False)
+    _unset(monkeypatch, *_STEP, *_RENDEZVOUS)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     before = dict(os.environ)
@@ -114,8 +121,7 @@ def test_a_process_that_is_not_one_of_several_srun_tasks_is_left_alone(env, monk
 
 
 def test_a_task_of_an_srun_step_takes_its_rank_and_the_steps_rendezvous(monkeypatch):
-    for key in _RENDEZVOUS:
-        monkeypatch.delenv(key, raising=False)
+    _unset(monkeypatch, *_RENDEZVOUS)
     for key, value in _STEP.items():
         monkeypatch.setenv(key, value)
     assert join_srun_step() is True
