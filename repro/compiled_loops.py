@@ -30,7 +30,7 @@ class _RebuiltWhereDamaged(FunctionCache):
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)
-        except Exception as err:  # reading the cache is all this call does: any error is its
+        except Exception as err:  # reading the cache is all this call does: the error is its
             if self.cache_path not in _NOTED:
                 _NOTED.add(self.cache_path)
                 why = f"{type(err).__name__}: {err}".splitlines()[0].rstrip(": ")

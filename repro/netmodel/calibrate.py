@@ -188,7 +188,7 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
     sizes = sorted({_parse_size(s) for s in _csv(args.sizes)})
     if len(sizes) < 2:
         raise UserError(f"repro calibrate: --sizes={args.sizes} needs at least two sizes")
-    check_memory(ranks, sizes, args.sizes)
+    check_buffer_memory(ranks, sizes, args.sizes)
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("repro calibrate: --repeats must be >= 1 and --warmup >= 0")
     if args.link_from != JOINT and args.link_from not in ops:
@@ -199,7 +199,7 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
     return ranks, ops, sizes, args
 
 
-def check_memory(ranks: Sequence[int], sizes: Sequence[int], given: str) -> None:
+def check_buffer_memory(ranks: Sequence[int], sizes: Sequence[int], given: str) -> None:
     """Refuse sizes whose buffers the machine cannot hold, before any rank starts: each of
     the largest run's ranks holds one tensor of every size (`measure_worker`) and an
     allgather's output of the largest, `world` times its size, beside its process's own

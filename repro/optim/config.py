@@ -47,10 +47,10 @@ class OptimConfig:
         if not self.eps >= 0:
             raise UserError(f"optim.eps={self.eps} must be >= 0 (e.g. 1e-8)")
         if self.eps == 0 and self.name in ("adam", "lamb"):
-            # v is 0 wherever a gradient has been 0 (a ReLU unit that never fired): 0/0
+            # a ReLU unit that never fired has v = 0: 0/0 is nan at the first step it is read
             raise UserError(
-                f"optim.eps=0 must be > 0 for optim.name={self.name}, which divides by "
-                "sqrt(v) + eps, 0 wherever a gradient has been 0 (e.g. 1e-8)"
+                f"optim.eps=0 must be > 0 for optim.name={self.name}: it divides by sqrt(v) + "
+                "eps, and v is 0 wherever a gradient has been 0 (e.g. 1e-8)"
             )
         if any(m <= 0 for m in self.milestones):
             raise UserError(f"optim.milestones={self.milestones} must be epochs above 0")
