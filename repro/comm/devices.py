@@ -174,3 +174,16 @@ def available_bytes(device: str) -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def require_free_memory(subject: str, need: int, detail: str, fix: str) -> None:
+    """Refuse, before anything is allocated, `need` bytes that this machine's free memory
+    cannot hold, in one line: `<subject> about X GiB<detail> and this machine has Y GiB
+    free; <fix>` (the subject names the setting and its verb)."""
+    have = available_bytes("cpu")
+    if need > have:
+        gib = 2**30
+        raise UserError(
+            f"{subject} about {need / gib:.1f} GiB{detail} and this machine has "
+            f"{have / gib:.1f} GiB free; {fix}"
+        )

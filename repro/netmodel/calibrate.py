@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.comm.devices import available_bytes
+from repro.comm.devices import require_free_memory
 from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE, init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.record import CommRecord
@@ -206,15 +206,12 @@ def check_buffer_memory(ranks: Sequence[int], sizes: Sequence[int], given: str) 
     `PROCESS_BYTES`; torch's allocator would otherwise fail inside every rank, each with
     its traceback."""
     world = max(ranks)
-    per_rank = PROCESS_BYTES + sum(sizes) + world * max(sizes)
-    need, have = world * per_rank, available_bytes("cpu")
-    if need > have:
-        gib = 2**30
-        raise UserError(
-            f"repro calibrate: --sizes={given} at {world} ranks needs about {need / gib:.1f} "
-            f"GiB (each rank holds every size and an allgather of the largest) and this "
-            f"machine has {have / gib:.1f} GiB free; give smaller sizes or fewer --ranks"
-        )
+    require_free_memory(
+        f"repro calibrate: --sizes={given} at {world} ranks needs",
+        world * (PROCESS_BYTES + sum(sizes) + world * max(sizes)),
+        " (each rank holds every size and an allgather of the largest)",
+        "give smaller sizes or fewer --ranks",
+    )
 
 
 def load_note() -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from repro.comm.devices import available_bytes
+from repro.comm.devices import available_bytes, require_free_memory
 from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE
 from repro.errors import UserError
 
@@ -85,14 +85,12 @@ def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tens
             "trainer.engine=simulated (every worker in one process)"
         )
     per_worker = PROCESS_BYTES + estimate_bytes(cfg, model, sample) // world
-    need, have = per_worker * world, available_bytes("cpu")
-    if need > have:
-        gib = 2**30
-        raise UserError(
-            f"trainer.world_size={world} worker processes need about {need / gib:.1f} GiB "
-            f"(about {per_worker / gib:.2f} GiB each) and this machine has {have / gib:.1f} "
-            "GiB free; lower trainer.world_size or use trainer.engine=simulated"
-        )
+    require_free_memory(
+        f"trainer.world_size={world} worker processes need",
+        per_worker * world,
+        f" (about {per_worker / 2**30:.2f} GiB each)",
+        "lower trainer.world_size or use trainer.engine=simulated",
+    )
 
 
 def check_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor, device: str) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.comm.devices import available_bytes
+from repro.comm.devices import require_free_memory
 from repro.errors import UserError
 from repro.locks import take
 from repro.storage import atomic_write, missing_folders
@@ -58,14 +58,12 @@ def check_generated_memory(dataset: str, num_samples: int) -> None:
     is made (`workload.num_samples=1000000000` of MNIST-1D generated silently for hours on
     its way to being killed for memory)."""
     per_sample = _GENERATED_BYTES[dataset]
-    need, have = per_sample * num_samples, available_bytes("cpu")
-    if need > have:
-        gib = 2**30
-        raise UserError(
-            f"workload.num_samples={num_samples} needs about {need / gib:.1f} GiB to generate "
-            f"workload.dataset={dataset} (about {per_sample:,} bytes a sample) and this "
-            f"machine has {have / gib:.1f} GiB free; lower workload.num_samples"
-        )
+    require_free_memory(
+        f"workload.num_samples={num_samples} needs",
+        per_sample * num_samples,
+        f" to generate workload.dataset={dataset} (about {per_sample:,} bytes a sample)",
+        "lower workload.num_samples",
+    )
 
 
 @dataclass
