@@ -106,8 +106,6 @@ def scan_records(runs_root: str | Path) -> tuple[list[JobRecord], list[str], boo
     if not path.is_file():
         raise UserError(f"no jobs recorded under {runs_root} ({path} does not exist)")
     lines = path.read_bytes().split(b"\n")
-    if not any(line.strip() for line in lines):  # a header and "0 jobs: " said nothing
-        raise UserError(f"no jobs recorded under {runs_root} ({path} is empty)")
     records, notes, inner = [], [], False
     for i, line in enumerate(lines):
         if not line.strip():
@@ -123,6 +121,8 @@ def scan_records(runs_root: str | Path) -> tuple[list[JobRecord], list[str], boo
                     f"error: {path} line {i + 1} is damaged ({_why(e)}); skipped it, remove "
                     "that line to list the rest without this error"
                 )
+    if not records and not notes:  # only blank lines: a header and "0 jobs: " said nothing
+        raise UserError(f"no jobs recorded under {runs_root} ({path} is empty)")
     return records, notes, inner
 
 

@@ -7,7 +7,7 @@ found (`sbatch_available`), an unknown partition or more tasks than it has
 lines (`job_log_tail`). They call the SLURM client tools and never the daemons' files, so
 they work the same on a real cluster's login node and on `scripts/slurm-local`'s cluster.
 A run's tasks meet at a port both sides derive from the job (`rendezvous_port`), also
-where a batch script's own `srun` started them (`join_srun_step`).
+where a batch script's own `srun` started them (`rendezvous_env`, `join_srun_step`).
 """
 
 from __future__ import annotations
@@ -39,31 +39,44 @@ def rendezvous_port(job_id: str, restart: int) -> int:
     return PORT_BASE + (zlib.crc32(f"{job_id}/{restart}".encode()) % PORT_SPAN)
 
 
+def rendezvous_env(
+    rank: int, world: int, local_rank: int, nodes: int, master: str, job: str
+) -> dict[str, str]:
+    """The env:// variables torchrun sets, for task `rank` of `world` on `nodes` nodes
+    (the same number of tasks on each), meeting at `master` on `rendezvous_port(job)` of
+    this incarnation (`SLURM_RESTART_COUNT`)."""
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(world // nodes),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(rendezvous_port(job, restart)),
+    }
+
+
 def join_srun_step() -> bool:
     """Make this process one worker of the run when a batch script's `srun` started it as
-    one task of a step of several (`srun -n 4 repro train trainer.world_size=4`): RANK,
-    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE from the step's task ids and, unless set,
-    MASTER_ADDR (the step's first node) and MASTER_PORT (`rendezvous_port` of the job and
-    step), the variables torchrun sets. srun sets none of them, and each task used to run
-    the whole run by itself, all but one then refused by the run's lock. True when set;
-    nothing changes where RANK is already set (torchrun, submitit's tasks) or the step has
-    one task (a batch script's `srun repro ...` of one task, the batch step itself)."""
+    one task of a step of several (`srun -n 4 repro train trainer.world_size=4`): the
+    `rendezvous_env` of its task in the step, meeting at the step's first node on the port
+    of the job and step, a MASTER_ADDR or MASTER_PORT already set kept. srun sets none of
+    them, and each task used to run the whole run by itself, all but one then refused by
+    the run's lock. True when set; nothing changes where RANK is already set (torchrun,
+    submitit's tasks) or the step has one task (a batch script's `srun repro ...` of one
+    task, the batch step itself)."""
     env = os.environ
     tasks = env.get("SLURM_STEP_NUM_TASKS", "")
     if "RANK" in env or not tasks.isdigit() or int(tasks) < 2:
         return False
     nodes = int(env.get("SLURM_STEP_NUM_NODES", "1"))
-    if not env.get("MASTER_ADDR"):
-        env["MASTER_ADDR"] = "127.0.0.1" if nodes == 1 else _first_host(env["SLURM_STEP_NODELIST"])
-    if not env.get("MASTER_PORT"):
-        step = f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
-        env["MASTER_PORT"] = str(rendezvous_port(step, int(env.get("SLURM_RESTART_COUNT", "0"))))
-    env.update(
-        RANK=env["SLURM_PROCID"],
-        WORLD_SIZE=tasks,
-        LOCAL_RANK=env["SLURM_LOCALID"],
-        LOCAL_WORLD_SIZE=str(int(tasks) // nodes),
+    master = env.get("MASTER_ADDR") or (
+        "127.0.0.1" if nodes == 1 else _first_host(env["SLURM_STEP_NODELIST"])
     )
+    step = f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+    rank, local = int(env["SLURM_PROCID"]), int(env["SLURM_LOCALID"])
+    joined = rendezvous_env(rank, int(tasks), local, nodes, master, step)
+    env.update({**joined, "MASTER_PORT": env.get("MASTER_PORT") or joined["MASTER_PORT"]})
     return True
 
 

@@ -32,7 +32,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.cluster.executor import job_folder, make_executor
 from repro.cluster.jobs import JobRecord, append_records
-from repro.cluster.slurm_env import rendezvous_port
+from repro.cluster.slurm_env import rendezvous_env
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
 from repro.locks import take
@@ -45,14 +45,10 @@ def set_rendezvous(env: submitit.JobEnvironment) -> tuple[int, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the job
     environment (every node runs the same number of tasks, `_tasks_per_node`)."""
     master = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
-    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
     os.environ.update(
-        RANK=str(env.global_rank),
-        WORLD_SIZE=str(env.num_tasks),
-        LOCAL_RANK=str(env.local_rank),
-        LOCAL_WORLD_SIZE=str(env.num_tasks // env.num_nodes),
-        MASTER_ADDR=master,
-        MASTER_PORT=str(rendezvous_port(env.job_id, int(restart))),
+        rendezvous_env(
+            env.global_rank, env.num_tasks, env.local_rank, env.num_nodes, master, env.job_id
+        )
     )
     return env.global_rank, env.num_tasks
 
