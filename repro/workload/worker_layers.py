@@ -287,12 +287,16 @@ def _weight_grads(
 
     A large weight's products are taken worker by worker, each added or written while still
     in cache, where one batched product (8 MB for cnn1d_wide's hidden layer at 8 workers)
-    was written out and read back to be added: a STAR or AG step 0.6-0.8 ms shorter. `baddbmm_`
-    (beta = 1) was 1.4-1.9 ms slower; a worker's own `addmm_` is faster still, where its
-    bits are the product's added (`_ADDED_IN_GEMM_UP_TO`). Small weights keep the one
-    batched product, whose launch is cheaper than n; a worker's `mm` and its row of `bmm`
-    differ in the last bit for some shapes, so each weight is taken one way in all three
-    cases, and a gradient put in place has the same bits as a fresh one (tested).
+    was written out and read back to be added: a STAR or AG step 0.6-0.8 ms shorter. An
+    added product is written into one buffer reused by every worker (1 MB for that layer, a
+    core's cache) and added from there. `baddbmm_` (beta = 1) was 1.4-1.9 ms slower, and a
+    worker's own `addmm_` (C += A B), faster alone with C in cache (2.0 against 2.5 ms for
+    the eight), made a Top-k training step 1.1-1.5 ms longer, where the residual C comes
+    from memory (its 8.7 MB last read by the previous step's selection); a fresh product per
+    worker (a 1 MB allocation each) cost more again. Small weights keep the one batched
+    product, whose launch is cheaper than n; a worker's `mm` and its row of `bmm` differ in
+    the last bit for some shapes, so each weight is taken one way in all three cases, and a
+    gradient put in place has the same bits as a fresh one (tested).
     """
     workers, rows, cols = grad_t.shape[0], grad_t.shape[1], h.shape[2]
     if into is None:
@@ -304,32 +308,19 @@ def _weight_grads(
         if add:
             into.add_(product)
         return into
-    in_gemm = add and norms is None and grad_t.is_cpu and grad_t.shape[2] <= _ADDED_IN_GEMM_UP_TO
+    product = grad_t.new_empty(rows, cols) if add else None
     for w in range(workers):
-        if in_gemm:
-            into[w].addmm_(grad_t[w], h[w])
-            continue
-        product = torch.mm(grad_t[w], h[w]) if add else torch.mm(grad_t[w], h[w], out=into[w])
+        written = torch.mm(grad_t[w], h[w], out=product if add else into[w])
         if norms is not None:
-            norms[w : w + 1] = _sq_norms(product.view(1, -1))
+            norms[w : w + 1] = _sq_norms(written.view(1, -1))
         if add:
-            into[w].add_(product)
+            into[w].add_(written)
     return into
 
 
 # Weights of at least this many entries (a 256 KB float32 product per worker, a cache's
 # share) take their gradient products worker by worker.
 _PER_WORKER_FROM = 65_536
-
-# A product over at most this many samples is added by the matrix product itself
-# (`addmm_`, C += A B): the kernel sums over all samples in one block before it adds C,
-# so C gets the bits of the product written out and added (tested; here up to 192
-# samples, summed block by block past that), without the product's 1 MB write and read
-# back per worker (cnn1d_wide's hidden layer at 8 x 32 samples: 1.41-1.43 ms for the
-# eight products added, against 1.66-1.70 ms). Only the CPU kernel's blocking was measured:
-# a GPU's library picks its kernel (and a split of the samples) per call, so there the
-# product is written out and added.
-_ADDED_IN_GEMM_UP_TO = 128
 
 
 def _sq_norms(rows: torch.Tensor) -> torch.Tensor:

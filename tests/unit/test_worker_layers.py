@@ -187,9 +187,9 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add, meas
     biases get fresh gradients and leave their targets untouched (float32, as runs train;
     shared rows, as Top-k holds them). The squared norms measured of the gradients put in
     place are `sq_norms` of the fresh gradients to the bit (VAR-Topk ranks by them), one
-    weight taken worker by worker (hidden) and one by a batched product (fc); unmeasured
-    (STAR, AG), the hidden layer's products are added by the product itself. Samples per
-    worker: a few, the Top-k runs' 32, and more than the product adds in one block."""
+    weight taken worker by worker (hidden, each product written into one buffer reused by
+    every worker) and one by a batched product (fc); measured or not (VAR; STAR, AG).
+    Samples per worker: a few, the Top-k runs' 32, and more than one block of the product."""
     torch.manual_seed(0)
     model = build_model("cnn1d_wide", 10)
     x, y = _batch(torch.float32, samples)
