@@ -265,7 +265,7 @@ def load(dataset: str, root: str, download: bool, num_samples: int, seed: int) -
         check_root(root)
     if dataset == "mnist1d":
         return mnist1d(root, num_samples, seed)
-    if dataset in _GENERATED_BYTES and dataset != "mnist1d":  # MNIST-1D's may be cached
+    if dataset in _GENERATED_BYTES:  # made at every load (MNIST-1D, above, where not cached)
         check_generated_memory(dataset, num_samples)
     if dataset == "synthetic":
         return synthetic(num_samples, seed)
