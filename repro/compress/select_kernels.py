@@ -70,8 +70,7 @@ _BLOCK = 64  # one block's comparisons fill one 64-bit mask
 _DE_BRUIJN = 0x03F79D71B4CB0A89  # a 64-bit de Bruijn sequence: its 64 top-6-bit windows differ
 # the position of a mask's only set bit, by the top 6 bits of its product with _DE_BRUIJN
 _BIT_AT = np.zeros(64, dtype=np.int64)
-for _bit in range(64):
-    _BIT_AT[((_DE_BRUIJN << _bit) & (2**64 - 1)) >> 58] = _bit
+_BIT_AT[[((_DE_BRUIJN << bit) & (2**64 - 1)) >> 58 for bit in range(64)]] = np.arange(64)
 
 
 @njit()
