@@ -273,3 +273,33 @@ def test_adding_every_row_s_values_gives_index_add_s_sums_bit_for_bit(dtype):
     assert not torch.equal(got, other)
     with pytest.raises(IndexError):  # a damaged message's position is refused
         add_selected(got, torch.tensor([[3, numel]]), torch.ones(1, 2, dtype=dtype))
+
+
+def test_the_threshold_filter_writes_nothing_past_its_k_entries():
+    # The filter writes each listed index before it knows whether it keeps it, and must stop
+    # at the k-th kept: here 30 equal magnitudes are listed for k = 10, so entries 10-29
+    # follow the last one kept. Run as plain Python (`py_func`), where numpy refuses a write
+    # past `out`'s k slots that the compiled loop would make unchecked.
+    row = np.full(100, 0.5, dtype=np.float32)
+    row[:30] = -1.0
+    k = 10
+    out, kept = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int32)
+    scratch = [np.empty(100, dtype=np.int64) for _ in range(3)]  # listed, vals, members
+    select_kernels._select_segment.py_func(
+        row.view(np.int32),
+        0,
+        100,
+        k,
+        out,
+        kept,
+        0,
+        np.zeros(select_kernels._LANES << select_kernels._TOP, dtype=np.int32),
+        np.zeros(1 << select_kernels._DIGIT, dtype=np.int64),
+        scratch[0],
+        scratch[1],
+        np.empty(select_kernels._SAMPLE, dtype=np.int64),
+        np.empty(100 // select_kernels._BLOCK + 1, dtype=np.int64),
+        scratch[2],
+    )
+    assert out.tolist() == list(range(10))
+    assert np.array_equal(kept.view(np.float32), np.full(k, -1.0, dtype=np.float32))
