@@ -25,6 +25,24 @@ def test_star_starts_at_rank_0_and_goes_round_robin():
     assert star_leader(1, 8) == 0
 
 
+@pytest.mark.parametrize(
+    "parts", [None, [[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 2, 4, 6], [1, 3, 5, 7]]]
+)
+def test_the_leaders_positions_reach_every_row_of_its_group_alone(parts):
+    """The simulated broadcast of the leader's indices: every row of the source's group
+    holds the source's row afterwards (one group copies it to all rows at once, split
+    groups by their ranks), and the other groups' rows are as they were."""
+    comm = AxisCollectives(8) if parts is None else AxisCollectives(8).split(parts)
+    before = torch.arange(8 * 5, dtype=torch.int32).view(8, 5)
+    for src in (0, 5):
+        t = before.clone()
+        record = comm.broadcast(t, src)
+        group = next(p for p in comm.parts if src in p)
+        for r in range(8):
+            assert t[r].tolist() == before[src if r in group else r].tolist()
+        assert (record.op, record.nbytes) == ("broadcast", 5 * 4)
+
+
 @pytest.mark.parametrize("k", [3, 400, 2_000])
 def test_leader_message_row_by_row_has_the_bits_of_all_rows_at_once(monkeypatch, k):
     """AR-Topk's message read row by row (dense positions) or all rows at once (sparse
