@@ -148,7 +148,8 @@ def test_the_candidate_listing_holds_every_entry_at_or_above_the_estimate(share,
     # A segment that starts inside the row and ends in a partial block, with its large
     # values crowded into a few places (as a layer's gradients are): listed block by block
     # (only the blocks whose largest magnitude reaches the estimate) or entry by entry, the
-    # list is every entry at or above the estimate, in index order, with its magnitude.
+    # list is every entry whose magnitude is at or above the estimate, in index order, with
+    # its bits, sign and all (the filter writes the kept entries from them).
     gen = torch.Generator().manual_seed(3)
     row = torch.randn(100_000, generator=gen) * 1e-3
     row[40_000:40_300] *= 1e3
@@ -167,7 +168,8 @@ def test_the_candidate_listing_holds_every_entry_at_or_above_the_estimate(share,
     m = select_kernels._listed(bits, magnitude, start, stop, estimate, listed, vals, peaks, blocks)
     expected = np.flatnonzero(mag[start:stop] >= estimate) + start
     assert np.array_equal(listed[:m], expected)
-    assert np.array_equal(vals[:m], mag[expected])
+    assert np.array_equal(vals[:m], bits[expected].astype(np.int64))
+    assert (bits[expected] < 0).any()  # negative entries are listed with their sign
 
 
 @pytest.mark.parametrize("k", [1, 10, 102, 160])
