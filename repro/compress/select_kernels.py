@@ -130,11 +130,12 @@ def _select_segment(
     # `rank` entries equal to the threshold are still needed; every larger one is kept
     w, end = at, at + k
     for j in range(m):
-        u = vals[j] & magnitude
+        v = vals[j]
+        u = v & magnitude
         tie = u == prefix
         take = (u > prefix) | (tie & (rank > 0))
         out[w] = listed[j]
-        kept[w] = vals[j]
+        kept[w] = v
         rank -= tie & take
         w += take
         if w == end:
@@ -258,9 +259,10 @@ def _listed(row, magnitude, start, stop, at_least, listed, vals, peaks, blocks):
             m += 1
             mask &= mask - np.uint64(1)  # the lowest set bit cleared
     for i in range(full * _BLOCK, n):  # the partial block at the end
+        v = np.int64(segment[i])
         listed[m] = start + i
-        vals[m] = segment[i]
-        m += (np.int64(segment[i]) & magnitude) >= at_least
+        vals[m] = v
+        m += (v & magnitude) >= at_least
     return m
 
 
