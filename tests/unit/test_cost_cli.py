@@ -93,6 +93,11 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         ([*BASE, "--cr", "0"], "--cr"),
         ([*BASE, "--cr", "1.5"], "--cr"),
         ([*BASE, "--workers", "0"], "--workers"),
+        (
+            [*BASE, "--dtype-bytes", "3"],
+            r"--dtype-bytes: invalid choice: 3 \(choose from 1, 2, 4, 8\)",
+        ),
+        ([*BASE, "--dtype-bytes", "0"], "--dtype-bytes: invalid choice: 0"),
         ([*BASE, "--cr", "abc"], "--cr"),
         (["--model", "no_such_net"], "--model"),
         (["--workers", "4"], "--model"),
