@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from repro.errors import UserError
+from repro.pages.writer import fmt
 from repro.storage import atomic_write
 from repro.sweep.space import format_override
 from repro.sweep.spec import STEPS_TO_TARGET
@@ -205,7 +206,9 @@ class TuningTable:
 
 
 def _value(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    """A value as the page shows every number (`fmt`), so the setup table's learning rate
+    and this table's chosen one read alike."""
+    return fmt(v) if isinstance(v, float) else str(v)
 
 
 def _range(entry: dict) -> str:
@@ -240,7 +243,7 @@ def tuning_table(paper: str, scale: str, root: Path = TUNED_DIR) -> TuningTable 
         extra = ", ".join(e["key"] for e in arm["extra"])
         space = arm["space"] + (f" + {extra}" if extra else "")
         trials = f"{arm['trials']} ({arm['diverged_trials']} with a diverged seed)"
-        best = f"{arm['objective']:.4g}"
+        best = fmt(arm["objective"])
         rows.append([name, ", ".join(arm["labels"]), space, chosen, best, trials])
     headers = ["arm", "runs", "space", "chosen", "best objective", "trials"]
     return TuningTable(summary, "Tuning: chosen values per arm", headers, rows)

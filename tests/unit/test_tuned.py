@@ -108,13 +108,16 @@ def test_an_untuned_run_keeps_its_values(tmp_path):
 
 def test_tuning_table_states_space_trials_and_choices(tmp_path):
     assert tuning_table("adacomm", "tiny", tmp_path) is None
-    write_tuned(tuned_data({"sync": ["optim.lr=0.0123"]}), tmp_path)
+    data = tuned_data({"sync": ["optim.lr=0.0123"]})
+    data["arms"]["sync"]["chosen"] = {"optim.lr": 0.066683}
+    write_tuned(data, tmp_path)
     table = tuning_table("adacomm", "tiny", tmp_path)
     assert "2 trials per arm, seeds [1000] per trial" in table.summary
     assert "lr: optim.lr in [0.005, 0.5], log" in table.summary
     assert "took 3.0 min" in table.summary
     assert table.rows == [
-        ["sync", "sync", "lr", "optim.lr=0.0123", "0.41", "2 (0 with a diverged seed)"],
+        # the digits the setup table gives the same learning rate (`fmt`)
+        ["sync", "sync", "lr", "optim.lr=0.06668", "0.41", "2 (0 with a diverged seed)"],
         [
             "adacomm",
             "adacomm",
