@@ -13,6 +13,11 @@ from typing import Any
 
 from repro.pages.writer import counted, fmt
 
+CHECK_WORDS = {"reproduced": "holds", "partly": "partly holds", "not reproduced": "does not hold"}
+"""A model check's verdicts in its own words: it follows from the modeled clock or the rule
+itself, so it holds or not; "reproduced" is kept for claims that could have come out
+otherwise."""
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -53,8 +58,8 @@ class ClaimResult:
 
     def verdict_text(self) -> str:
         """The verdict as the tables show it, with the seeds and interval where undecided,
-        and what a failed magnitude claim says."""
-        text = self.verdict
+        and what a failed magnitude claim says; a model check's in its words (`CHECK_WORDS`)."""
+        text = self._words(self.verdict)
         seeds = counted(self.seeds, "seed")
         if self.verdict == "undecided":
             text = f"undecided at {seeds}"
@@ -78,6 +83,11 @@ class ClaimResult:
         for seed, value in self.per_seed.items():
             text = f"seed {seed}: {fmt(value)}"
             if disagree:
-                text += f" ({self.seed_verdicts[seed]})"
+                text += f" ({self._words(self.seed_verdicts[seed])})"
             parts.append(text)
         return "; ".join(parts) or "—"
+
+    def _words(self, verdict: str) -> str:
+        if self.claim.kind == "model_check":
+            return CHECK_WORDS.get(verdict, verdict)
+        return verdict

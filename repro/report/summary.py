@@ -11,7 +11,7 @@ the detailed claims table, where its criterion, every seed's value and the runs 
 from __future__ import annotations
 
 from repro.claims.reads import labels_read
-from repro.claims.result import ClaimResult
+from repro.claims.result import CHECK_WORDS, ClaimResult
 from repro.claims.verdicts import claim_seeds, model_checks, outcomes
 from repro.pages.writer import Link, Table, counted, fmt
 from repro.track.series import Seeded, any_seed
@@ -29,9 +29,6 @@ def with_unit(value: object, unit: str) -> str:
 def anchor(claim_id: str) -> str:
     """The HTML id of a claim's row in the detailed claims tables."""
     return f"claim-{claim_id}"
-
-
-CHECK_WORDS = {"reproduced": "holds", "partly": "partly holds", "not reproduced": "does not hold"}
 
 
 def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:

@@ -279,8 +279,10 @@ def test_a_model_check_is_judged_on_its_worst_seed_and_lists_each_seeds_verdict(
     cf = ClaimsFile(paper="adacomm", title="t", citation="c", seed_cap=10, claims=[check])
     (result,) = evaluate(cf.claims, three_seeds([60, 70, 90]), "small")
     assert result.verdict == "partly" and result.interval is None
+    # a model check holds or not, in the detailed tables as in the summary
+    assert result.verdict_text() == "partly holds"
     assert result.per_seed_text() == (
-        "seed 0: 0.3 (reproduced); seed 1: 0.35 (reproduced); seed 2: 0.45 (partly)"
+        "seed 0: 0.3 (holds); seed 1: 0.35 (holds); seed 2: 0.45 (partly holds)"
     )
 
 

@@ -12,7 +12,7 @@ from repro.claims.verdicts import evaluate
 from repro.pages.writer import FigureOut, Table, fmt, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
 from repro.report.missing_runs import missing_notes
-from repro.report.page import WANDB_URL, assemble, metrics_table
+from repro.report.page import CHECKS_TITLE, WANDB_URL, assemble, metrics_table
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
@@ -70,7 +70,9 @@ def test_the_page_opens_with_the_summary_then_the_rule_and_the_headline_figure(t
     # a model check holds or does not; every one holds on these runs
     assert {by_id[c.id].verdict for c in checks} == {"reproduced"}
     assert [r[3] for r in rows[1 + len(outcome) :]] == ["holds"] * len(checks)
-    assert html.count('<td class="v-holds">holds</td>') == len(checks)
+    # in the summary and in the checks' own table below it
+    assert html.count('<td class="v-holds">holds</td>') == 2 * len(checks)
+    assert "| reproduced |" not in md.split(CHECKS_TITLE)[1].split("\n## ")[0]
     # sync ends at loss 1.120 (trailing mean of 3) at 100 s; adacomm first gets there at step
     # 90 at 0.25 s per step: 22.5 s, 0.225 of sync's time at both seeds, so the interval is
     # [0.225, 0.225]: below the band 0.267-0.4, inside the partly rule (at most 0.9)
