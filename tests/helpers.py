@@ -37,14 +37,20 @@ def train(tmp: Path, *overrides: str, tracking: str = "disabled") -> dict:
 
 
 def repro_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 300
+    *args: str, cwd: Path | None = None, timeout: float = 300, under: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    """Run the `repro` console command as a user would."""
+    """Run the `repro` console command as a user would (`under` a wrapper such as
+    `taskset -c 0`, when given)."""
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
     exe = Path(sys.executable).parent / "repro"
     return subprocess.run(
-        [str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [*under, str(exe), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -2,10 +2,9 @@
 
 The `cluster` config group decides, here and nowhere else:
 
-* `cluster=local`: the simulated runs of a set side by side, one spawned process per core,
-  then the others one after another in this process (`run_training` spawns a run's worker
-  processes); K long-lived workers as K spawned processes (one worker: in this process); the
-  command returns when the work is done.
+* `cluster=local`: a set's simulated runs side by side, a spawned process per usable core,
+  then the rest in turn here (`run_training` spawns a run's worker processes); K long-lived
+  workers as K spawned processes (one: here); the command returns when the work is done.
 * `cluster=submitit_local`, `cluster=slurm`: jobs through submitit (`repro.cluster.submit`):
   one job for one run, one job array per job shape for several runs (a run set, a
   `--multirun`), one job array for K workers; the command returns at once, and `repro jobs`
@@ -33,6 +32,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
+from repro.cluster.slurm_env import usable_cores
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError
 from repro.schemas.cluster import ClusterConfig
@@ -42,8 +42,7 @@ SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s
 
 @dataclass
 class Launched:
-    """What a launch did: the summaries of runs that are finished now (None for a diverged
-    one), and the jobs it queued (none when everything ran here)."""
+    """What a launch did: the finished runs' summaries (None: diverged), the jobs it queued."""
 
     summaries: list[dict | None] = field(default_factory=list)
     jobs: list[JobRecord] = field(default_factory=list)
@@ -82,9 +81,9 @@ def simulated_first(
 
 
 def at_once(runs: Sequence[tuple[str, Config]]) -> int:
-    """How many of the simulated runs among `runs` run here side by side: as many as the
-    machine has cores (one alone runs in this process)."""
-    return max(1, min(os.cpu_count() or 1, len(simulated_first(runs)[0])))
+    """How many of the simulated runs among `runs` run here side by side: as many as this
+    process has cores (`usable_cores`; one alone runs in this process)."""
+    return max(1, min(usable_cores(), len(simulated_first(runs)[0])))
 
 
 def expected_time(

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 from pathlib import Path
 
 from repro.claims.set_regime import changed_by
 from repro.cluster.launcher import launch_runs, runs_here
+from repro.cluster.slurm_env import usable_cores
 from repro.config import compose, papers
 from repro.errors import CommandParser, UserError, override_key, say_stopped, sigterm_stops
 from repro.report.missing_runs import report_command
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
     search, here = None, runs_here(runs[0][1].cluster)
     if experiment.search:  # a bad search spec stops us before any run
         search = search_spec(experiment, set_dir_of(runs[0][1]), extra)
-        workers = max(1, min(os.cpu_count() or 1, search.n_trials))
+        workers = max(1, min(usable_cores(), search.n_trials))
         if here:
             also += f"; then {search_minutes(search, experiment, workers)}"
     report = report_command(args.paper, scale, str(root), args.reports, claims=args.claims)

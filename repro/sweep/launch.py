@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from typing import Any
 
 from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers, runs_here
+from repro.cluster.slurm_env import usable_cores
 from repro.comm.launch import WORKERS_PER_CORE
 from repro.errors import UserError
 from repro.pages.writer import counted
@@ -127,11 +127,11 @@ def check_cores(workers: int, elsewhere: str = "") -> None:
     run: each is a process of its own (torch loaded, about 0.3 GiB), and past that its
     trials only take turns on the cores. `elsewhere`: the fix that runs them on other
     machines, if the command has one."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if workers > WORKERS_PER_CORE * cores:
         raise UserError(
-            f"--workers={workers} on this machine's {cores} cores is more than "
-            f"{WORKERS_PER_CORE} per core; lower --workers to at most "
+            f"--workers={workers} on the {counted(cores, 'core')} this command may use is more "
+            f"than {WORKERS_PER_CORE} per core; lower --workers to at most "
             f"{WORKERS_PER_CORE * cores}{elsewhere}"
         )
 
@@ -268,7 +268,7 @@ def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR)
     if busy:
         if not fresh:
             simulated = probe_arms(spec, run_set.runs, busy)
-        k = workers or (min(os.cpu_count() or 1, sum(left.values())) if simulated else 1)
+        k = workers or (min(usable_cores(), sum(left.values())) if simulated else 1)
         expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
         print(
             f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {sum(left.values())} "

@@ -12,12 +12,13 @@ This module imports torch only in the estimate, which runs once a model exists.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from repro.cluster.slurm_env import usable_cores
 from repro.comm.devices import available_bytes, require_free_memory
 from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE
 from repro.errors import UserError
+from repro.pages.writer import counted
 
 if TYPE_CHECKING:
     import torch
@@ -77,12 +78,12 @@ def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tens
     one's interpreter and libraries (`PROCESS_BYTES`) plus its model, gradients, optimizer
     state and activations (`estimate_bytes` for one worker), times the workers."""
     world = cfg.trainer.world_size
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if world > WORKERS_PER_CORE * cores:
         raise UserError(
-            f"trainer.world_size={world} worker processes on {cores} cores is more than "
-            f"{WORKERS_PER_CORE} per core; lower trainer.world_size or use "
-            "trainer.engine=simulated (every worker in one process)"
+            f"trainer.world_size={world} worker processes on the {counted(cores, 'core')} this "
+            f"command may use is more than {WORKERS_PER_CORE} per core; lower trainer.world_size "
+            "or use trainer.engine=simulated (every worker in one process)"
         )
     per_worker = PROCESS_BYTES + estimate_bytes(cfg, model, sample) // world
     require_free_memory(

@@ -1,6 +1,7 @@
 """Bad input ends with one clear line naming the setting, a non-zero exit, and nothing written."""
 
 import itertools
+import os
 
 import pytest
 import yaml
@@ -265,6 +266,29 @@ def test_a_bad_option_is_refused_before_anything_runs(argv, needle, capsys, tmp_
     rc = cli.main([a.replace("sweeps/", f"{REPO}/sweeps/") for a in argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+PINNED = [["sweep", f"{REPO}/sweeps/tiny.yaml"], ["tune", "adacomm", "scale=tiny"]]
+
+
+@pytest.mark.parametrize("argv", PINNED, ids=["sweep", "tune"])
+def test_workers_are_counted_on_the_cores_this_command_may_use(argv, capsys, tmp_path, monkeypatch):
+    """Pinned to one core (a SLURM job's cpuset, `taskset -c 0`), five workers are more than
+    four to its core however many cores the node has: refused before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    allowed = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(allowed)})  # this thread only, as `taskset` pins a command
+        rc = cli.main([*argv, "--workers", "5"])
+    finally:
+        os.sched_setaffinity(0, allowed)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(
+        "error: --workers=5 on the 1 core this command may use is more than 4 per core; "
+        "lower --workers to at most 4"
+    ), err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -160,8 +160,13 @@ def test_a_launch_the_lock_refuses_leaves_the_live_runs_files(tmp_path):
         assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml"]
 
 
-def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path):
-    world = 4 * (os.cpu_count() or 1) + 1
+@pytest.mark.parametrize("pinned", [False, True], ids=["all_cores", "taskset_one_core"])
+def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path, pinned):
+    """Four workers a core, counted on the cores the command may use: pinned to one (as a
+    SLURM job's cpuset or `taskset` pins it), five workers are refused on a larger machine."""
+    cores = 1 if pinned else len(os.sched_getaffinity(0))
+    world = 4 * cores + 1
+    one_core = ("taskset", "-c", str(min(os.sched_getaffinity(0))))
     proc = repro_cli(
         "train",
         *TINY,
@@ -170,8 +175,11 @@ def test_too_many_worker_processes_for_the_cores_is_refused(tmp_path):
         "trainer.batch_size=2",
         f"runs_root={tmp_path}/runs",
         f"data.root={tmp_path}/data",
+        under=one_core if pinned else (),
     )
-    _one_line(proc.returncode, proc.stderr, f"trainer.world_size={world}", "engine=simulated")
+    on = "1 core" if pinned else f"{cores} cores"
+    said = f"trainer.world_size={world} worker processes on the {on} this command may use"
+    _one_line(proc.returncode, proc.stderr, said, "engine=simulated")
     assert not (tmp_path / "runs").exists()
 
 

@@ -2,6 +2,7 @@
 its own run directory, and the expected time printed before the set starts."""
 
 import copy
+import os
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_experiment_seeds_is_checked_where_it_is_composed():
 
 
 def test_expected_time_scales_with_runs_and_side_by_side_slots(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     runs = run_set("adacomm", "tiny", [], seeds=2)
     assert {cfg.trainer.engine for _, cfg in runs} == {"simulated"}
     # 10 runs of 1.5 minutes, 2 at a time: 7.5 minutes
@@ -125,8 +126,24 @@ def test_a_bad_claims_file_stops_reproduce_before_any_run(tmp_path, monkeypatch)
     assert not (tmp_path / "runs").exists()
 
 
+def test_side_by_side_slots_are_the_cores_this_process_may_use():
+    """A SLURM job's cpuset, `taskset` or a container narrows the cores a process may run on
+    below the node's: the set's runs go as many at a time as it has, not as the node has."""
+    runs = run_set("adacomm", "tiny", [])
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("one core: narrowing the affinity would change nothing")
+    try:
+        os.sched_setaffinity(0, {min(allowed)})  # this thread only, as `taskset -c` would
+        assert at_once(runs) == 1
+        assert "(5 runs to do, 1 at a time;" in expected_time(runs, 1.5)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert at_once(runs) == min(len(allowed), 5)
+
+
 def test_expected_time_of_runs_measured_here_packs_them_longest_first(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     runs = run_set("adacomm", "tiny", [])[:3]  # sync, local_sgd_tau4, local_sgd_tau16
     measured = {"sync": 3.0, "local_sgd_tau4": 2.0, "local_sgd_tau16": 2.0}
     # sync in one slot, tau4 in the other, tau16 after tau4 (2 + 2): 4 minutes, not 7 / 2
