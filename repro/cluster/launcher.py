@@ -32,7 +32,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
-from repro.cluster.slurm_env import usable_cores
+from repro.comm.capacity import usable_cores
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError
 from repro.schemas.cluster import ClusterConfig

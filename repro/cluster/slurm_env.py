@@ -90,17 +90,6 @@ def _first_host(nodelist: str) -> str:
     return shown.stdout.split()[0]
 
 
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity, which SLURM (task/affinity,
-    task/cgroup), `taskset` and a container's cpuset narrow to the job's share, where
-    `os.cpu_count()` counts the whole node's. Side-by-side runs and workers are sized by it,
-    so that a job given 4 of a node's 64 cores starts 4, not 64 taking turns on those 4."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # a platform without affinity (macOS)
-        return os.cpu_count() or 1
-
-
 def sbatch_available() -> bool:
     """True when `sbatch` is on PATH, i.e. this machine can submit SLURM jobs."""
     return shutil.which("sbatch") is not None

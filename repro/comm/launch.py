@@ -46,13 +46,6 @@ DEFAULT_TIMEOUT_S = 60.0
 # When a worker reports a failure, how long the parent keeps looking for its cause: a killed
 # worker's peers see the closed connection before the parent can reap the dead process.
 SETTLE_S = 1.0
-# Each worker process runs one thread; past this many per core the time slices stretch
-# every collective until the slowest worker's turn comes and a run crawls or times out.
-WORKERS_PER_CORE = 4
-# One worker process before its model: the interpreter, torch and gloo. Measured with 4
-# workers of the MNIST-1D CNN: about 335 MiB proportional set size each, plus the
-# launcher's 330 MiB, so about 0.4-0.5 GiB per worker all told.
-PROCESS_BYTES = 512 * 2**20
 # Workers are forked from one server process that loaded `repro.train.worker_preload` once
 # (multiprocessing's forkserver): torch, the trainer and the compiled CPU loops, which a
 # worker would otherwise load itself, seconds of CPU each. Each worker takes the caller's

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from repro.cluster.slurm_env import usable_cores
+from repro.comm.capacity import PROCESS_BYTES, refuse_past_per_core
 from repro.comm.devices import require_free_memory
-from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE, init_process_group, spawn
+from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.comm.record import CommRecord
 from repro.errors import CommandParser, UserError
@@ -45,7 +45,6 @@ from repro.netmodel.calibrate_fit import (
     predict,
 )
 from repro.netmodel.cost import Link
-from repro.pages.writer import counted
 from repro.storage import atomic_write, check_creatable
 
 OPS = ("allreduce", "allgather", "broadcast")
@@ -171,15 +170,12 @@ def _args(argv: list[str]) -> tuple[list[int], list[str], list[int], argparse.Na
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be integers") from None
     if not ranks or min(ranks) < 2:
         raise UserError(f"repro calibrate: --ranks={args.ranks} must be >= 2 each")
-    cores = usable_cores()
-    if max(ranks) > WORKERS_PER_CORE * cores:
-        # gloo's times would then be mostly each rank waiting for its turn on a core
-        raise UserError(
-            f"repro calibrate: --ranks={args.ranks} puts {max(ranks)} ranks on "
-            f"{counted(cores, 'usable core')}, more than {WORKERS_PER_CORE} per core; give rank "
-            "counts up to "
-            f"{WORKERS_PER_CORE * cores}"
-        )
+    # past that, gloo's times would be mostly each rank waiting for its turn on a core
+    refuse_past_per_core(
+        f"repro calibrate: --ranks={args.ranks} ({max(ranks)} ranks)",
+        max(ranks),
+        "give rank counts up to {limit}",
+    )
     if not args.link_ranks:
         args.link_ranks = str(max(ranks))
     if not args.link_ranks.isdigit() or int(args.link_ranks) not in ranks:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from repro.claims.set_regime import changed_by
 from repro.cluster.launcher import launch_runs, runs_here
-from repro.cluster.slurm_env import usable_cores
+from repro.comm.capacity import usable_cores
 from repro.config import compose, papers
 from repro.errors import CommandParser, UserError, override_key, say_stopped, sigterm_stops
 from repro.report.missing_runs import report_command

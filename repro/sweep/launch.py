@@ -24,7 +24,7 @@ A search with arms (`run_tune`, from `repro tune PAPER` or `repro sweep SPEC`) t
 is checked against its run set (every label in an arm or untuned), and every arm with trials
 left is composed at both ends of its space; on a new search this happens
 before the journal exists, so a refused spec leaves nothing behind. Its workers run on this
-machine, as many as there are cores and trials left when every trial runs simulated (one
+machine, as many as it has usable cores and trials left when every trial runs simulated (one
 process and one thread each, as the simulated runs of a run set), else one. Once every arm
 has its trials, the chosen values are written atomically to `configs/tuned/<paper>_<scale>.yaml`
 (`repro.sweep.tuned`); a search left unfinished writes nothing.
@@ -43,8 +43,7 @@ from typing import Any
 
 from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers, runs_here
-from repro.cluster.slurm_env import usable_cores
-from repro.comm.launch import WORKERS_PER_CORE
+from repro.comm.capacity import refuse_past_per_core, usable_cores
 from repro.errors import UserError
 from repro.pages.writer import counted
 from repro.schemas.cluster import ClusterConfig
@@ -123,17 +122,13 @@ def check_workers(workers: int | None) -> None:
 
 
 def check_cores(workers: int, elsewhere: str = "") -> None:
-    """Refuse more than `WORKERS_PER_CORE` workers to a core of this machine, where they
-    run: each is a process of its own (torch loaded, about 0.3 GiB), and past that its
-    trials only take turns on the cores. `elsewhere`: the fix that runs them on other
+    """Refuse more workers than this machine's usable cores hold (`refuse_past_per_core`),
+    where they run: each is a process of its own (torch loaded, about 0.3 GiB), and past that
+    its trials only take turns on the cores. `elsewhere`: the fix that runs them on other
     machines, if the command has one."""
-    cores = usable_cores()
-    if workers > WORKERS_PER_CORE * cores:
-        raise UserError(
-            f"--workers={workers} on the {counted(cores, 'core')} this command may use is more "
-            f"than {WORKERS_PER_CORE} per core; lower --workers to at most "
-            f"{WORKERS_PER_CORE * cores}{elsewhere}"
-        )
+    refuse_past_per_core(
+        f"--workers={workers}", workers, "lower --workers to at most {limit}" + elsewhere
+    )
 
 
 def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> list[JobRecord]:

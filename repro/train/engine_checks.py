@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from repro.cluster.slurm_env import usable_cores
+from repro.comm.capacity import PROCESS_BYTES, refuse_past_per_core
 from repro.comm.devices import available_bytes, require_free_memory
-from repro.comm.launch import PROCESS_BYTES, WORKERS_PER_CORE
 from repro.errors import UserError
-from repro.pages.writer import counted
 
 if TYPE_CHECKING:
     import torch
@@ -78,13 +76,11 @@ def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tens
     one's interpreter and libraries (`PROCESS_BYTES`) plus its model, gradients, optimizer
     state and activations (`estimate_bytes` for one worker), times the workers."""
     world = cfg.trainer.world_size
-    cores = usable_cores()
-    if world > WORKERS_PER_CORE * cores:
-        raise UserError(
-            f"trainer.world_size={world} worker processes on the {counted(cores, 'core')} this "
-            f"command may use is more than {WORKERS_PER_CORE} per core; lower trainer.world_size "
-            "or use trainer.engine=simulated (every worker in one process)"
-        )
+    refuse_past_per_core(
+        f"trainer.world_size={world} worker processes",
+        world,
+        "lower trainer.world_size or use trainer.engine=simulated (every worker in one process)",
+    )
     per_worker = PROCESS_BYTES + estimate_bytes(cfg, model, sample) // world
     require_free_memory(
         f"trainer.world_size={world} worker processes need",
