@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -52,6 +53,18 @@ def repro_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def on_one_core():
+    """This thread narrowed to one of its cores, as a SLURM job's cpuset or `taskset -c`
+    narrows a command (the cores a process may use, not the node's), restored on leaving."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def reproduce_tiny_args(paper: str, tmp: Path) -> list[str]:

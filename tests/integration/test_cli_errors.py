@@ -1,14 +1,13 @@
 """Bad input ends with one clear line naming the setting, a non-zero exit, and nothing written."""
 
 import itertools
-import os
 
 import pytest
 import yaml
 
 from repro import cli
 from repro.report.report_cli import SUBCOMMANDS
-from tests.helpers import REPO, repro_cli
+from tests.helpers import REPO, on_one_core, repro_cli
 
 CASES = [
     (["workload=imagenet_vit"], "workload"),
@@ -277,12 +276,8 @@ def test_workers_are_counted_on_the_cores_this_command_may_use(argv, capsys, tmp
     """Pinned to one core (a SLURM job's cpuset, `taskset -c 0`), five workers are more than
     four to its core however many cores the node has: refused before anything is written."""
     monkeypatch.chdir(tmp_path)
-    allowed = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, {min(allowed)})  # this thread only, as `taskset` pins a command
+    with on_one_core():
         rc = cli.main([*argv, "--workers", "5"])
-    finally:
-        os.sched_setaffinity(0, allowed)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(

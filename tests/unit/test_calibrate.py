@@ -27,6 +27,7 @@ from repro.netmodel.calibrate_fit import (
     pooled_key,
     predict,
 )
+from tests.helpers import on_one_core
 
 A, BW = 50e-6, 1.25e9  # 50 us, 10 Gbit/s
 
@@ -171,15 +172,10 @@ def test_default_sizes_span_1k_to_64m():
 def test_more_ranks_than_the_cores_can_take_turns_for_are_refused_before_measuring():
     """Past four ranks per core, as the process engine refuses, gloo's times are mostly each
     rank waiting for its turn on a core: no link could be fitted to them."""
-    allowed = os.sched_getaffinity(0)
-    cores = len(allowed)
+    cores = len(os.sched_getaffinity(0))
     assert _args(["--ranks", f"2,{4 * cores}"])[0] == [2, 4 * cores]
     with pytest.raises(UserError, match=rf"--ranks=2,{4 * cores + 1} \({4 * cores + 1} ranks\)"):
         _args(["--ranks", f"2,{4 * cores + 1}"])
     # counted on the cores this process may use, which a SLURM job's cpuset or `taskset` narrows
-    try:
-        os.sched_setaffinity(0, {min(allowed)})
-        with pytest.raises(UserError, match=r"2,5 \(5 ranks\) on the 1 core this command may use"):
-            _args(["--ranks", "2,5"])
-    finally:
-        os.sched_setaffinity(0, allowed)
+    with on_one_core(), pytest.raises(UserError, match=r"2,5 \(5 ranks\) on the 1 core this"):
+        _args(["--ranks", "2,5"])

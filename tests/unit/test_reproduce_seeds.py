@@ -11,7 +11,7 @@ from repro.config import compose, config_hash, run_dir_of
 from repro.errors import UserError
 from repro.reproduce.reproduce_cli import main, parse, parse_seeds
 from repro.reproduce.run_sets import run_set
-from tests.helpers import REPO
+from tests.helpers import REPO, on_one_core
 
 LABELS = ["sync", "local_sgd_tau4", "local_sgd_tau16", "adacomm", "adacomm_lrdecay"]
 
@@ -133,12 +133,9 @@ def test_side_by_side_slots_are_the_cores_this_process_may_use():
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
         pytest.skip("one core: narrowing the affinity would change nothing")
-    try:
-        os.sched_setaffinity(0, {min(allowed)})  # this thread only, as `taskset -c` would
+    with on_one_core():
         assert at_once(runs) == 1
         assert "(5 runs to do, 1 at a time;" in expected_time(runs, 1.5)
-    finally:
-        os.sched_setaffinity(0, allowed)
     assert at_once(runs) == min(len(allowed), 5)
 
 
