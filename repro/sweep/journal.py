@@ -12,7 +12,9 @@ damage:
   (a trial's start is asked again, a finished run's result is read from its summary).
 * Anything else (bytes flipped, a line cut out, the file truncated to the middle of a line
   that is not the last): Optuna's replay fails with one of several errors, or the record no
-  longer makes sense to it. That is one `UserError` naming the file and the way out.
+  longer makes sense to it. That is one `UserError` naming the file and the way out. A whole
+  last line that is not a record is that too, though Optuna's reader passes over it (as it
+  would a torn one): the next append would put it in the middle, where replay fails.
 """
 
 from __future__ import annotations
@@ -99,20 +101,44 @@ def open_journal_file(path: Path) -> Any:
             except OSError as err:
                 raise storage_error(path, err, "the spec's `out:`") from None
 
+    if path.exists() and not is_record(last_line(path)):
+        raise damaged(path, ValueError("its last line is not a record"))
     try:
         return JournalStorage(Appends(str(path), lock_obj=lock))
     except DAMAGE as err:
         raise damaged(path, err) from None
 
 
+def last_line(path: Path) -> bytes | None:
+    """The journal's last whole line (a record another process is still appending, not yet
+    ended by its newline, is not one); None when it has none."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0 and tail.count(b"\n") < 2:
+            start = max(0, end - 4096)
+            f.seek(start)
+            tail = f.read(end - start) + tail
+            end = start
+    whole = tail[: tail.rfind(b"\n") + 1]
+    return whole.splitlines()[-1] if whole.strip(b"\n") else None
+
+
+def is_record(line: bytes | None) -> bool:
+    """Whether `line` (None: no line at all) is a JSON object, as Optuna writes each record."""
+    if line is None:
+        return True
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 def first_unreadable_line(path: Path) -> int | None:
     """The number (from 1) of the journal's first line that is not a JSON object."""
     with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
-            try:
-                if not isinstance(json.loads(line), dict):
-                    return number
-            except ValueError:
+            if not is_record(line):
                 return number
     return None
 

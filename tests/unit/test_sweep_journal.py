@@ -43,3 +43,28 @@ def test_a_record_damaged_in_the_middle_is_one_line_naming_file_and_line(tmp_pat
     msg = str(err.value)
     assert f"the study journal {path} is damaged (line 3 is not a record)" in msg
     assert "\n" not in msg and f"move {tmp_path} away" in msg
+
+
+@pytest.mark.parametrize("last", [b'{"op_code": 0, "worker_id": "5b', b"hello", b"[1, 2]"])
+def test_a_whole_last_line_that_is_no_record_is_named_before_anything_is_appended(
+    tmp_path, last
+):
+    """Optuna's reader passes over such a line as if it were torn; appending after it would
+    make it a line in the middle, and the study unreadable."""
+    path = tmp_path / "journal.log"
+    whole = _journal_with_trials(path, 2)
+    damaged = whole + last + b"\n"
+    path.write_bytes(damaged)
+    with pytest.raises(UserError) as err:
+        open_journal_file(path)
+    msg = str(err.value)
+    line = whole.count(b"\n") + 1
+    assert f"the study journal {path} is damaged (line {line} is not a record)" in msg, msg
+    assert path.read_bytes() == damaged
+
+
+def test_a_journal_of_one_line_that_is_no_record_is_named(tmp_path):
+    path = tmp_path / "journal.log"
+    path.write_bytes(b"hello\n")
+    with pytest.raises(UserError, match=r"is damaged \(line 1 is not a record\)"):
+        open_journal_file(path)
