@@ -40,14 +40,37 @@ _KINDS = {str: "a text", int: "an integer", float: "a number", bool: "true or fa
 _KINDS.update({list: "a list", tuple: "a list", dict: "a mapping"})
 
 
+class _OnceLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping: plain YAML keeps the
+    last silently, so a budget set at the top and again further down would run the second
+    unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise UserError(
+                    f"key {key} is written twice (lines {seen[key]} and {line}); keep one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path, what: str) -> Any:
-    """The parsed file, or one line saying that it is missing or not YAML."""
+    """The parsed file, or one line saying that it is missing, not a file, not YAML, or
+    that it sets a key twice."""
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a directory; give the YAML file")
     if not path.is_file():
         raise UserError(f"{what} {path} does not exist")
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=_OnceLoader)
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
 
 
 def load(cls: type, data: Any, source: str) -> Any:

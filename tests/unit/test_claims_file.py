@@ -79,6 +79,19 @@ def test_unknown_paper_lists_known(tmp_path):
         load_claims("adacomm", tmp_path)
 
 
+def test_a_key_written_twice_in_a_claim_is_refused_naming_both_lines(tmp_path):
+    shipped = (CLAIMS_DIR / "adacomm.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(shipped) if line.startswith("seed_cap:"))
+    twice = [*shipped[: at + 1], shipped[at], *shipped[at + 1 :]]
+    (tmp_path / "adacomm.yaml").write_text("\n".join(twice) + "\n")
+    with pytest.raises(UserError) as info:
+        load_claims("adacomm", tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path / 'adacomm.yaml'}: key seed_cap is written twice (lines {at + 1} and {at + 2}); "
+        "keep one"
+    )
+
+
 def test_adacomm_claims_file_on_a_full_run_set():
     cf = load_claims("adacomm", CLAIMS_DIR)
     assert cf.display_name("local_sgd_tau16") == "PASGD (τ = 16)"

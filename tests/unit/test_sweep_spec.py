@@ -154,6 +154,22 @@ def test_unknown_top_level_key_and_bad_direction_are_refused(tmp_path):
     )
 
 
+def test_a_key_written_twice_or_a_folder_for_the_file_is_refused_in_one_line(tmp_path):
+    """Plain YAML keeps a repeated key's last value unseen: a budget set twice would run the
+    second."""
+    text = (ROOT / "sweeps" / "tiny.yaml").read_text()
+    path = tmp_path / "twice.yaml"
+    path.write_text(f"{text}\nn_trials: 9\n")
+    first = 1 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("n_trials:"))
+    last = len(text.splitlines()) + 2
+    with pytest.raises(UserError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert msg == f"{path}: key n_trials is written twice (lines {first} and {last}); keep one"
+    with pytest.raises(UserError, match=f"^search spec {tmp_path} is a directory; give the"):
+        load_spec(tmp_path)
+
+
 def test_grid_needs_discrete_points_and_fits_the_budget(tmp_path):
     refused(tiny(tmp_path, sampler="grid"), "space[method.cr].step")
     space = [
