@@ -167,7 +167,7 @@ def launch_runs(
         if minutes_per_run is not None:
             line = expected_time(pending, minutes_per_run, measured)
             print(f"{title}: {line}{also}", flush=True)
-        launched.summaries += _run_here(pending, title)
+        launched.summaries += _run_here(pending, title, alone=len(runs) == 1)
     else:
         from repro.cluster.submit import submit_runs
 
@@ -180,11 +180,11 @@ def launch_runs(
     return launched
 
 
-def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
+def _run_here(runs: list[tuple[str, Config]], title: str, alone: bool) -> list[dict | None]:
     """The simulated runs of a set (one process and one thread each) as many at once as the
     machine has cores, then the others in this process in turn. In a set a diverged run is
     a result (e.g. a batch size past what a method tolerates): its logged curve stays and
-    the rest still run."""
+    the rest still run; only a command of one run (`alone`) fails with it."""
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -207,7 +207,7 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
     try:
         for label, summary, diverged in outcomes:
             if diverged is not None:
-                if len(runs) == 1:
+                if alone:
                     raise diverged
                 tqdm.write(f"diverged {label}: {diverged}")
             else:
@@ -217,7 +217,8 @@ def _run_here(runs: list[tuple[str, Config]], title: str) -> list[dict | None]:
     finally:
         bar.close()  # before any error line, which then stands on a line of its own
     if len(runs) > 1:
-        print(f"{title}: {len(runs)} runs ready in {time.perf_counter() - started:.0f} s")
+        lost = f", {summaries.count(None)} of them diverged" if None in summaries else ""
+        print(f"{title}: {len(runs)} runs ready in {time.perf_counter() - started:.0f} s{lost}")
     return summaries
 
 

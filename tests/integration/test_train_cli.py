@@ -35,6 +35,22 @@ def test_multirun_runs_every_combination(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_multirun_with_a_diverging_run_ends_alike_every_time_it_is_given(tmp_path):
+    """A diverged run of several is a result, not the command's failure: given again, with
+    the other run finished earlier and skipped, the command ends as it did the first time
+    (it used to fail once the diverged run was the only one left to do)."""
+    args = ["train", "--multirun", *TINY, "optim.name=sgd", "optim.lr=3,0.05"]
+    args += [f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/data"]
+    first, again = (repro_cli(*args, cwd=tmp_path) for _ in range(2))
+    assert first.returncode == 0, first.stderr
+    assert "train: 2 runs ready in " in first.stdout and ", 1 of them diverged" in first.stdout
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("skip sync: finished earlier") == 1, again.stdout
+    assert again.stderr.count("training diverged at step") == 0, again.stderr
+    assert again.stdout.count("diverged sync: training diverged at step") == 1, again.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o027], ids=["022", "027"])
 def test_a_runs_files_take_the_users_umask_like_any_other_file(tmp_path, umask):
     """Config, summary, model and checkpoints are written to a temporary file and renamed
