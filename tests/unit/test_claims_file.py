@@ -86,9 +86,9 @@ def test_a_key_written_twice_in_a_claim_is_refused_naming_both_lines(tmp_path):
     (tmp_path / "adacomm.yaml").write_text("\n".join(twice) + "\n")
     with pytest.raises(UserError) as info:
         load_claims("adacomm", tmp_path)
+    lines = f"lines {at + 1} and {at + 2}"
     assert str(info.value) == (
-        f"{tmp_path / 'adacomm.yaml'}: key seed_cap is written twice (lines {at + 1} and {at + 2}); "
-        "keep one"
+        f"{tmp_path / 'adacomm.yaml'}: key seed_cap is written twice ({lines}); keep one"
     )
 
 

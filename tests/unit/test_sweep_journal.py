@@ -46,9 +46,7 @@ def test_a_record_damaged_in_the_middle_is_one_line_naming_file_and_line(tmp_pat
 
 
 @pytest.mark.parametrize("last", [b'{"op_code": 0, "worker_id": "5b', b"hello", b"[1, 2]"])
-def test_a_whole_last_line_that_is_no_record_is_named_before_anything_is_appended(
-    tmp_path, last
-):
+def test_a_whole_last_line_that_is_no_record_is_named_before_anything_is_appended(tmp_path, last):
     """Optuna's reader passes over such a line as if it were torn; appending after it would
     make it a line in the middle, and the study unreadable."""
     path = tmp_path / "journal.log"
