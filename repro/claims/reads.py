@@ -52,3 +52,16 @@ def seeds_read(calculator: str, params: Mapping[str, Any], runs: Seeded) -> list
     if not complete:
         return partial or seeds_of(runs) or [0]
     return sorted(complete + [seed for seed in partial if seed < complete[-1]])
+
+
+def seeds_short(calculator: str, params: Mapping[str, Any], runs: Seeded) -> dict[int, list[str]]:
+    """Seed -> the labels the calculation reads that have no run at it, for every seed at
+    which some of them have one: where a run is missing, or seeds were added to other
+    claims' runs (which of the two, the runs cannot say; a page shows both)."""
+    labels = sorted(labels_read(calculator, params, any_seed(runs)))
+    short = {}
+    for seed in seeds_of(runs):
+        lacking = [label for label in labels if seed not in runs.get(label, {})]
+        if lacking and len(lacking) < len(labels):
+            short[seed] = lacking
+    return short

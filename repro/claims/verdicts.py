@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from repro.claims.bootstrap import mean_interval
 from repro.claims.claims_file import Claim
-from repro.claims.reads import labels_read, seeds_read
+from repro.claims.reads import labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult, Interval
 from repro.track.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed
 
@@ -90,6 +90,19 @@ def claim_seeds(claim: Claim, runs: Seeded) -> list[int]:
     return seeds_read(claim.metric["calculator"], claim.metric.get("params") or {}, runs)
 
 
+def left_out(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
+    """The seeds with runs of this claim that it is not judged on, and the runs they lack:
+    said beside the value, so a run lost at a claim's last seed (which drops that seed, as
+    seeds added to other claims' runs are dropped) is seen, not silently averaged away."""
+    params = claim.metric.get("params") or {}
+    short = seeds_short(claim.metric["calculator"], params, runs)
+    return "; ".join(
+        f"seed {seed} not read: no {', '.join(labels)} run there"
+        for seed, labels in short.items()
+        if seed not in seeds
+    )
+
+
 OffSet = Mapping[str, Mapping[int, list[str]]]
 
 
@@ -119,6 +132,8 @@ def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
     ours = sum(values.values()) / len(values)  # inf when a seed never reached a target
     if len(seeds) > 1:
         note = f"mean of {len(seeds)} seeds; {note}"
+    if unread := left_out(claim, runs, seeds):
+        note = f"{unread}; {note}"
     if scale not in claim.scales:
         note = f"applies to scale {', '.join(claim.scales)}, not {scale}; {note}"
         return ClaimResult(claim, ours, "not assessed", note, values)

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from repro.claims.claims_file import ClaimsFile
-from repro.claims.reads import labels_read
+from repro.claims.reads import labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import OffSet
 from repro.config import CONFIG_DIR
@@ -27,9 +27,11 @@ from repro.pages.writer import Code, Para
 from repro.track.series import Seeded, any_seed
 
 
-def reproduce_command(paper: str, scale: str | None, runs_root: str) -> str:
-    """The `repro reproduce` command that makes a paper's runs under `runs_root`."""
+def reproduce_command(paper: str, scale: str | None, runs_root: str, seeds: int = 0) -> str:
+    """The `repro reproduce` command that makes a paper's runs under `runs_root` (for
+    `seeds` seeds, where more than the set's own)."""
     command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
+    command += [f"seeds={seeds}"] if seeds else []
     if Path(runs_root) != Path("runs"):
         command.append(f"runs_root={runs_root}")
     return shlex.join(command)
@@ -54,19 +56,28 @@ def report_command(
 
 
 def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
-    """Label -> what reads it ("claim x", "figure f", "table t", by id), for every label a
-    claim, figure or table names that has no run, in the order first named."""
+    """Run -> what reads it ("claim x", "figure f", "table t", by id), for every label a
+    claim, figure or table names that has no run, and every `label seed=N` a claim is judged
+    at that has none (a seed between two of the claim's whole seeds), in the order first
+    named."""
     present = any_seed(runs)
     needs: dict[str, list[str]] = {}
 
-    def need(label: str, reader: str) -> None:
-        if label not in present and reader not in needs.setdefault(label, []):
-            needs[label].append(reader)
+    def need(label: str, reader: str, seed: int | None = None) -> None:
+        if label in present and seed is None:
+            return
+        run = label if seed is None or label not in present else f"{label} seed={seed}"
+        if reader not in needs.setdefault(run, []):
+            needs[run].append(reader)
 
     for r in results:
-        params = r.claim.metric.get("params") or {}
-        for label in sorted(labels_read(r.claim.metric["calculator"], params, present)):
+        calculator, params = r.claim.metric["calculator"], r.claim.metric.get("params") or {}
+        for label in sorted(labels_read(calculator, params, present)):
             need(label, f"claim {r.claim.id}")
+        judged = seeds_read(calculator, params, runs)
+        for seed, labels in seeds_short(calculator, params, runs).items():
+            for label in labels if seed in judged else []:
+                need(label, f"claim {r.claim.id}", seed)
     for spec in claims.figures:
         named = [] if spec.runs == "all" else list(spec.runs)
         reference = spec.measure.get("reference")
@@ -75,16 +86,25 @@ def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult])
     for table in claims.tables:
         for row in table.parsed:
             need(row.run, f"table {table.id}")
-    return {label: readers for label, readers in needs.items() if label not in present}
+    return needs
+
+
+def _experiment(paper: str, scale: str, config_dir: Path) -> dict | None:
+    path = config_dir / "experiment" / f"{paper}_{scale}.yaml"
+    if not path.is_file():
+        return None
+    return (yaml.safe_load(path.read_text()) or {}).get("experiment") or {}
 
 
 def run_set_labels(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> list[str] | None:
     """The labels `repro reproduce PAPER scale=SCALE` runs; None when there is no such set."""
-    path = config_dir / "experiment" / f"{paper}_{scale}.yaml"
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text()) or {}
-    return list((data.get("experiment") or {}).get("runs") or {})
+    experiment = _experiment(paper, scale, config_dir)
+    return None if experiment is None else list(experiment.get("runs") or {})
+
+
+def set_seeds(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> int:
+    """How many seeds `repro reproduce PAPER scale=SCALE` makes unless told (1 without a set)."""
+    return int((_experiment(paper, scale, config_dir) or {}).get("seeds") or 1)
 
 
 def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
@@ -108,16 +128,20 @@ def missing_notes(
     needs: dict[str, list[str]],
     config_dir: Path = CONFIG_DIR,
     runs_root: str = "runs",
+    seeds: int = 1,
 ) -> list[Para]:
     """The runs the report lacks and the one command that makes them under `runs_root`,
-    where the report reads; apart, in small print, the labels this scale's run set does not
-    make (what reads them is for another scale). Empty when nothing is missing."""
+    where the report reads (a missing label at each of the `seeds` its runs have, a missing
+    `label seed=N` at its seed); apart, in small print, the labels this scale's run set does
+    not make (what reads them is for another scale). Empty when nothing is missing."""
     in_set = run_set_labels(paper, scale, config_dir)
-    ours = [label for label in needs if in_set is None or label in in_set]
-    other = [label for label in needs if label not in ours]
+    ours = [run for run in needs if in_set is None or run.split()[0] in in_set]
+    other = [run for run in needs if run not in ours]
     notes = []
     if ours:
-        command = reproduce_command(paper, scale, runs_root)
+        upto = max(int(run.partition(" seed=")[2] or seeds - 1) + 1 for run in ours)
+        more = upto if upto > set_seeds(paper, scale, config_dir) else 0
+        command = reproduce_command(paper, scale, runs_root, more)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
         notes.append(Para(text, css="missing"))
     if other:
