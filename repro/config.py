@@ -43,10 +43,14 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
 # Keys that do not change what a run computes: left out of the run's identity hash, so that
 # a resumed run may change them (e.g. turn the progress bar off) without being refused.
-# `trainer.deterministic` changes nothing on the CPU and only the rounding on a GPU.
+# `trainer.deterministic` changes nothing on the CPU and only the rounding on a GPU. Where
+# the data is kept is not what it is (MNIST-1D is generated from its seed, CIFAR is
+# torchvision's): the same run, sweep or set's search on another mount is the same one.
 NON_IDENTITY_KEYS = (
     "run_dir",
     "runs_root",
+    "data.root",
+    "data.download",
     "tracking",
     "cluster",
     "trainer.progress",

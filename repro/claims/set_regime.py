@@ -12,12 +12,12 @@ every run a report reads and `repro.claims.verdicts.evaluate` is given), and the
 the settings that depart.
 
 Settings that say where or how a run was computed, not what (`HOW_IT_RAN`), may differ: the
-data's folder, the engine and its vectorization, the device, how often checkpoints are
-written and the evaluation's batch. The engines are held to the same decisions and
+engine and its vectorization, the device, how often checkpoints are written and the
+evaluation's batch. The engines are held to the same decisions and
 parameters by the equivalence tests, a resume from a checkpoint ends as the uninterrupted
 run, and evaluation sums in float64. The seed is each run's own (seeds are added one by
 one), and the settings no run's identity holds (`repro.config.NON_IDENTITY_KEYS`: tracking,
-cluster, the set's seed count) never count.
+cluster, the data's folder, the set's seed count) never count.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from repro.pages.writer import fmt
 from repro.sweep.tuned import run_overrides
 
 HOW_IT_RAN = (
-    "data.root",
-    "data.download",
     "trainer.engine",
     "trainer.vectorize",
     "trainer.device",

@@ -2,6 +2,7 @@
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -129,6 +130,24 @@ def test_hash_ignores_presentation_and_kernel_order_but_not_training_settings():
         compose(["trainer.progress=false", "tracking=disabled", "trainer.deterministic=false"])
     )
     assert config_hash(base) != config_hash(compose(["optim.lr=0.02"]))
+
+
+def test_where_the_data_is_kept_is_not_part_of_a_runs_identity(tmp_path):
+    """Moving the data (another mount, `data.root=/shared/data` on a cluster) keeps a run's
+    directory, a sweep's study and a run set's own search: they were refused or made again."""
+    from dataclasses import replace
+
+    from repro.sweep.spec import identity_name, load_spec
+    from repro.sweep.study import sweep_search
+
+    here = [f"data.root={tmp_path / 'a'}"]
+    there = [f"data.root={tmp_path / 'b'}", "data.download=false"]
+    assert config_hash(compose(here)) == config_hash(compose(there))
+    spec = load_spec(Path(__file__).resolve().parents[2] / "sweeps" / "tiny.yaml")
+    a, b = (replace(spec, overrides=(*spec.overrides, *extra)) for extra in (here, there))
+    assert sweep_search(a) == sweep_search(b) and identity_name(a) == identity_name(b)
+    moved = replace(spec, overrides=(*spec.overrides, "optim.lr=0.3"))
+    assert sweep_search(moved) != sweep_search(a) and identity_name(moved) != identity_name(a)
 
 
 @pytest.mark.parametrize("paper", ["adacomm", "topk", "adasum"])
