@@ -125,8 +125,11 @@ def run(args: argparse.Namespace) -> int:
     if queued:
         return 0  # the launcher said where to follow the jobs
     done, running = tally(open_study(spec, open_storage(spec)))
+    why = ""
+    if done < spec.n_trials and spec.timeout_s is not None:  # the workers' only early end
+        why = f" (timeout_s={spec.timeout_s:g} reached; the same command runs the rest)"
     print(
-        f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running; "
+        f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running{why}; "
         f"`repro sweep show {args.spec}` prints the {result_words(spec)[0]}",
         flush=True,
     )

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -158,9 +157,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
         "s" if workers != 1 else "",
         cfg.cluster.name,
     )
-    deadline = time.time() + spec.timeout_s if spec.timeout_s is not None else None
     return pool.start(
-        [functools.partial(run_worker, spec, i, deadline) for i in range(workers)],
+        [functools.partial(run_worker, spec, i) for i in range(workers)],
         then=f"`repro sweep show {spec.source}`",
     )
 

@@ -12,7 +12,7 @@ A sweep (`repro sweep SPEC`) is one Optuna study whose sampler picks the points:
     objectives: [{metric: test/acc, direction: maximize}]
     sampler: nsga2            # nsga2, tpe, gp, random, grid; or {name: nsga2, seed: 0, ...}
     n_trials: 40
-    timeout_s: 3600           # stop starting trials after this long (per invocation)
+    timeout_s: 3600           # a worker starts no trial after this long (its first runs)
     storage: null             # journal file <out>/<name>/journal.log, or a database URL
     out: runs/sweeps
     group_by: null            # a categorical key: `show` prints one front per value

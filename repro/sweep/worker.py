@@ -93,9 +93,12 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
         stops.restore()
 
 
-def run_worker(spec: SweepSpec, index: int, deadline: float | None) -> None:
-    """A sweep worker: count, ask, run, until the budget is spent, the deadline passes or a
-    stop signal comes."""
+def run_worker(spec: SweepSpec, index: int) -> None:
+    """A sweep worker: count, ask, run, until the budget is spent, `timeout_s` has passed
+    since it started (after its first trial, as Optuna's own `timeout`: a worker that starts
+    late, a job queued for hours or a process still loading, still does work) or a stop
+    signal comes."""
+    deadline = None if spec.timeout_s is None else time.time() + spec.timeout_s
     storage = open_storage(spec)
     study = open_study(spec, storage)
     # Distinct seeds per worker and per resume: equal seeds would propose equal points.
@@ -127,6 +130,7 @@ def _adaptive_points(
     import optuna
 
     heartbeat_grace_s = None if spec.storage is None else spec.grace_s
+    asked = False
     while True:
         stops.check()
         with take(spec.study_dir / "ask.lock") as lock:
@@ -136,9 +140,11 @@ def _adaptive_points(
             if fail_orphaned_trials(study, storage, locks, heartbeat_grace_s):
                 log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
             done, running = tally(study)
-            if done >= spec.n_trials or (deadline is not None and time.time() >= deadline):
+            late = asked and deadline is not None and time.time() >= deadline
+            if done >= spec.n_trials or late:
                 return
             if done + running < spec.n_trials:
+                asked = True
                 yield functools.partial(_sampled, spec, study, storage, me, lock.release)
                 continue
         yield None

@@ -69,3 +69,21 @@ def test_diverging_and_rejected_trials_fail_with_reason_and_the_study_goes_on(tm
     assert shown.returncode == 0, shown.stderr
     assert "1 complete, 2 failed" in shown.stdout
     assert "failed trial 0: diverged: training diverged" in shown.stdout
+
+
+def test_a_time_budget_shorter_than_a_trial_still_runs_one_per_worker_and_says_why_it_stopped(
+    tmp_path,
+):
+    """`timeout_s` counts from each worker's start and is looked at after its first trial, as
+    Optuna's own timeout: a worker still loading (or a job that waited in a queue) past it
+    used to start nothing, so the sweep never moved, and ended without saying why."""
+    spec_path = write_spec(tmp_path, wandb=False, n_trials=2, timeout_s=0.001)
+    first = repro("sweep", str(spec_path), "--workers", "1")
+    assert first.returncode == 0, first.stderr
+    assert (
+        "sweep tiny: 1 of 2 trials finished, 0 running (timeout_s=0.001 reached; the same "
+        "command runs the rest)" in first.stdout
+    ), first.stdout
+    again = repro("sweep", str(spec_path), "--workers", "1")
+    assert "sweep tiny: 2 of 2 trials finished, 0 running; " in again.stdout, again.stdout
+    assert len(trials(spec_path, TrialState.COMPLETE)) == 2
