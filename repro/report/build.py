@@ -183,8 +183,10 @@ def build_report(
     """Report for `paper` from the runs under `runs_root`, written into its directory in
     `reports` (`report_subdir`), or into exactly `into`.
 
-    `command` is the command line the page names for regenerating it. Returns the path of
-    report.html (report.md and the figures' SVGs lie beside it).
+    `command` is the command line the page names for regenerating it (by default the report
+    command of the scale read, `report_command`: the user's own might leave the scale to a
+    choice that other runs later change). Returns the path of report.html (report.md and
+    the figures' SVGs lie beside it).
     """
     claims = load_claims(paper, claims_dir or default_claims_dir())
     runs_root = Path(runs_root)
@@ -193,8 +195,10 @@ def build_report(
     check_caps_for_scale(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
+    given = str(claims_dir) if claims_dir else None
+    where = str(into) if into else None
     command = command or report_command(
-        paper, chosen_scale, str(runs_root), str(reports), str(into) if into else None
+        paper, chosen_scale, str(runs_root), str(reports), where, given
     )
     out_dir = into or Path(reports) / report_subdir(paper, chosen_scale)
     render_parts(

@@ -58,8 +58,7 @@ def _paper(argv: list[str]) -> int:
         Path(args.out),
         into=into,
         scale=args.scale,
-        claims_dir=claims_dir,
-        command=shlex.join(["repro", "report", *argv]),
+        claims_dir=Path(args.claims) if args.claims else None,
     )
     print(f"wrote {html.with_name('report.md')} and {html}")
     if args.publish:

@@ -200,6 +200,13 @@ def test_build_report_reads_runs_back_from_disk(tmp_path):
     # no interval: more seeds must decide
     assert "| 0.225 x sync's time | seed 0: 0.225 | undecided at 1 seed |" in row
     assert "Regenerate: repro report adacomm --runs" in md
+    into = tmp_path / "one" / "page"
+    assert report_main([*argv[:3], "--dir", str(into), *argv[5:]]) == 0
+    # the scale read is named, though the user left it to a choice other runs would change
+    assert (
+        f"Regenerate: repro report adacomm --runs {runs_root} --scale small --dir {into} "
+        f"--claims {claims_dir}\n" in (into / "report.md").read_text()
+    )
     # the run it lacks, made by a command that puts it where this report reads its runs
     assert f"Make them with `repro reproduce adacomm scale=small runs_root={runs_root}`." in md
 
