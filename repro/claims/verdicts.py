@@ -95,11 +95,14 @@ def left_out(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
     said beside the value, so a run lost at a claim's last seed (which drops that seed, as
     seeds added to other claims' runs are dropped) is seen, not silently averaged away."""
     params = claim.metric.get("params") or {}
-    short = seeds_short(claim.metric["calculator"], params, runs)
+    lacking: dict[tuple[str, ...], list[str]] = {}
+    for seed, labels in seeds_short(claim.metric["calculator"], params, runs).items():
+        if seed not in seeds:
+            lacking.setdefault(tuple(labels), []).append(str(seed))
     return "; ".join(
-        f"seed {seed} not read: no {', '.join(labels)} run there"
-        for seed, labels in short.items()
-        if seed not in seeds
+        f"seed{'s' if len(at) > 1 else ''} {', '.join(at)} not read: no {', '.join(labels)} "
+        "run there"
+        for labels, at in lacking.items()
     )
 
 

@@ -128,18 +128,20 @@ def missing_notes(
     needs: dict[str, list[str]],
     config_dir: Path = CONFIG_DIR,
     runs_root: str = "runs",
-    seeds: int = 1,
 ) -> list[Para]:
     """The runs the report lacks and the one command that makes them under `runs_root`,
-    where the report reads (a missing label at each of the `seeds` its runs have, a missing
-    `label seed=N` at its seed); apart, in small print, the labels this scale's run set does
-    not make (what reads them is for another scale). Empty when nothing is missing."""
+    where the report reads: the set's command, which makes a missing label at the set's
+    seeds and adds seeds where its claims need them, with `seeds=N` where a missing `label
+    seed=N` lies past the set's own seeds; apart, in small print, the labels this scale's run
+    set does not make (what reads them is for another scale). Empty when nothing is
+    missing."""
     in_set = run_set_labels(paper, scale, config_dir)
     ours = [run for run in needs if in_set is None or run.split()[0] in in_set]
     other = [run for run in needs if run not in ours]
     notes = []
     if ours:
-        upto = max(int(run.partition(" seed=")[2] or seeds - 1) + 1 for run in ours)
+        gaps = [int(run.partition(" seed=")[2]) + 1 for run in ours if " seed=" in run]
+        upto = max(gaps, default=0)
         more = upto if upto > set_seeds(paper, scale, config_dir) else 0
         command = reproduce_command(paper, scale, runs_root, more)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")

@@ -233,8 +233,7 @@ def assemble(
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
     needs = needed_missing(claims, runs, results)
-    upto = max(seeds_of(runs), default=0) + 1
-    missing = missing_notes(claims.paper, scale, needs, runs_root=runs_root, seeds=upto)
+    missing = missing_notes(claims.paper, scale, needs, runs_root=runs_root)
     missing += off_set_notes(claims.paper, scale, off or {}, runs_root)
 
     def reads(result: ClaimResult) -> Cell:

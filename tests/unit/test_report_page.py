@@ -174,10 +174,10 @@ def test_missing_runs_are_named_once_with_the_command_that_makes_them(tmp_path):
     assert row[-1].endswith("; adacomm_lrdecay (no run)")
 
 
-def _seeds_without(tmp_path: Path, seeds: int, lost: tuple[str, int]):
-    """`seeds` seeds of the AdaComm set, each run in its directory, less the run `lost`."""
+def _seeds_without(tmp_path: Path, seeds: int, *lost: tuple[str, int]):
+    """`seeds` seeds of the AdaComm set, each run in its directory, less the runs `lost`."""
     every = [run for seed in range(seeds) for run in adacomm_set(seed=seed)]
-    kept = [run for run in every if (run.name, run.config["seed"]) != lost]
+    kept = [run for run in every if (run.name, run.config["seed"]) not in lost]
     return in_directories(kept, tmp_path / "runs")
 
 
@@ -191,17 +191,29 @@ def test_a_run_lost_between_a_claims_seeds_is_named_with_the_command_and_seeds_t
     assert missing.startswith("Runs missing: sync seed=3 (read by claims headline_time_to_")
     assert missing.endswith("Make them with `repro reproduce adacomm scale=small seeds=4`.")
     assert md.count("Runs missing:") == 1
+    # a label with no run at all is the set's to make at its seeds, adding seeds where needed
+    gone = [("adacomm_lrdecay", seed) for seed in range(5)]
+    _, _, page, _ = _page(tmp_path / "label", _seeds_without(tmp_path / "label", 5, *gone))
+    missing = next(ln for ln in to_markdown(page).splitlines() if ln.startswith("Runs missing:"))
+    assert missing.endswith(
+        ": adacomm_lrdecay (read by claim headline_lrdecay_time_to_sync_loss)"
+        ". Make them with `repro reproduce adacomm scale=small`."
+    )
 
 
 def test_a_claim_judged_short_of_a_seed_its_runs_have_says_which_seed_and_run(tmp_path):
     """A run lost at a claim's last seed drops that seed (as seeds added to other claims'
     runs are dropped): the claim's value says so instead of averaging the seed away unseen."""
     _, results, page, _ = _page(tmp_path, _seeds_without(tmp_path, 3, ("sync", 2)))
-    by_id = {r.claim.id: r for r in results}
-    headline = by_id["headline_time_to_sync_loss"]
+    headline = next(r for r in results if r.claim.id == "headline_time_to_sync_loss")
     assert headline.seeds == 2
     assert headline.note.startswith("seed 2 not read: no sync run there; mean of 2 seeds; ")
     assert "Runs missing" not in to_markdown(page)
+    # seeds that lack the same runs are said together
+    two = _seeds_without(tmp_path / "two", 4, ("sync", 2), ("sync", 3))
+    _, results, _, _ = _page(tmp_path / "two", two)
+    headline = next(r for r in results if r.claim.id == "headline_time_to_sync_loss")
+    assert headline.note.startswith("seeds 2, 3 not read: no sync run there; mean of 2 seeds; ")
 
 
 def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
