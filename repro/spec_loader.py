@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ class _OnceLoader(yaml.SafeLoader):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):  # YAML's own refusal follows, one line
+                continue
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise UserError(

@@ -168,6 +168,9 @@ def test_a_key_written_twice_or_a_folder_for_the_file_is_refused_in_one_line(tmp
     assert msg == f"{path}: key n_trials is written twice (lines {first} and {last}); keep one"
     with pytest.raises(UserError, match=f"^search spec {tmp_path} is a directory; give the"):
         load_spec(tmp_path)
+    path.write_text(f"{text}\n? [n_trials, 2]\n: 9\n")  # a key YAML cannot hash: its own line
+    with pytest.raises(UserError, match=f"^{path}: not valid YAML \\(while constructing a"):
+        load_spec(path)
 
 
 def test_grid_needs_discrete_points_and_fits_the_budget(tmp_path):
