@@ -13,7 +13,7 @@ so redrawing the same runs gives the same file.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +49,11 @@ class Canvas:
     axes: list
 
 
-def open_canvas(spec: FigureSpec, titles: Sequence[str], xname: str) -> Canvas:
-    """A figure with one axes per title (shared x and y), labelled for `spec`."""
+def open_canvas(
+    spec: FigureSpec, titles: Sequence[str], xname: str, tasks: Iterable[str] = ()
+) -> Canvas:
+    """A figure with one axes per title (shared x and y), labelled for `spec` (a loss for
+    the `workload.task`s of the runs drawn)."""
     from matplotlib.figure import Figure  # loads only when a figure is drawn
 
     n = max(1, len(titles))
@@ -73,7 +76,7 @@ def open_canvas(spec: FigureSpec, titles: Sequence[str], xname: str) -> Canvas:
         ):
             ax.xaxis.set_tick_params(labelbottom=True)
         ax.grid(True, alpha=0.3)
-    xlabel, ylabel = spec.xlabel or axis_label(xname), spec.ylabel or axis_label(spec.y)
+    xlabel, ylabel = spec.xlabel or axis_label(xname), spec.ylabel or axis_label(spec.y, tasks)
     if n == 1:
         axes[0].set_title(spec.title)
         axes[0].set_xlabel(xlabel)

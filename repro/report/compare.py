@@ -25,7 +25,7 @@ from repro.errors import CommandParser, UserError
 from repro.pages.writer import Cell, Code, FigureOut, Page, Para, Table, counted, fmt, to_html
 from repro.report.build import default_claims_dir
 from repro.report.colours import colour_for
-from repro.report.plots import CLOCK_SENTENCES, axis_label
+from repro.report.plots import CLOCK_SENTENCES, axis_label, tasks_of
 from repro.storage import staged_folder
 from repro.track.runs import find_runs, read_run
 from repro.track.series import CLOCKS, Run, cfg, label_of, points, seed_of, x_metric
@@ -186,9 +186,10 @@ def figure(drawn: list[Curve], metric: str, x: str, logy: bool):
             label=c.name,
             linewidth=1.5,
         )
-    ax.set_title(f"{axis_label(metric)} against {axis_label(x_metric(x))}")
+    y = axis_label(metric, tasks_of(c.run for c in drawn))
+    ax.set_title(f"{y} against {axis_label(x_metric(x))}")
     ax.set_xlabel(axis_label(x_metric(x)))
-    ax.set_ylabel(axis_label(metric))
+    ax.set_ylabel(y)
     if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
@@ -210,7 +211,8 @@ def page(
     clock = CLOCK_SENTENCES.get(xname, f"x axis: '{xname}'.")
     figure = FigureOut("", f"{metric} against {xname}", clock, png)
     blocks = [Para(("Regenerate: ", Code(command))), figure, Table("", heads, rows, breaks=False)]
-    return Page(f"Comparison: {axis_label(metric)}", blocks, skipped, "Not drawn")
+    title = f"Comparison: {axis_label(metric, tasks_of(c.run for c in drawn))}"
+    return Page(title, blocks, skipped, "Not drawn")
 
 
 def main(argv: list[str]) -> int:

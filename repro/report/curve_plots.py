@@ -24,7 +24,14 @@ from repro.report.canvas import (
     open_canvas,
 )
 from repro.report.colours import colour_for, line_style
-from repro.report.plots import Namer, finished, panel_groups, resolve_reference, shown_everywhere
+from repro.report.plots import (
+    Namer,
+    finished,
+    panel_groups,
+    resolve_reference,
+    shown_everywhere,
+    tasks_of,
+)
 from repro.report.seed_bands import SeedBand, seed_band
 from repro.track.series import NotMeasurable, Run, Seeded, points, trailing_mean, x_metric
 
@@ -38,7 +45,8 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
     """The curves or step figure of `spec`; NotMeasurable when no selected run logged it."""
     labels = spec.selected(list(runs))
     groups = panel_groups(spec, labels)
-    canvas = open_canvas(spec, [title for title, _ in groups], x_metric(spec.x))
+    tasks = tasks_of(run for label in labels for run in runs[label].values())
+    canvas = open_canvas(spec, [title for title, _ in groups], x_metric(spec.x), tasks)
     refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
     everywhere = shown_everywhere(spec, runs)
     logged = sum(len(run.history) for lab in labels for run in runs[lab].values())

@@ -17,12 +17,12 @@ looks the same in every report; the layout, legends and reference lines from `ca
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
-from repro.track.series import Run, Seeded, every_run, points, trailing_mean, x_metric
+from repro.track.series import Run, Seeded, cfg, every_run, points, trailing_mean, x_metric
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,7 +60,21 @@ CLOCK_SENTENCES = {
 }
 
 
-def axis_label(name: str) -> str:
+LOSSES = {"classification": "cross-entropy", "regression": "mean squared error"}
+"""The loss of each `workload.task`, as `repro.workload.workload` computes it."""
+
+
+def tasks_of(runs: Iterable[Run]) -> list[str]:
+    """Each run's `workload.task` (runs recorded before it was a setting classified)."""
+    return [cfg(run, "workload.task", "classification") for run in runs]
+
+
+def axis_label(name: str, tasks: Iterable[str] = ()) -> str:
+    """The words on an axis for a metric; a loss names the loss of the `tasks` drawn (Adasum's
+    toy problem is a regression beside classification runs), cross-entropy by default."""
+    if name in ("train/loss", "test/loss") and tasks:
+        losses = " or ".join(LOSSES[task] for task in sorted(set(tasks)))
+        return f"{'training' if name == 'train/loss' else 'test'} loss ({losses})"
     return AXIS_LABELS.get(name, name)
 
 

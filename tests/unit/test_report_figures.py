@@ -107,6 +107,18 @@ def test_a_target_line_gets_a_marker_where_each_mean_first_reaches_it():
     assert "where the mean first reaches the target line" in legend
 
 
+def test_a_loss_axis_names_the_loss_of_the_runs_drawn():
+    """Adasum's toy problem is a regression: its loss is a squared error, not a cross-entropy."""
+    toy = {"workload": {"task": "regression"}}
+    fit = seeded([make_run("toy_adasum", config=toy), make_run("toy_mean", config=toy)])
+    assert render(spec(), fit, str).axes[0].get_ylabel() == "training loss (mean squared error)"
+    assert render(spec(), loss_runs(), str).axes[0].get_ylabel() == "training loss (cross-entropy)"
+    both = seeded([*fit["toy_mean"].values(), *loss_runs()["sync"].values()])
+    assert render(spec(), both, str).axes[0].get_ylabel() == (
+        "training loss (cross-entropy or mean squared error)"
+    )
+
+
 def test_reference_roles_are_drawn_in_different_styles():
     fig = render(
         spec(reference=[{"y": 1.0, "role": "target"}, {"x": 10.0, "label": "paper"}]),
