@@ -154,8 +154,11 @@ def _nearest_existing(run_dir: Path) -> Path:
 
 
 def _unwritable(run_dir: Path, err: OSError) -> StorageError:
+    """The run's folder is `run_dir=` where given, else under `runs_root=`: the fix names
+    both, the user having set one of them."""
     return StorageError(
-        f"run_dir={run_dir} cannot be written ({err.strerror or err}); pass a writable run_dir=..."
+        f"the run folder {run_dir} cannot be written ({err.strerror or err}); pass a writable "
+        "runs_root=... (or run_dir=..., the run's own folder)"
     )
 
 

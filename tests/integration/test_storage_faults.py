@@ -223,7 +223,8 @@ def test_a_sweep_trial_whose_disk_is_full_is_queued_again_not_counted(small_fs, 
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
     (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("error:")]
     assert line.endswith(
-        "trial_0 cannot be written (No space left on device); pass a writable run_dir=..."
+        "trial_0 cannot be written (No space left on device); pass a writable runs_root=... "
+        "(or run_dir=..., the run's own folder)"
     )
     filler.unlink()
     done = repro_cli(*sweep, cwd=tmp_path)
@@ -270,8 +271,9 @@ def test_a_run_set_reads_its_finished_runs_from_a_read_only_root_and_stops_on_ne
     new = repro_cli("reproduce", "topk", "scale=tiny", f"runs_root={small_fs}/runs", cwd=tmp_path)
     assert new.returncode == 2 and new.stdout.count("\n") <= 2, new.stdout
     assert re.fullmatch(
-        rf"error: run_dir={small_fs}/runs/topk_tiny/\S+ cannot be written \(Read-only file "
-        r"system\); pass a writable run_dir=\.\.\.\n",
+        rf"error: the run folder {small_fs}/runs/topk_tiny/\S+ cannot be written \(Read-only "
+        r"file system\); pass a writable runs_root=\.\.\. \(or run_dir=\.\.\., the run's "
+        r"own folder\)\n",
         new.stderr,
     ), new.stderr
 
