@@ -40,6 +40,7 @@ USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
        repro sweep dashboard SPEC [--port P]"""
 TUNE_USAGE = "repro tune PAPER [scale=small|tiny] [--workers K] [--spec PATH] [--out DIR]"
 SPEC_DIR = REPO / "sweeps" / "tune"
+ACTIONS = ("run", "show", "dashboard")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "action",
         nargs="?",
-        choices=("run", "show", "dashboard"),
+        choices=ACTIONS,
         default="run",
         help=argparse.SUPPRESS,
     )
@@ -139,9 +140,17 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`repro sweep ...`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("show", "dashboard", "run") and not argv[0].startswith("-"):
-        argv.insert(0, "run")  # `repro sweep SPEC` is the run action
     parser = _parser()
+    if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
+        valued = ("--workers", "--cluster", "--port")
+        words = [
+            a
+            for a, before in zip(argv, ["", *argv[:-1]], strict=True)
+            if a[:1] != "-" and before not in valued
+        ]
+        if len(words) > 1:  # an action and a spec: the action is misspelt, not a spec
+            parser.error(f"unknown action {argv[0]!r}; choose one of {', '.join(ACTIONS)}")
+        argv.insert(0, "run")  # `repro sweep SPEC` is the run action
     args = parser.parse_args(argv)
     if args.spec is None:
         parser.error("the following arguments are required: spec")

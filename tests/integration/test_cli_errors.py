@@ -248,6 +248,9 @@ REFUSED = [
     # more workers on this machine than four to a core: refused before the journal is made
     (["sweep", "sweeps/tiny.yaml", "--workers", "100000"], "is more than 4 per core; lower"),
     (["tune", "adacomm", "scale=tiny", "--workers", "100000"], "is more than 4 per core; lower"),
+    # a misspelt action before a spec is named as the action, not taken for the spec
+    (["sweep", "shwo", "sweeps/tiny.yaml"], "unknown action 'shwo'; choose one of run, show"),
+    (["sweep", "shwo", "--port", "8080", "sweeps/tiny.yaml"], "unknown action 'shwo'; choose"),
     # an action with no spec is a missing spec, not a spec file named after the action
     (["sweep", "show"], "repro sweep: the following arguments are required: spec"),
     (["sweep", "dashboard", "--port", "8080"], "the following arguments are required: spec"),
