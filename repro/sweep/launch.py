@@ -79,11 +79,11 @@ def check_config_keys(spec: SweepSpec) -> None:
     key or a value the config schema rejects is refused before a trial is created."""
     from repro.config import compose
 
-    base = base_overrides(spec)
+    base, where = base_overrides(spec), spec.source or f"sweep {spec.name}"
     try:
         compose(base)
     except UserError as err:
-        raise UserError(f"sweep {spec.name}: base config does not compose: {err}") from None
+        raise UserError(f"{where}: its overrides do not compose: {err}") from None
     for p in spec.space:
         for value in p.probe_values():
             override = format_override(p.key, value)
@@ -91,8 +91,7 @@ def check_config_keys(spec: SweepSpec) -> None:
                 compose([*base, override])
             except UserError as err:
                 raise UserError(
-                    f"sweep {spec.name}: space key {p.key} ({override}) is not a valid config "
-                    f"setting: {err}"
+                    f"{where}: space key {p.key} ({override}) is not a valid config setting: {err}"
                 ) from None
 
 

@@ -120,8 +120,8 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
         which = " and ".join([", ".join(changed[:-1]), changed[-1]] if changed[1:] else changed)
         remove = f"remove {spec.study_dir}" if spec.storage is None else "delete the old study"
         raise UserError(
-            f"study {spec.name} in {spec.storage_label} was made by a sweep whose {which} "
-            "differ from this spec's, so their trials would not compare; give the spec "
+            f"study {spec.name} in {spec.storage_label} was made by a sweep that differs from "
+            f"this spec in its {which}, so their trials would not compare; give the spec "
             f"another name, or {remove} to start afresh"
         )
     return study

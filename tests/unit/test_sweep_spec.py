@@ -245,15 +245,15 @@ def test_run_sweep_refuses_bad_storage_before_any_trial(tmp_path, capsys):
 def test_search_key_that_is_not_a_config_field_is_refused_before_any_trial(tmp_path):
     space = [{"key": "method.crr", "type": "float", "low": 0.01, "high": 1.0, "log": True}]
     spec = spec_from_dict(tiny(tmp_path, space=space), "t.yaml")
-    with pytest.raises(UserError, match=r"space key method.crr .* is not a valid config"):
+    with pytest.raises(UserError, match=r"^t.yaml: space key method.crr .* is not a valid config"):
         run_sweep(spec, workers=1)
     assert not (tmp_path / "out").exists()  # no journal, hence no study and no trial
 
 
-def test_a_base_override_the_config_rejects_is_refused_naming_the_sweep(tmp_path):
+def test_a_base_override_the_config_rejects_is_refused_naming_the_spec_file(tmp_path):
     raw = tiny(tmp_path)
     spec = spec_from_dict({**raw, "overrides": [*raw["overrides"], "trainer.steps=0"]}, "t.yaml")
-    with pytest.raises(UserError, match=r"^sweep tiny: base config does not compose: trainer"):
+    with pytest.raises(UserError, match=r"^t.yaml: its overrides do not compose: trainer"):
         run_sweep(spec, workers=1)
     assert not (tmp_path / "out").exists()
 

@@ -213,7 +213,7 @@ def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
     ):
         with pytest.raises(UserError) as err:
             open_study(other, storage)
-        assert f"made by a sweep whose {changed} differ from this spec's" in str(err.value)
+        assert f"made by a sweep that differs from this spec in its {changed}, so" in str(err.value)
         assert str(err.value).endswith(
             "give the spec another name, or remove runs/sweeps/s to start afresh"
         )
