@@ -132,12 +132,13 @@ def launch_runs(
     minutes_per_run: float | None = None,
     also: str = "",
     measured: Mapping[str, float] | None = None,
+    in_set: bool = False,
 ) -> Launched:
     """Run or submit `(label, config)` runs where their `cluster` group says; `then` names
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
     run set's measured minutes per run, 0 when not measured; `measured`: minutes by label,
-    `expected_time`) the expected time of the runs left to do here is printed before any
-    starts, followed by `also`."""
+    `expected_time`) the expected time of the runs left to do here is printed first, then
+    `also`. One run diverging fails the command unless it is `in_set` (a set's added seed)."""
     from repro.train.checkpoint_pick import finished_or_resumable
 
     kinds = {cfg.cluster.kind for _, cfg in runs}
@@ -167,7 +168,7 @@ def launch_runs(
         if minutes_per_run is not None:
             line = expected_time(pending, minutes_per_run, measured)
             print(f"{title}: {line}{also}", flush=True)
-        launched.summaries += _run_here(pending, title, alone=len(runs) == 1)
+        launched.summaries += _run_here(pending, title, alone=len(runs) == 1 and not in_set)
     else:
         from repro.cluster.submit import submit_runs
 
@@ -182,9 +183,8 @@ def launch_runs(
 
 def _run_here(runs: list[tuple[str, Config]], title: str, alone: bool) -> list[dict | None]:
     """The simulated runs of a set (one process and one thread each) as many at once as the
-    machine has cores, then the others in this process in turn. In a set a diverged run is
-    a result (e.g. a batch size past what a method tolerates): its logged curve stays and
-    the rest still run; only a command of one run (`alone`) fails with it."""
+    machine has cores, then the others in this process in turn. A diverged run is a result
+    (a batch size past what a method tolerates) unless `alone`: its curve stays, the rest run."""
     from tqdm import tqdm
 
     started = time.perf_counter()

@@ -132,6 +132,7 @@ def extend(
             f"{title} (added seeds)",
             minutes_per_run=minutes_per_run,
             measured=measured_minutes(runs),
+            in_set=True,
         )
         if launched.jobs:
             print(f"{title}: run this repro reproduce command again once they end", flush=True)

@@ -214,3 +214,17 @@ def test_a_requeued_job_waits_for_the_lock_a_dead_node_held(tmp_path, monkeypatc
     started = time.monotonic()
     with run_lock(tmp_path):
         assert 1.5 < time.monotonic() - started < 30
+
+
+def test_a_sets_one_added_run_that_diverges_is_its_result_a_lone_run_fails(tmp_path, capsys):
+    """Seeds added to a set may be a single run: its divergence is the set's result, as it is
+    among many, and the reproduction goes on to its report; a command of one run fails."""
+    from repro.train.divergence import Diverged
+
+    base = [*TINY, "tracking=disabled", f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/d"]
+    one = [("seed=3", compose([*base, "optim.lr=3", "seed=3"]))]
+    launched = launch_runs(one, "set (added seeds)", in_set=True)
+    assert launched.summaries == [None]
+    assert "diverged seed=3: training diverged at step" in capsys.readouterr().out
+    with pytest.raises(Diverged, match="training diverged at step"):
+        launch_runs(one, "train")
