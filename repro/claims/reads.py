@@ -45,10 +45,9 @@ def seeds_read(calculator: str, params: Mapping[str, Any], runs: Seeded) -> list
     """The seeds a calculation is made at: those at which every run it reads exists. Seeds
     added to other claims' runs, past its last complete seed, are left out; a seed short of
     a run below that is kept, so that the calculation says which run is missing."""
-    labels = labels_read(calculator, params, any_seed(runs))
-    has = {seed: [seed in runs.get(label, {}) for label in labels] for seed in seeds_of(runs)}
-    complete = [seed for seed, present in has.items() if all(present)]
-    partial = [seed for seed, present in has.items() if any(present) and not all(present)]
+    read, lacking = _lacking(calculator, params, runs)
+    complete = [seed for seed, labels in lacking.items() if not labels]
+    partial = list(_short(read, lacking))
     if not complete:
         return partial or seeds_of(runs) or [0]
     return sorted(complete + [seed for seed in partial if seed < complete[-1]])
@@ -58,10 +57,20 @@ def seeds_short(calculator: str, params: Mapping[str, Any], runs: Seeded) -> dic
     """Seed -> the labels the calculation reads that have no run at it, for every seed at
     which some of them have one: where a run is missing, or seeds were added to other
     claims' runs (which of the two, the runs cannot say; a page shows both)."""
+    return _short(*_lacking(calculator, params, runs))
+
+
+def _lacking(
+    calculator: str, params: Mapping[str, Any], runs: Seeded
+) -> tuple[int, dict[int, list[str]]]:
+    """How many labels the calculation reads, and seed -> those with no run at that seed."""
     labels = sorted(labels_read(calculator, params, any_seed(runs)))
-    short = {}
-    for seed in seeds_of(runs):
-        lacking = [label for label in labels if seed not in runs.get(label, {})]
-        if lacking and len(lacking) < len(labels):
-            short[seed] = lacking
-    return short
+    lacking = {
+        seed: [lb for lb in labels if seed not in runs.get(lb, {})] for seed in seeds_of(runs)
+    }
+    return len(labels), lacking
+
+
+def _short(read: int, lacking: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The seeds at which some, not all, of the `read` labels lack a run."""
+    return {seed: labels for seed, labels in lacking.items() if 0 < len(labels) < read}

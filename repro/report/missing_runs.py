@@ -55,20 +55,23 @@ def report_command(
     return shlex.join(command)
 
 
-def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> dict:
-    """Run -> what reads it ("claim x", "figure f", "table t", by id), for every label a
-    claim, figure or table names that has no run, and every `label seed=N` a claim is judged
-    at that has none (a seed between two of the claim's whole seeds), in the order first
-    named."""
+Needs = dict[tuple[str, int | None], list[str]]
+"""(label, seed: None for every seed) -> what reads that missing run."""
+
+
+def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> Needs:
+    """(label, None) -> what reads it ("claim x", "figure f", "table t", by id), for every
+    label a claim, figure or table names that has no run; (label, N) for a label a claim is
+    judged on at seed N that has no run there (a seed between two of the claim's whole
+    seeds); in the order first named."""
     present = any_seed(runs)
-    needs: dict[str, list[str]] = {}
+    needs: Needs = {}
 
     def need(label: str, reader: str, seed: int | None = None) -> None:
-        if label in present and seed is None:
+        if (seed is None) == (label in present):  # a label's run at every seed, or one seed's
             return
-        run = label if seed is None or label not in present else f"{label} seed={seed}"
-        if reader not in needs.setdefault(run, []):
-            needs[run].append(reader)
+        if reader not in needs.setdefault((label, seed), []):
+            needs[(label, seed)].append(reader)
 
     for r in results:
         calculator, params = r.claim.metric["calculator"], r.claim.metric.get("params") or {}
@@ -107,11 +110,11 @@ def set_seeds(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> int:
     return int((_experiment(paper, scale, config_dir) or {}).get("seeds") or 1)
 
 
-def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
-    """ "a, b (read by claims x, y; figure f)": the labels, then their readers by kind."""
+def _listed(needs: Needs, runs: list[tuple[str, int | None]]) -> str:
+    """ "a, b seed=3 (read by claims x, y; figure f)": the runs, then their readers by kind."""
     by_kind: dict[str, list[str]] = {}
-    for label in labels:
-        for reader in needs[label]:
+    for run in runs:
+        for reader in needs[run]:
             kind, name = reader.split(" ", 1)
             if name not in by_kind.setdefault(kind, []):
                 by_kind[kind].append(name)
@@ -119,13 +122,14 @@ def _listed(needs: dict[str, list[str]], labels: list[str]) -> str:
         f"{kind}{'s' if len(names) > 1 else ''} {', '.join(names)}"
         for kind, names in by_kind.items()
     )
-    return f"{', '.join(labels)} (read by {readers})"
+    named = [label if seed is None else f"{label} seed={seed}" for label, seed in runs]
+    return f"{', '.join(named)} (read by {readers})"
 
 
 def missing_notes(
     paper: str,
     scale: str,
-    needs: dict[str, list[str]],
+    needs: Needs,
     config_dir: Path = CONFIG_DIR,
     runs_root: str = "runs",
 ) -> list[Para]:
@@ -136,12 +140,11 @@ def missing_notes(
     set does not make (what reads them is for another scale). Empty when nothing is
     missing."""
     in_set = run_set_labels(paper, scale, config_dir)
-    ours = [run for run in needs if in_set is None or run.split()[0] in in_set]
+    ours = [run for run in needs if in_set is None or run[0] in in_set]
     other = [run for run in needs if run not in ours]
     notes = []
     if ours:
-        gaps = [int(run.partition(" seed=")[2]) + 1 for run in ours if " seed=" in run]
-        upto = max(gaps, default=0)
+        upto = max((seed + 1 for _, seed in ours if seed is not None), default=0)
         more = upto if upto > set_seeds(paper, scale, config_dir) else 0
         command = reproduce_command(paper, scale, runs_root, more)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")

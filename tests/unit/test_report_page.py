@@ -221,7 +221,11 @@ def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
     (tmp_path / "experiment" / "x_small.yaml").write_text(
         "experiment:\n  runs:\n    a: [method=sync]\n    c: [method=sync]\n"
     )
-    needs = {"a": ["claim one"], "b": ["claim two", "figure f"], "d": ["claim two", "table t"]}
+    needs = {
+        ("a", None): ["claim one"],
+        ("b", None): ["claim two", "figure f"],
+        ("d", None): ["claim two", "table t"],
+    }
     mine, other = missing_notes("x", "small", needs, tmp_path)
     assert (mine.css, other.css) == ("missing", "rule")
     assert md_cell(mine.text) == (
