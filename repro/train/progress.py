@@ -13,6 +13,7 @@ terminal (a batch job, a pipe, a CI log), a line such as
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
@@ -21,6 +22,13 @@ from tqdm import tqdm
 
 # Seconds between two progress lines when stderr is not a terminal.
 LOG_EVERY_S = 30.0
+
+
+def _decimals(budget_s: float) -> int:
+    """Decimals that show a modeled-time budget's leading digit and one more: tenths for
+    budgets of a second or more, four for 0.001 s (one fixed tenth read `modeled 0.0/0.001 s`
+    for the whole run)."""
+    return max(1, 1 - math.floor(math.log10(budget_s))) if budget_s > 0 else 1
 
 
 class Progress:
@@ -40,12 +48,13 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.every_s = every_s
         self.step, self.now_s, self.point = start, now_s, ""
+        self.places = _decimals(budget_s)
         self.bar: tqdm | None = None
         self.lines = show and not self.stream.isatty()
         if show and not self.lines:
             self.bar = tqdm(
-                total=round(budget_s, 1) if self.by_time else steps,
-                initial=round(min(now_s, budget_s), 1) if self.by_time else start,
+                total=round(budget_s, self.places) if self.by_time else steps,
+                initial=round(min(now_s, budget_s), self.places) if self.by_time else start,
                 desc=label,
                 unit="s" if self.by_time else "step",
                 dynamic_ncols=True,
@@ -59,7 +68,7 @@ class Progress:
         self.now_s = now_s
         if self.bar is not None:
             if self.by_time:
-                self.bar.update(round(min(now_s, self.budget_s), 1) - self.bar.n)
+                self.bar.update(round(min(now_s, self.budget_s), self.places) - self.bar.n)
             else:
                 self.bar.update(1)
         elif self.lines and time.monotonic() - self.last_line >= self.every_s:
@@ -76,7 +85,7 @@ class Progress:
         began, first = self.since
         rate = (self.step - first) / max(now - began, 1e-9)
         if self.by_time:
-            done = f"modeled {self.now_s:.1f}/{self.budget_s:g} s"
+            done = f"modeled {self.now_s:.{self.places}f}/{self.budget_s:g} s"
             share = min(self.now_s / self.budget_s, 1.0)
         else:
             done, share = f"step {self.step}/{self.steps}", self.step / self.steps

@@ -52,6 +52,14 @@ def test_modeled_time_budget_is_counted_in_modeled_seconds():
     assert out.getvalue().startswith("run: modeled 2.0/8 s (25%)")
 
 
+def test_a_budget_under_a_second_shows_its_digits():
+    out = io.StringIO()
+    bar = Progress("run", steps=99, budget_s=0.001, start=0, now_s=0, show=True, stream=out)
+    bar.advance(0.00025)
+    bar.close()
+    assert out.getvalue().startswith("run: modeled 0.0003/0.001 s (25%)")
+
+
 def test_hidden_progress_writes_nothing():
     out = io.StringIO()
     bar = Progress("run", steps=4, budget_s=0, start=0, now_s=0, show=False, stream=out, every_s=0)
