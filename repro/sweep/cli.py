@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from repro.sweep.front import result_words
     from repro.sweep.launch import run_sweep
     from repro.sweep.storage import open_storage
-    from repro.sweep.study import open_study, tally
+    from repro.sweep.study import finished_words, open_study, tally
 
     with sigterm_stops():
         queued = run_sweep(spec, workers=args.workers, cluster=args.cluster)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if done < spec.n_trials and spec.timeout_s is not None:  # the workers' only early end
         why = f" (timeout_s={spec.timeout_s:g} reached; the same command runs the rest)"
     print(
-        f"sweep {spec.name}: {done} of {spec.n_trials} trials finished, {running} running{why}; "
+        f"sweep {spec.name}: {finished_words(done, spec.n_trials)}, {running} running{why}; "
         f"`repro sweep show {args.spec}` prints the {result_words(spec)[0]}",
         flush=True,
     )

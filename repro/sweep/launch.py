@@ -49,7 +49,14 @@ from repro.schemas.cluster import ClusterConfig
 from repro.sweep.space import format_override
 from repro.sweep.spec import STEPS_TO_TARGET, SweepSpec, base_overrides
 from repro.sweep.storage import SERVER_SCHEMES, open_storage, scheme
-from repro.sweep.study import completed, open_arm_study, open_journal, open_study, tally
+from repro.sweep.study import (
+    completed,
+    finished_words,
+    open_arm_study,
+    open_journal,
+    open_study,
+    tally,
+)
 from repro.sweep.trial import arm_trial_overrides
 from repro.sweep.tuned import TUNED_DIR, export_data, write_tuned
 from repro.sweep.worker import run_worker, tune_worker
@@ -145,7 +152,12 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     pool = Workers(cfg.cluster, cfg.runs_root, "sweep", spec.name, cpus)
     done, _ = tally(prepare_study(spec, database or open_storage(spec)))
     if done >= spec.n_trials:
-        print(f"sweep {spec.name}: all {spec.n_trials} trials finished; nothing to run", flush=True)
+        words = (
+            f"all {done} trials finished"
+            if done == spec.n_trials
+            else finished_words(done, spec.n_trials)
+        )
+        print(f"sweep {spec.name}: {words}; nothing to run", flush=True)
         return []
     log.info(
         "sweep %s on %s: %d trials, %d worker%s (cluster=%s)",

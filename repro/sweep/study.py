@@ -91,6 +91,15 @@ def tally(study: Any) -> tuple[int, int]:
     return done, running
 
 
+def finished_words(done: int, n_trials: int) -> str:
+    """How many trials the study holds finished, against the spec's `n_trials`: a study run
+    before with a larger `n_trials` holds more than the spec now asks for ("6 of 2" read as
+    a slip)."""
+    if done > n_trials:
+        return f"{done} trials finished, more than n_trials={n_trials}"
+    return f"{done} of {n_trials} trials finished"
+
+
 def open_study(spec: SweepSpec, storage: Any) -> Any:
     """The sweep's study, created on first use. Optuna's own lines about studies and trials
     are silenced, as in `open_journal`: the study's would come once per worker, and each

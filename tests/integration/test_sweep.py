@@ -87,3 +87,10 @@ def test_a_time_budget_shorter_than_a_trial_still_runs_one_per_worker_and_says_w
     again = repro("sweep", str(spec_path), "--workers", "1")
     assert "sweep tiny: 2 of 2 trials finished, 0 running; " in again.stdout, again.stdout
     assert len(trials(spec_path, TrialState.COMPLETE)) == 2
+
+    # a lower n_trials afterwards: the study holds more than the spec asks for
+    write_spec(tmp_path, wandb=False, n_trials=1, timeout_s=0.001)
+    lower = repro("sweep", str(spec_path), "--workers", "1")
+    assert lower.returncode == 0, lower.stderr
+    assert "sweep tiny: 2 trials finished, more than n_trials=1; nothing to run" in lower.stdout
+    assert "sweep tiny: 2 trials finished, more than n_trials=1, 0 running; " in lower.stdout
