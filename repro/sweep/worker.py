@@ -37,7 +37,7 @@ from typing import Any
 from repro.errors import StorageError
 from repro.locks import take
 from repro.storage import storage_failure
-from repro.sweep.space import design, format_override, shown_settings, suggest
+from repro.sweep.space import design, shown_settings, suggest
 from repro.sweep.spec import ArmSpec, SweepSpec
 from repro.sweep.stops import Stopped, StopSignals, WriteRefused, mark_stopped
 from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
@@ -289,7 +289,7 @@ def run_point(
     study.tell(trial, value)
     values = [t.value for t in completed(study)]
     best = (min if spec.objective.direction == "minimize" else max)(values)
-    shown = " ".join(format_override(k, v) for k, v in params.items())
+    shown = shown_settings(params)
     print(
         f"tune {spec.experiment} [{arm.name} {len(values)}/{spec.n_trials}] #{index} {shown} -> "
         f"{value:.4g} (best {best:.4g}){' diverged' if attrs['diverged'] else ''} in "

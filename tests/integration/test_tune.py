@@ -61,6 +61,8 @@ def test_tune_writes_equal_budget_values_and_does_not_rerun(tmp_path):
     ran = repro_cli(*args, "--workers", "2", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "tune adacomm_tiny [sync 2/2]" in ran.stdout
+    # a trial's line shows its point as the sweep's lines do, to 4 significant digits
+    assert " optim.lr=0.01581 -> " in ran.stdout and " optim.lr=0.1581 -> " in ran.stdout
     tuned_file = tmp_path / "tuned" / "adacomm_tiny.yaml"
     data = yaml.safe_load(tuned_file.read_text())
 
