@@ -9,7 +9,8 @@ interval l the period becomes
 F is the training loss averaged over workers. A single mini-batch loss is too noisy to
 steer by, so F(x_l) is the mean of the worker-averaged losses reported during interval l-1,
 and F(x_0) the mean loss of the first averaging period (the closest estimate of the loss at
-the start). tau is kept >= 1 and, only when `tau_max` is given, <= tau_max. The published
+the start). lr_0 is the base rate, the largest seen so far: after a warm-up, the rate it
+ramped up to. tau is kept >= 1 and, only when `tau_max` is given, <= tau_max. The published
 rule has no upper bound, and the loss-lr rule is meant to rise above tau_0: a decay of the
 learning rate by 10 multiplies tau by sqrt(10) at the same loss ratio (the smaller steps
 drift apart more slowly, so the workers can average less often).
@@ -48,7 +49,10 @@ class TauSchedule:
         """Feed one averaging: `now` on the schedule's clock, the worker-averaged loss of
         the period just ended, the current learning rate. Returns the next period's tau."""
         if self.f0 is None:
-            self.f0, self.lr0 = loss, lr
+            self.f0 = loss
+        # lr_0 is the base rate: a warm-up's first, smaller rates would read as a rise of the
+        # rate and shrink tau at an unchanged loss, so the largest rate seen stands for it
+        self.lr0 = lr if self.lr0 is None else max(self.lr0, lr)
         if self.searching:
             return self._search(now, loss)
         self.interval_losses.append(loss)

@@ -45,6 +45,21 @@ def test_loss_lr_rule_grows_tau_after_lr_decay():
     assert s.observe(now=2.0, loss=1.0, lr=0.01) == math.ceil(math.sqrt(0.5) * 10) == 8
 
 
+def test_a_warm_up_is_not_a_decay_of_the_rate():
+    """lr_0 is the base rate: a warm-up's smaller first rates made lr_0 / lr_l < 1 once the
+    rate had ramped up, and tau shrank at an unchanged loss (4 -> 2 here)."""
+    s = TauSchedule(tau0=4, interval=4.0, rule="loss_lr")
+    rates = [0.05 * min(step / 50, 1.0) for step in range(4, 201, 4)]  # 50 warm-up steps
+    taus = [
+        s.observe(now=float(step), loss=2.3, lr=lr)
+        for step, lr in zip(range(4, 201, 4), rates, strict=True)
+    ]
+    assert set(taus) == {4}
+    # a x0.1 decay after it raises tau by sqrt(10) at the same loss: ceil(sqrt(10) * 4) = 13
+    s.observe(now=204.0, loss=2.3, lr=0.005)
+    assert s.observe(now=208.0, loss=2.3, lr=0.005) == math.ceil(math.sqrt(10) * 4) == 13
+
+
 def test_tau_max_caps_only_when_set():
     assert _decay_run(tau_max=15).observe(now=2.0, loss=1.0, lr=0.01) == 15
     assert _decay_run(tau_max=100).observe(now=2.0, loss=1.0, lr=0.01) == 23
