@@ -46,6 +46,13 @@ def orthogonalize(columns: torch.Tensor, epsilon: float = 0.0) -> None:
             later -= torch.sum(col * later, dim=1, keepdim=True) * col
 
 
+def compressed_rank(n: int, m: int, rank: int, min_rate: float) -> int | None:
+    """The rank an n x m matrix is compressed at, min(n, m, rank), or None where that does not
+    save `min_rate` times its size and it is sent whole (the hook's rule)."""
+    r = min(n, m, rank)
+    return r if (n + m) * r * min_rate < n * m else None
+
+
 def _flat(pieces: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     """(rows, *) pieces end to end; no piece (nothing of that kind) is an empty message."""
     return torch.cat(pieces, dim=1) if pieces else like[:, :0].clone()
@@ -85,8 +92,7 @@ class PowerSGD:
         for i in reversed(range(len(shapes))):
             n = shapes[i][0] if shapes[i] else 1
             m = math.prod(shapes[i]) // n
-            r = min(n, m, self.rank)
-            if (n + m) * r * self.min_rate < n * m:
+            if compressed_rank(n, m, self.rank, self.min_rate) is not None:
                 by_shape.setdefault((n, m), []).append(offsets[i])
             else:
                 self.plain.append((offsets[i], offsets[i + 1]))

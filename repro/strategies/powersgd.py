@@ -24,9 +24,10 @@ from repro.strategies.compressed_sgd import CompressedSGD, Parts
 
 @dataclass
 class PowerSGDConfig(MethodConfig):
-    """`method=powersgd` (module doc for each setting). The rank must fit every matrix the
-    model has: a tensor of two or more axes, viewed as its first axis by the rest, is
-    approximated at `rank`, which cannot exceed its smaller side (`validate_model`)."""
+    """`method=powersgd` (module doc for each setting). The rank must fit every matrix that
+    is compressed: a tensor of two or more axes, viewed as its first axis by the rest, is
+    approximated at `rank`, which cannot exceed its smaller side (`validate_model`); a
+    matrix too small to gain from compression is sent whole, whatever the rank."""
 
     name: str = "powersgd"
     rank: int = 2
@@ -53,14 +54,18 @@ class PowerSGDConfig(MethodConfig):
         )
 
     def validate_model(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        from repro.compress.powersgd import compressed_rank
+
         for name, shape in shapes.items():
             if len(shape) < 2:
                 continue
             n, m = shape[0], math.prod(shape[1:])
-            if self.rank > min(n, m):
+            compressed = compressed_rank(n, m, self.rank, self.min_compression_rate) is not None
+            if self.rank > min(n, m) and compressed:
                 raise UserError(
                     f"method.rank={self.rank} is larger than {name}'s smaller side "
-                    f"({min(n, m)}, of its {n} x {m} matrix); lower method.rank to {min(n, m)}"
+                    f"({min(n, m)}, of its {n} x {m} matrix, which is compressed); lower "
+                    f"method.rank to {min(n, m)}"
                 )
 
     def parts(self) -> Parts:

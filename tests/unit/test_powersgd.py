@@ -111,14 +111,32 @@ def test_bad_settings_are_refused_when_composed(override, message):
         compose(["method=powersgd", override])
 
 
-def test_a_rank_above_a_matrix_side_is_refused_before_anything_is_written(tmp_path):
-    # synthetic_mlp's classifier weight is 4 x 32 (4 classes): rank 4 fits, 5 does not
+def test_a_rank_above_a_compressed_matrix_side_is_refused_before_anything_is_written(tmp_path):
+    # synthetic_mlp's classifier weight is 4 x 32 (4 classes): rank 4 fits, 5 does not where
+    # every matrix is compressed (min_compression_rate=0)
     with pytest.raises(UserError) as err:
-        train(tmp_path, "method=powersgd", "method.rank=5", "trainer.steps=2")
+        train(
+            tmp_path,
+            "method=powersgd",
+            "method.rank=5",
+            "method.min_compression_rate=0",
+            "trainer.steps=2",
+        )
     assert str(err.value) == (
         "method.rank=5 is larger than net.2.weight's smaller side (4, of its 4 x 32 "
-        "matrix); lower method.rank to 4"
+        "matrix, which is compressed); lower method.rank to 4"
     )
     assert not (tmp_path / "runs").exists()
     # vectors are never compressed: the biases' single side does not bound the rank
     PowerSGDConfig(rank=4).validate_model({"net.2.weight": (4, 32), "net.2.bias": (4,)})
+
+
+def test_a_matrix_sent_whole_does_not_bound_the_rank():
+    """At the default rate a 25 x 5 matrix gains nothing at rank 5 or more ((25 + 5) x 5 x 2 >
+    125) and is sent whole, so rank 8 runs with it: only the larger matrices are compressed
+    (`cnn1d`'s first convolution once refused every rank above 5)."""
+    shapes = {"conv1.weight": (25, 1, 5), "conv2.weight": (25, 25, 3)}
+    PowerSGDConfig(rank=8).validate_model(shapes)
+    compressor = PowerSGD(rank=8)
+    compressor.bind(list(shapes.values()))
+    assert [(n, m, r) for _, n, m, r in compressor.matrices] == [(25, 75, 8)]
