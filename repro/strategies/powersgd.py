@@ -8,7 +8,10 @@ memory. Settings are PyTorch's `PowerSGDState`'s, under this suite's names: `ran
 `error_feedback` (use_error_feedback), `warm_start`, `min_compression_rate`, `epsilon`
 (orthogonalization_epsilon), `seed` (random_seed). The paper compresses from the first
 step, so `start_iter` is 0 here where PyTorch's DDP hook defaults to 1,000 (and needs at
-least 2 with error feedback or warm start, for DDP's own bucket rebuild).
+least 2 with error feedback or warm start, for DDP's own bucket rebuild). `epsilon` is
+1e-8, as in the paper's own code, where PyTorch's is 0: at 0 a layer whose gradient is all
+zero (its units dead, or unused by the loss) divides by a zero norm, its update turns NaN
+and, with error feedback, stays NaN, ending the run as "diverged".
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class PowerSGDConfig(MethodConfig):
     error_feedback: bool = True
     warm_start: bool = True
     min_compression_rate: float = 2.0
-    epsilon: float = 0.0
+    epsilon: float = 1e-8
     seed: int = 0
     exchange: str = "allreduce"
 

@@ -49,6 +49,19 @@ def test_a_matrix_of_the_compressed_rank_comes_back_exactly():
     assert torch.equal(result.taken, result.average)  # feedback keeps G less what went out
 
 
+def test_a_layer_whose_gradient_is_all_zero_gets_a_zero_update_at_the_default_epsilon():
+    """At epsilon 0 (PyTorch's default) the zero layer's P is divided by its zero norm: its
+    update was NaN, and through error feedback stayed NaN."""
+    epsilon = PowerSGDConfig().epsilon
+    compressor = PowerSGD(rank=2, min_compression_rate=1.0, epsilon=epsilon)
+    compressor.bind([(20, 30), (20, 30)])
+    live = torch.randn(2, 600, generator=torch.Generator().manual_seed(7))
+    flat = torch.cat([torch.zeros(2, 600), live], dim=1)
+    result = allreduce_exchange(AxisCollectives(2), compressor.for_exchange(None), flat)
+    assert torch.equal(result.average[:, :600], torch.zeros(2, 600))
+    assert torch.isfinite(result.average).all()
+
+
 def test_a_model_of_vectors_alone_is_averaged_uncompressed():
     x = torch.randn(2, 7, generator=torch.Generator().manual_seed(5))
     compressor = PowerSGD(rank=1)
