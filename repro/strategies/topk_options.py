@@ -72,4 +72,7 @@ def check_options(cfg: TopKConfig) -> None:
     if cfg.gain_window < 1:
         raise UserError(f"method.gain_window={cfg.gain_window} must be at least 1")
     if not cfg.bytes_scale > 0:
-        raise UserError(f"method.bytes_scale={cfg.bytes_scale} must be > 0")
+        raise UserError(
+            f"method.bytes_scale={cfg.bytes_scale} must be > 0: it follows "
+            "network.bytes_scale; set network.bytes_scale > 0"
+        )

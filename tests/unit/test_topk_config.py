@@ -76,6 +76,13 @@ def test_topk_config_rejects_bad_input(overrides, message):
         TopKConfig(**overrides)
 
 
+def test_a_bad_network_byte_scale_is_named_where_the_method_follows_it():
+    """The method's copy is checked first, so the setting the user wrote must be named."""
+    with pytest.raises(UserError) as err:
+        compose(["method=topk", "network.bytes_scale=-1"])
+    assert "network.bytes_scale" in str(err.value)
+
+
 def test_method_topk_composes_and_follows_the_network_byte_scale():
     cfg = compose(["method=topk", "network=flex_c1", "network.bytes_scale=64"]).method
     assert isinstance(cfg, TopKConfig)
