@@ -109,23 +109,41 @@ def left_out(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
 OffSet = Mapping[str, Mapping[int, list[str]]]
 
 
+def _flagged(claim: Claim, runs: Seeded, seeds: list[int], flags: OffSet) -> dict:
+    """(label, seed) -> texts, for the runs `claim` reads at `seeds` that `flags` lists."""
+    params = claim.metric.get("params") or {}
+    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
+    return {
+        (label, seed): flags[label][seed]
+        for label in sorted(labels & set(flags))
+        for seed in seeds
+        if seed in flags[label]
+    }
+
+
 def departed(claim: Claim, runs: Seeded, seeds: list[int], off: OffSet) -> str:
     """The settings where the runs `claim` reads at `seeds` are not the run set's runs
     (`off`: label -> seed -> `repro.claims.set_regime.departures`), each once: "" when they all
     are."""
-    params = claim.metric.get("params") or {}
-    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
-    found = [
-        text
-        for label in sorted(labels & set(off))
-        for seed in seeds
-        for text in off[label].get(seed, [])
-    ]
-    return "; ".join(dict.fromkeys(found))
+    found = _flagged(claim, runs, seeds, off).values()
+    return "; ".join(dict.fromkeys(text for texts in found for text in texts))
 
 
-def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
+def cut_short(claim: Claim, runs: Seeded, seeds: list[int], unfinished: OffSet) -> str:
+    """The runs `claim` reads at `seeds` that have not run to their end (`unfinished`: label ->
+    seed -> why), each with why: "" when none."""
+    found = _flagged(claim, runs, seeds, unfinished)
+    return ", ".join(
+        f"{label} seed={seed} ({'; '.join(why)})" for (label, seed), why in found.items()
+    )
+
+
+def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, unfinished: OffSet) -> ClaimResult:
     seeds = claim_seeds(claim, runs)
+    if cut := cut_short(claim, runs, seeds, unfinished):
+        # a curve cut short would be judged as if whole: its last value, its time to a target
+        note = f"runs it reads have not finished: {cut}"
+        return ClaimResult(claim, None, "not assessed", note, unfinished=cut)
     try:
         values, note = _measure(claim, runs, seeds)
     except MissingRun as err:
@@ -166,11 +184,15 @@ def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
 
 
 def evaluate(
-    claims: list[Claim], runs: Seeded, scale: str, off: OffSet | None = None
+    claims: list[Claim],
+    runs: Seeded,
+    scale: str,
+    off: OffSet | None = None,
+    unfinished: OffSet | None = None,
 ) -> list[ClaimResult]:
     """Evaluate every claim on the runs of one reproduction at `scale` (never raises); a
-    claim reading a run that `off` lists is not assessed."""
-    results = [_one(claim, runs, scale, off or {}) for claim in claims]
+    claim reading a run that `off` or `unfinished` lists is not assessed."""
+    results = [_one(claim, runs, scale, off or {}, unfinished or {}) for claim in claims]
     by_id = {r.claim.id: r for r in results}
     return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
 

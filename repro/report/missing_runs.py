@@ -160,6 +160,35 @@ def missing_notes(
     return notes
 
 
+def unfinished_notes(
+    paper: str,
+    scale: str,
+    unfinished: OffSet,
+    config_dir: Path = CONFIG_DIR,
+    runs_root: str = "runs",
+) -> list[Para]:
+    """The runs read that have not run to their end (label -> seed -> why,
+    `repro.report.build.Selection.unfinished`), and the command that finishes them: the set's
+    own, which resumes each from its last checkpoint (`seeds=N` where one lies past the set's
+    seeds)."""
+    if not unfinished:
+        return []
+    named = [
+        f"{label} seed={seed} ({'; '.join(why)})"
+        for label, by_seed in unfinished.items()
+        for seed, why in sorted(by_seed.items())
+    ]
+    upto = max(seed + 1 for by_seed in unfinished.values() for seed in by_seed)
+    more = upto if upto > set_seeds(paper, scale, config_dir) else 0
+    text = (
+        f"Runs not finished: {', '.join(named)}. A run cut short is not a measurement: the "
+        "claims that read them are not assessed. ",
+        Code(reproduce_command(paper, scale, runs_root, more)),
+        " finishes them, each from its last checkpoint.",
+    )
+    return [Para(text, css="missing")]
+
+
 def off_set_notes(paper: str, scale: str, off: OffSet, runs_root: str = "runs") -> list[Para]:
     """The runs standing in for the set's own, made with other settings (label -> seed ->
     departures, `repro.report.build.Selection.off`): each label with its seeds and settings,

@@ -39,6 +39,8 @@ def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
     seeds = counted(n, "seed")
     claim = result.claim
     stated = ", ".join(claim.scales)
+    if result.unfinished:
+        return f"not assessed: runs it reads have not finished ({result.unfinished})"
     if claim.kind == "model_check" and result.verdict in CHECK_WORDS:
         return CHECK_WORDS[result.verdict]
     if result.off_set:

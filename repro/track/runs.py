@@ -27,6 +27,14 @@ STOPPED = 130
 failed: 128 + SIGINT, as a shell reports it. The same command resumes such a run."""
 
 
+def unfinished_why(exit_code: int | None) -> str | None:
+    """Why a run with this exit record has not run to its end, or None where it has (a
+    failure, divergence included, is an end: its history is what the run made)."""
+    if exit_code is None:
+        return "no exit record: killed, or still running"
+    return "stopped before its end" if exit_code == STOPPED else None
+
+
 @dataclass
 class RunData:
     """One run as read from disk; `history` is sorted by step and every row has "step"."""

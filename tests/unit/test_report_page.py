@@ -15,6 +15,7 @@ from repro.report.missing_runs import missing_notes
 from repro.report.page import CHECKS_TITLE, WANDB_URL, assemble, metrics_table
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
+from repro.track.runs import STOPPED
 from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
@@ -33,11 +34,15 @@ def _runs(tmp_path: Path, drop: tuple[str, ...] = ()):
 
 def _page(tmp_path: Path, runs, figures=()):
     claims = load_claims("adacomm", CLAIMS_DIR)
-    scale, chosen, _, _ = select_runs(runs, "adacomm", None, "runs")
+    # the fixture's runs are not the set's in their data settings, so `off` is not passed
+    scale, chosen, _, _, unfinished = select_runs(runs, "adacomm", None, "runs")
     chosen = ordered(claims, chosen)
-    results = evaluate(claims.claims, chosen, scale)
+    results = evaluate(claims.claims, chosen, scale, unfinished=unfinished)
     page_dir = tmp_path / "reports" / "adacomm"
-    page = assemble(claims, chosen, scale, results, list(figures), ["Regenerate: x"], page_dir)
+    figs = list(figures)
+    page = assemble(
+        claims, chosen, scale, results, figs, ["Regenerate: x"], page_dir, unfinished=unfinished
+    )
     return claims, results, page, page_dir
 
 
@@ -199,6 +204,41 @@ def test_a_run_lost_between_a_claims_seeds_is_named_with_the_command_and_seeds_t
         ": adacomm_lrdecay (read by claim headline_lrdecay_time_to_sync_loss)"
         ". Make them with `repro reproduce adacomm scale=small`."
     )
+
+
+def test_a_run_cut_short_is_not_judged_as_if_whole_and_is_named_with_the_command_to_finish_it(
+    tmp_path,
+):
+    """A run killed (no exit record) or stopped part-way was read into the claims as if whole:
+    its last loss, its time to a target. Such a run keeps its curve on the page, but the claims
+    reading it are not assessed, and the page says which runs to finish and how."""
+    runs = [run for seed in range(3) for run in adacomm_set(seed=seed)]
+    for run in runs:
+        if (run.name, run.config["seed"]) == ("sync", 1):
+            run.exit_code = None
+        if (run.name, run.config["seed"]) == ("local_sgd_tau16", 2):
+            run.exit_code = STOPPED
+    _, results, page, _ = _page(tmp_path, in_directories(runs, tmp_path / "runs"))
+    by_id = {r.claim.id: r for r in results}
+    headline = by_id["headline_time_to_sync_loss"]
+    assert (headline.verdict, headline.ours) == ("not assessed", None)
+    assert headline.note == (
+        "runs it reads have not finished: sync seed=1 (no exit record: killed, or still running)"
+    )
+    md = to_markdown(page)
+    assert (
+        "not assessed: runs it reads have not finished (sync seed=1 (no exit record: killed, or "
+        "still running))" in md
+    )
+    line = next(ln for ln in md.splitlines() if ln.startswith("Runs not finished:"))
+    assert line == (
+        "Runs not finished: sync seed=1 (no exit record: killed, or still running), "
+        "local_sgd_tau16 seed=2 (stopped before its end). A run cut short is not a measurement: "
+        "the claims that read them are not assessed. `repro reproduce adacomm scale=small` "
+        "finishes them, each from its last checkpoint."
+    )
+    assert by_id["tau_decreases"].verdict == "reproduced"  # reads neither run: judged
+    assert "Runs missing" not in md
 
 
 def test_a_claim_judged_short_of_a_seed_its_runs_have_says_which_seed_and_run(tmp_path):
