@@ -3,17 +3,25 @@
 Every check that SLURM itself would only report later (a job pending forever on a
 partition too small for it, or rejected by sbatch with a long message) is done here first
 and becomes one `UserError` line: no `sbatch`, an unknown partition, more tasks x CPUs or
-GPUs per node than the partition's smallest node has, more nodes than it has.
+GPUs per node than the partition's smallest node has, more nodes than it has. What only
+sbatch can judge (memory, constraints, accounts) is its refusal in one line
+(`sbatch_refusals`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shlex
+import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import submitit
+from submitit.core.utils import FailedJobError
 
 from repro.cluster.slurm_env import SRUN_CPUS_PER_TASK_SETUP, partition_info, sbatch_available
 from repro.errors import UserError
@@ -150,3 +158,33 @@ def make_executor(
     params.update({k: v for k, v in optional.items() if v is not None})
     executor.update_parameters(**params)
     return executor
+
+
+@contextlib.contextmanager
+def sbatch_refusals(cluster: ClusterConfig, folder: Path) -> Iterator[None]:
+    """sbatch's own refusal of a job the checks above let through (memory, a constraint, an
+    account or QOS the site does not grant) as one `UserError` line with sbatch's reasons,
+    instead of sbatch's raw lines and submitit's traceback; the job files submitit wrote
+    into `folder` for it are removed."""
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # submitit echoes a refusal's stderr
+            yield
+    except FailedJobError as err:
+        for path in set(folder.iterdir()) - before if folder.is_dir() else ():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        reasons = "; ".join(dict.fromkeys(ln.removeprefix("sbatch: error: ") for ln in lines))
+        raise UserError(
+            f"sbatch refused the job of cluster={cluster.name}: {reasons}; change what it "
+            "names (cluster.mem_gb, cluster.time_min, cluster.partition, cluster.account, "
+            "cluster.qos, cluster.sbatch_args)"
+        ) from None
+    except BaseException:
+        sys.stderr.write(said.getvalue())
+        raise
+    sys.stderr.write(said.getvalue())  # a job queued: whatever was said on the way

@@ -30,7 +30,7 @@ from pathlib import Path
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from repro.cluster.executor import job_folder, make_executor
+from repro.cluster.executor import job_folder, make_executor, sbatch_refusals
 from repro.cluster.jobs import JobRecord, append_records
 from repro.cluster.slurm_env import rendezvous_env
 from repro.config import Config, run_dir_of
@@ -157,7 +157,8 @@ def submit_run(cfg: Config) -> submitit.Job:
     per_node = _tasks_per_node(cfg)
     folder = job_folder(cfg.cluster, cfg.runs_root)
     executor = make_executor(cfg.cluster, folder, f"repro-{cfg.label}", per_node, cfg.cluster.nodes)
-    job = executor.submit(TrainingJob(cfg))
+    with sbatch_refusals(cfg.cluster, folder):
+        job = executor.submit(TrainingJob(cfg))
     append_records(cfg.runs_root, [_run_record(job, "run", cfg.label, cfg)])
     return job
 
@@ -180,13 +181,14 @@ def submit_runs(runs: Sequence[tuple[str, Config]], title: str) -> list[JobRecor
     records = []
     for per_node, group in groups.items():
         executor = executors[per_node]  # all made first: a shape the cluster refuses queues nothing
-        with executor.batch():
+        with sbatch_refusals(first.cluster, folder), executor.batch():
             jobs = [executor.submit(TrainingJob(cfg)) for _, cfg in group]
-        records += [
+        queued = [
             _run_record(job, "run_set", label, cfg)
             for job, (label, cfg) in zip(jobs, group, strict=True)
         ]
-    append_records(first.runs_root, records)
+        append_records(first.runs_root, queued)  # each array once queued: a later refusal
+        records += queued  # by sbatch leaves the queued ones recorded
     return records
 
 
@@ -199,11 +201,11 @@ class WorkerArray:
         self, cluster: ClusterConfig, runs_root: str, kind: str, name: str, cpus: int
     ) -> None:
         self.cluster, self.kind, self.name, self.runs_root = cluster, kind, name, runs_root
-        folder = job_folder(cluster, runs_root)
-        self.executor = make_executor(cluster, folder, f"repro-{kind}-{name}", 1, 1, cpus)
+        self.folder = job_folder(cluster, runs_root)
+        self.executor = make_executor(cluster, self.folder, f"repro-{kind}-{name}", 1, 1, cpus)
 
     def submit(self, workers: Sequence[Callable[[], object]]) -> list[JobRecord]:
-        with self.executor.batch():
+        with sbatch_refusals(self.cluster, self.folder), self.executor.batch():
             jobs = [self.executor.submit(WorkerJob(fn)) for fn in workers]
         records = [_record(job, self.kind, self.name, self.cluster, 1) for job in jobs]
         append_records(self.runs_root, records)

@@ -148,3 +148,13 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     assert _cli_error(capsys, *base).startswith("error: sbatch not found: cluster=slurm_local")
     assert not (tmp_path / "runs").exists()  # nothing submitted, nothing recorded
+    monkeypatch.undo()
+    # what only sbatch judges: its reasons in one line, not its raw lines and a traceback
+    assert _cli_error(capsys, *base, "cluster.mem_gb=100000") == (
+        "error: sbatch refused the job of cluster=slurm_local: Memory specification can not be "
+        "satisfied; Batch job submission failed: Requested node configuration is not "
+        "available; change what it names (cluster.mem_gb, cluster.time_min, "
+        "cluster.partition, cluster.account, cluster.qos, cluster.sbatch_args)"
+    )
+    left = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert left == []  # no job files, no jobs.jsonl
