@@ -184,6 +184,27 @@ def job_states(records: list[JobRecord], problems: list[str] | None = None) -> d
     return states
 
 
+def live_states(records: list[JobRecord]) -> dict[str, str]:
+    """job id -> state of the jobs among `records` that are queued or running, from the
+    controller itself (squeue): the accounting sacct reads lists a job a moment after it is
+    queued, so a job just submitted would read as unknown there. A controller that does not
+    answer lists none."""
+    states = {r.job_id: _local_state(r) for r in records if r.cluster == "submitit_local"}
+    live = {job: state for job, state in states.items() if state == "RUNNING"}
+    slurm = [r for r in records if r.cluster != "submitit_local"]
+    for env_file in {r.env_file for r in slurm if r.env_file}:
+        apply_env_file(env_file)
+    if slurm:
+        ids = ",".join(sorted({r.job_id.split("_")[0] for r in slurm}))
+        try:  # -r: an array's pending tasks one per line, as their records name them
+            done = slurm_tool(["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T"])
+        except (UserError, subprocess.TimeoutExpired):
+            return live
+        listed = dict(line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
+        live |= {r.job_id: listed[r.job_id] for r in slurm if r.job_id in listed}
+    return live
+
+
 # srun's word on how a task ended ("srun: error: node3: task 1: Killed"): the cause of a
 # failed step, which the other tasks' tracebacks, written after it, can push out of a tail
 _TASK_END = re.compile(r"^srun: error: .*: tasks? [0-9,-]+: ")

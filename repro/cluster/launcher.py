@@ -64,7 +64,7 @@ def _announce(records: list[JobRecord], what: str, title: str, runs_root: str, t
     ids, s = ", ".join(r.job_id for r in records), "s" if len(records) != 1 else ""
     follow = f"follow them with `repro jobs --root {runs_root} --watch`"
     print(
-        f"{title}: {len(records)} {what}{s} submitted as job{s} {ids} (recorded in "
+        f"{title}: {len(records)} {what}{s} in job{s} {ids} (recorded in "
         f"{Path(runs_root) / JOBS_FILE}); {follow}" + (f", then {then}" if then else ""),
         flush=True,
     )
@@ -173,8 +173,6 @@ def launch_runs(
         from repro.cluster.submit import submit_runs
 
         launched.jobs = submit_runs(pending, title)
-        for r in launched.jobs:
-            print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
         _announce(launched.jobs, "run", title, pending[0][1].runs_root, then)
     if damaged:
         raise UserError(f"{title}: {len(damaged)} run(s) need the fix above: {', '.join(damaged)}")

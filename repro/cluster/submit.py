@@ -31,7 +31,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.cluster.executor import job_folder, make_executor, sbatch_refusals
-from repro.cluster.jobs import JobRecord, append_records
+from repro.cluster.jobs import JOBS_FILE, JobRecord, append_records, live_states, read_records
 from repro.cluster.slurm_env import rendezvous_env
 from repro.config import Config, run_dir_of
 from repro.errors import UserError
@@ -163,9 +163,36 @@ def submit_run(cfg: Config) -> submitit.Job:
     return job
 
 
+def live_jobs(runs: Sequence[tuple[str, Config]]) -> dict[str, tuple[JobRecord, str]]:
+    """Run directory -> (record, state) of a job recorded for it that is queued or running:
+    a run whose directory such a job will take must not be queued again (the job holds no
+    lock until it starts, so the directory's own checks cannot see it)."""
+    root = runs[0][1].runs_root
+    if not (Path(root) / JOBS_FILE).is_file():
+        return {}
+    dirs = {str(run_dir_of(cfg).absolute()) for _, cfg in runs}
+    records = [r for r in read_records(root) if r.run_dir in dirs]
+    states = live_states(records) if records else {}
+    return {r.run_dir: (r, states[r.job_id]) for r in records if r.job_id in states}
+
+
 def submit_runs(runs: Sequence[tuple[str, Config]], title: str) -> list[JobRecord]:
     """Submit runs as job arrays, one `sbatch --array` per job shape (a single run: one
-    job), and record them. Every run is checked before the first is queued."""
+    job), record them, and say each. Every run is checked before the first is queued. A run
+    a queued or running job will make is not queued again: that job is named and returned
+    with the new ones (the runs are all in jobs, whose end the caller waits for)."""
+    live = live_jobs(runs)
+    for label, cfg in runs:
+        if found := live.get(str(run_dir_of(cfg).absolute())):
+            print(f"skip {label}: job {found[0].job_id} is {found[1].lower()} for it", flush=True)
+    runs = [(label, cfg) for label, cfg in runs if str(run_dir_of(cfg).absolute()) not in live]
+    records = _submit(runs, title) if runs else []
+    for r in records:
+        print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
+    return [record for record, _ in live.values()] + records
+
+
+def _submit(runs: Sequence[tuple[str, Config]], title: str) -> list[JobRecord]:
     groups: dict[int, list[tuple[str, Config]]] = defaultdict(list)
     for label, cfg in runs:
         check_run(cfg)

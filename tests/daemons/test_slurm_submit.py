@@ -8,6 +8,7 @@ count, env file or a missing sbatch is one clear line.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -158,3 +159,25 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch) -> None:
     )
     left = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
     assert left == []  # no job files, no jobs.jsonl
+
+
+@pytest.mark.timeout(600)
+def test_a_run_with_a_job_queued_for_it_is_not_queued_again(tmp_path: Path) -> None:
+    """The job holds no lock on its run directory until it starts: the same command again
+    while it waited queued a second job on the same directory, which failed as "in use"
+    once both ran (or ran again a finished run)."""
+    later = "+cluster.sbatch_args.begin=now+3600"  # pending until released below
+    args = ["train", *TINY, *_slurm_overrides(tmp_path)]
+    first = repro_cli(*args, later, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    job = re.search(r"submitted sync: job (\d+) ", first.stdout).group(1)
+    again = repro_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"skip sync: job {job} is pending for it" in again.stdout, again.stdout
+    assert "submitted" not in again.stdout
+    assert f"train: 1 run in job {job} (recorded in" in again.stdout
+    root = tmp_path / "runs"
+    assert [r.job_id for r in read_records(root)] == [job]
+    env = {**os.environ, **read_env_file(read_records(root)[0].env_file)}
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
+    assert _wait(root) == {job: "COMPLETED"}

@@ -99,7 +99,7 @@ def test_a_lost_worker_job_loses_no_trial_and_its_run_resumes(tmp_path, pg_url, 
     spec_path = _write_spec(tmp_path, pg_url)
     submitted = _submit(spec_path, tmp_path)
     assert submitted.returncode == 0, submitted.stderr
-    assert re.search(r"2 workers submitted as jobs (\d+)_0, \1_1", submitted.stdout)
+    assert re.search(r"2 workers in jobs (\d+)_0, \1_1", submitted.stdout)
 
     spec = load_spec(spec_path)
     victim, job, seen = _checkpointed_trial(spec, open_storage(spec), tmp_path / "runs")

@@ -49,7 +49,7 @@ def test_two_task_local_job_equals_the_spawned_run(tmp_path: Path) -> None:
     found = re.search(r"submitted sync: job (\d+) run_dir=(\S+)", submitted.stdout)
     assert found is not None, submitted.stdout
     job_id, run_dir = found.group(1), Path(found.group(2))
-    assert f"train: 1 run submitted as job {job_id} (recorded in" in submitted.stdout
+    assert f"train: 1 run in job {job_id} (recorded in" in submitted.stdout
 
     watched = repro_cli("jobs", "--root", str(root), "--watch", "--interval", "1", timeout=240)
     assert watched.returncode == 0, watched.stdout + watched.stderr
