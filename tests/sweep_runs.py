@@ -100,12 +100,14 @@ def run_tiny_sweep_and_show(spec_path: Path) -> None:
 
 
 def dashboard_studies(spec_path: Path, cwd: Path = REPO) -> list[str]:
-    """The study names `repro sweep dashboard SPEC` serves, on a free localhost port."""
+    """The study names `repro sweep dashboard SPEC` serves, on a free localhost port; a
+    second dashboard on that port, while the first serves, is refused in one line."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    command = [sys.executable, "-m", "repro", "sweep", "dashboard", str(spec_path)]
     dash = subprocess.Popen(
-        [sys.executable, "-m", "repro", "sweep", "dashboard", str(spec_path), "--port", str(port)],
+        [*command, "--port", str(port)],
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -115,10 +117,18 @@ def dashboard_studies(spec_path: Path, cwd: Path = REPO) -> list[str]:
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as r:
-                    return [s["study_name"] for s in json.load(r)["study_summaries"]]
+                    names = [s["study_name"] for s in json.load(r)["study_summaries"]]
+                break
             except OSError:
                 assert time.monotonic() < deadline and dash.poll() is None, "dashboard not up"
                 time.sleep(0.5)
+        taken = subprocess.run(
+            [*command, "--port", str(port)], cwd=cwd, capture_output=True, text=True, timeout=120
+        )
+        assert taken.returncode == 2 and taken.stdout == "", taken
+        assert taken.stderr.startswith(f"error: --port={port}: 127.0.0.1:{port} cannot be used (")
+        assert len(taken.stderr.splitlines()) == 1, taken.stderr
+        return names
     finally:
         dash.terminate()
         dash.wait()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -61,6 +62,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_port_free(port: int) -> None:
+    """The dashboard's port, refused in one line when taken (the server's own bind failed
+    after its start line, in a traceback)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise UserError(
+                f"--port={port}: 127.0.0.1:{port} cannot be used ({err.strerror}; another "
+                "dashboard?); pass another --port (make dashboard PORT=...)"
+            ) from None
+
+
 def _dashboard(spec_path: str, port: int) -> None:
     import optuna_dashboard
 
@@ -78,6 +92,7 @@ def _dashboard(spec_path: str, port: int) -> None:
             f"no studies of {spec.name} yet in {spec.storage_label}; run the search first"
         )
     studies = f"the studies of arms {', '.join(spec.arms)}" if spec.arms else f"study {spec.name}"
+    _check_port_free(port)
     print(
         f"optuna-dashboard for {studies} ({spec.storage_label}) on "
         f"http://127.0.0.1:{port}/  (Ctrl-C stops it)",
