@@ -79,9 +79,12 @@ class TrainingJob(Checkpointable):
 
         rank, world = set_rendezvous(submitit.JobEnvironment())
         if rank == 0:
-            step = checkpoint.latest_step(run_dir_of(self.cfg))
-            workers = counted(world, "worker")
-            print(f"run {run_dir_of(self.cfg)}: {workers}, from step {step}", flush=True)
+            run_dir = run_dir_of(self.cfg)
+            if (run_dir / "summary.json").is_file():  # run_training skips it
+                start = "finished earlier"
+            else:
+                start = f"from step {checkpoint.latest_step(run_dir)}"
+            print(f"run {run_dir}: {counted(world, 'worker')}, {start}", flush=True)
         _prepare_data_once(self.cfg)
         try:
             return run_training(self.cfg)

@@ -57,6 +57,14 @@ def test_two_task_local_job_equals_the_spawned_run(tmp_path: Path) -> None:
     assert re.search(rf"^{job_id}\s+run\s+sync\s+COMPLETED\s+{log}$", watched.stdout, re.M)
     assert watched.stdout.rstrip().endswith("1 job: 1 COMPLETED")
     assert f"run {run_dir}: 2 workers, from step 0" in log.read_text()
+    # a job for the finished run (a requeue after its end) says so, not "from step 0"
+    cfg = compose(
+        [*TWO_WORKERS, "cluster=submitit_local", "tracking=disabled", f"runs_root={root}"]
+        + [f"data.root={tmp_path / 'data'}"]
+    )
+    again = submit_run(cfg)
+    again.results()
+    assert f"run {run_dir}: 2 workers, finished earlier" in Path(again.paths.stdout).read_text()
 
     local = train(tmp_path / "local", *TWO_WORKERS)
     a = json.loads((run_dir / "summary.json").read_text())
