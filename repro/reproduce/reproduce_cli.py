@@ -85,8 +85,11 @@ def main(argv: list[str]) -> int:
     runs = run_set(args.paper, scale, extra, seeds)
     experiment = runs[0][1].experiment
     minutes = experiment.expected_minutes / len(experiment.runs)
-    claims, claims_dir, also, away = None, Path(args.claims or "."), "", []
+    claims, claims_dir, also = None, Path(args.claims or "."), ""
     reports = Path(args.reports)  # the paper's page goes to its report_subdir there
+    name = f"{args.paper}_{scale}"
+    # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds
+    away = changed_by(name, [cfg for _, cfg in runs]) if extra else []
     if not args.no_report:
         from repro.claims.claims_file import load_claims
         from repro.claims.seed_caps import check_seed_caps
@@ -96,20 +99,18 @@ def main(argv: list[str]) -> int:
         claims_dir = Path(args.claims) if args.claims else default_claims_dir()
         # a bad claims file stops us before any run
         claims = load_claims(args.paper, claims_dir)
-        name = f"{args.paper}_{scale}"
         base = [f"experiment={name}", *extra]
         default = experiment if seeds is None else compose(base).experiment
         check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
-        # runs the set does not make judge no claim (`repro.claims.set_regime`): no seeds
-        away = changed_by(name, [cfg for _, cfg in runs]) if extra else []
         also = most_added(claims, runs, scale, minutes) if seeds is None and not away else ""
-        if away:
-            print(
-                f"{args.paper} {scale} with {'; '.join(away[:3])}{' ...' if len(away) > 3 else ''}"
-                f": not the {name} run set's runs, so its report assesses no claim on them (it "
-                "reads the set's own where they exist) and no seeds are added",
-                flush=True,
-            )
+    if away:
+        print(
+            f"{args.paper} {scale} with {'; '.join(away[:3])}{' ...' if len(away) > 3 else ''}"
+            f": not the {name} run set's runs, so a report assesses no claim on them (it "
+            "reads the set's own where they exist)"
+            + ("" if args.no_report else " and no seeds are added"),
+            flush=True,
+        )
     root = Path(runs[0][1].runs_root)
     search, here = None, runs_here(runs[0][1].cluster)
     if experiment.search:  # a bad search spec stops us before any run

@@ -139,11 +139,15 @@ def runs_made_otherwise(tmp_path, args, claims_dir):
     standing in for it is not assessed, naming the setting."""
     other = repro_cli(*args, "optim.lr=0.04", *claims_dir, cwd=tmp_path, timeout=600)
     assert other.returncode == 0, other.stderr[-3000:]
-    assert other.stdout.splitlines()[0] == (
+    said = (
         "adacomm tiny with optim.lr=0.04 (set: 0.05): not the adacomm_tiny run set's runs, so "
-        "its report assesses no claim on them (it reads the set's own where they exist) and "
-        "no seeds are added"
+        "a report assesses no claim on them (it reads the set's own where they exist)"
     )
+    assert other.stdout.splitlines()[0] == said + " and no seeds are added"
+    # said without a report too (the runs are made, now finished: skipped)
+    quiet = repro_cli(*args, "optim.lr=0.04", "--no-report", cwd=tmp_path, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert quiet.stdout.splitlines()[0] == said
     assert not [ln for ln in other.stdout.splitlines() if ": claim " in ln], other.stdout
     md = (tmp_path / "reports" / "adacomm" / "tiny" / "report.md").read_text()
     assert "| reproduced |" in next(ln for ln in md.splitlines() if ln.startswith("| adacomm_loss"))
