@@ -46,7 +46,8 @@ def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
     if result.off_set:
         return f"not assessed: its runs are not the run set's ({result.off_set})"
     if result.verdict == "not run" and scale is not None and scale not in claim.scales:
-        return f"not run: stated for scale {stated}, whose runs this scale does not make"
+        # missing, whether this scale's set makes the run or not (the page says which)
+        return f"not run: a run it reads is missing; stated for scale {stated}, not judged here"
     text = {
         "partly": "partly reproduced",
         "undecided": f"undecided at {seeds}: the interval straddles a band edge",

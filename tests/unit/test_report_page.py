@@ -276,11 +276,12 @@ def test_runs_another_scale_makes_are_said_apart_in_small_print(tmp_path):
         "figure f; table t)."
     )
     assert missing_notes("x", "small", {}, tmp_path) == []
-    # a claim stated for another scale, whose runs this one lacks, says so in the summary
+    # a claim stated for another scale says so in the summary, beside the missing run; not
+    # that this scale's set never makes the run: it may make it, and lost it
     claim = build(Claim, claim_dict(scales=["paper"]), "claim")
     result = ClaimResult(claim, None, "not run", "no run labelled 'adacomm'")
     assert plain_verdict(result, "small") == (
-        "not run: stated for scale paper, whose runs this scale does not make"
+        "not run: a run it reads is missing; stated for scale paper, not judged here"
     )
     assert plain_verdict(result, "paper") == "not run: a run it reads is missing"
 
