@@ -16,6 +16,7 @@ the callback has returned into code the stop can end.
 import _thread
 import argparse
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -82,6 +83,24 @@ class CommandParser(argparse.ArgumentParser):
         if any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._actions):
             return _home_expanded(super().parse_args(args, namespace))
         return _home_expanded(self.parse_intermixed_args(args, namespace))
+
+    def parse_intermixed_args(self, args=None, namespace=None):  # type: ignore[override]
+        """A mistyped option is named alone, with the nearest known one: argparse reports a
+        missing required option first ("one of the arguments --model --params is
+        required" for `--modle`), or lists the arguments after it as unrecognized too."""
+        self._refuse_unknown_options(sys.argv[1:] if args is None else list(args))
+        return super().parse_intermixed_args(args, namespace)
+
+    def _refuse_unknown_options(self, args: list[str]) -> None:
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for arg in args:
+            if arg == "--":
+                return
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and not any(o.startswith(name) for o in known):
+                near = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                self.error(f"unknown option {name}{hint}")
 
 
 def _home_expanded(parsed: argparse.Namespace) -> argparse.Namespace:

@@ -1,5 +1,6 @@
 """`python -m repro.bench [NAME ...]`: run the benchmarks (all, or those named) and print
-their result lines; also written to bench-results/latest.txt."""
+their result lines; also written to bench-results/latest.txt (all of them) or
+bench-results/NAME.txt (those named: the whole suite's last results are kept)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from repro.bench import BENCHMARKS
 
 def main(argv: list[str]) -> int:
     known = [b.rsplit(".", 1)[1] for b in BENCHMARKS]
+    if {"-h", "--help"} & set(argv):
+        print(f"{__doc__.strip()}\nbenchmarks: {', '.join(known)}")
+        return 0
     unknown = [a for a in argv if a not in known]
-    if unknown:  # before anything runs or latest.txt is replaced
+    if unknown:  # before anything runs or a results file is replaced
         print(
             f"error: no benchmark {unknown[0]!r}; choose from {', '.join(known)}", file=sys.stderr
         )
@@ -30,7 +34,8 @@ def main(argv: list[str]) -> int:
             print("  " + line, flush=True)
         lines += [f"== {name}", *out]
     Path("bench-results").mkdir(exist_ok=True)
-    Path("bench-results/latest.txt").write_text("\n".join(lines) + "\n")
+    name = "+".join(argv) if argv else "latest"
+    Path(f"bench-results/{name}.txt").write_text("\n".join(lines) + "\n")
     return 0
 
 

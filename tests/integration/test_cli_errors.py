@@ -309,6 +309,9 @@ def test_an_unknown_benchmark_is_refused_and_keeps_the_last_results(capsys, tmp_
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no benchmark 'stepfloor'; choose from ") and "step_floor" in err
     assert list(tmp_path.iterdir()) == []  # nothing run, bench-results/latest.txt untouched
+    assert bench(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("`python -m repro.bench [NAME ...]`") and "step_floor" in out
 
 
 def test_a_path_option_written_with_its_tilde_after_the_equals_sign_is_the_home_folder(

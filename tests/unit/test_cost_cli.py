@@ -107,6 +107,10 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         (["--params", "nan"], "'nan' is not a whole count"),
         (["--params", "10", "--tensors", "11"], "--tensors=11 is more than the 10 parameters"),
         (["--model", "cnn1d", "--tensors", "6461"], "--tensors=6461 is more than the 6,460"),
+        # a typo is named, not a required option it hides nor the arguments after it
+        (["--modle", "resnet18"], r"unknown option --modle \(did you mean --model\?\)"),
+        (["--model", "cnn1d", "--wrkers=4"], r"unknown option --wrkers \(did you mean --workers"),
+        (["--model", "cnn1d", "--zzz"], r"repro cost: unknown option --zzz; `repro cost --help`"),
     ],
 )
 def test_bad_flags_raise_one_line_user_errors(argv, flag):
