@@ -104,12 +104,15 @@ class Tracker:
         import wandb
 
         run_dir = Path(run_dir)
+        logs = run_dir / "wandb"
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             # wandb itself would fall back to /tmp for a directory it cannot write
             probe_write(run_dir)
+            if logs.is_dir():  # a resumed run appends there
+                probe_write(logs)
         except OSError as e:
-            raise storage_error(run_dir / "wandb", e, "run_dir") from None
+            raise storage_error(logs, e, "run_dir") from None
         try:
             self._run = wandb.init(
                 project=cfg.project,

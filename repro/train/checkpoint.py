@@ -41,6 +41,9 @@ from repro.storage import atomic_write, make_dir, probe_write
 COMMIT = "commit.json"
 CONFIG_FILE = "config.yaml"
 STEP_PREFIX = "step_"
+# What a run directory holds by name, and whether each is a folder: one of the other kind in
+# its place (a copy gone wrong, a hand edit) is named before the run reads or writes there.
+RUN_ENTRIES = {"checkpoints": True, "wandb": True, CONFIG_FILE: False, "summary.json": False}
 
 
 class Damaged(Exception):
@@ -186,6 +189,14 @@ def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
     if writing:
         check_writable(run_dir)
     _check_name_lengths(run_dir, existing)
+    for name, folder in RUN_ENTRIES.items():
+        path = run_dir / name
+        if path.exists() and path.is_dir() != folder:
+            found, kind = ("file", "folder") if folder else ("folder", "file")
+            raise UserError(
+                f"{path} is a {found} where the run keeps its {name} {kind}; move it away, "
+                "or use a new run_dir"
+            )
     cfg_file = run_dir / CONFIG_FILE
     if not cfg_file.exists() or hash_of(identity) in committed_hashes(run_dir):
         return

@@ -228,3 +228,27 @@ def test_a_sets_one_added_run_that_diverges_is_its_result_a_lone_run_fails(tmp_p
     assert "diverged seed=3: training diverged at step" in capsys.readouterr().out
     with pytest.raises(Diverged, match="training diverged at step"):
         launch_runs(one, "train")
+
+
+def test_a_read_only_wandb_folder_of_a_writable_run_is_named(tmp_path):
+    """A run resumed where only its wandb folder cannot be written (a read-only mount of it)
+    ended in wandb's traceback: the run folder's own probe passed."""
+    logs = tmp_path / "run" / "wandb"
+    logs.mkdir(parents=True)
+    up = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(logs)])
+    if up.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here; this test needs root")
+    try:
+        code, _, err = cli(
+            "train",
+            *TINY,
+            "tracking=wandb_offline",
+            f"run_dir={tmp_path / 'run'}",
+            f"data.root={tmp_path}/d",
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], check=True)
+    line = _one_line(code, err)
+    assert (
+        line == f"error: {logs}: read-only file system; make it writable or set run_dir elsewhere"
+    )

@@ -166,6 +166,36 @@ def test_damaged_run_file_recovers_or_names_it(base, tmp_path, name, finished, n
         same_run(run_dir, base / "run")
 
 
+@pytest.mark.parametrize(
+    "name,finished,found,kind",
+    [
+        ("summary.json", True, "folder", "file"),
+        ("config.yaml", False, "folder", "file"),
+        ("checkpoints", False, "file", "folder"),
+        ("wandb", False, "file", "folder"),
+    ],
+)
+def test_an_entry_of_the_wrong_kind_in_a_run_is_named_before_anything_runs(
+    base, tmp_path, name, finished, found, kind
+):
+    """A folder where the run's file belongs ended in a traceback (summary.json), or a file
+    where its folder belongs was found only at the first checkpoint, after a restart from
+    step 0 that lost the run's progress, naming the wrong path (checkpoints), or in wandb's
+    traceback (wandb)."""
+    run_dir = _copy(base, tmp_path, finished)
+    path = run_dir / name
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.mkdir() if found == "folder" else path.write_text("x")
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    code, _, err = train(run_dir, base / "data", "wandb_offline")
+    assert code == 2, err
+    assert err.strip() == (
+        f"error: {path} is a {found} where the run keeps its {name} {kind}; move it away, or "
+        "use a new run_dir"
+    )
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+
+
 def _history(run) -> list[dict]:
     return [metrics(row) for row in run.history]
 
