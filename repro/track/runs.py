@@ -235,7 +235,7 @@ def _check_logged(root: Path, by_id: dict, damaged: list[str] | None) -> None:
     for id_file in root.rglob("run_id"):
         summary = id_file.parent / "summary.json"
         run_id = id_file.read_text(errors="replace").strip()
-        logs = id_file.parent.glob(f"wandb/*/run-{run_id}.wandb")
+        logs = (p for p in id_file.parent.glob(f"wandb/*/run-{run_id}.wandb") if p.is_file())
         if summary.exists() and run_id not in by_id and next(logs, None) is None:
             _flag(
                 f"{id_file.parent / 'wandb'} holds no log of run {run_id} though {summary} "

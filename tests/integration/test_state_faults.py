@@ -317,7 +317,13 @@ def test_runs_ls_says_which_run_directories_it_cannot_list(base, tmp_path):
     )
     code, _, err = cli("runs", "ls", str(tmp_path / "tracked"))
     assert code == 0 and err == ""
-    # a tracked run whose log was deleted is damage, named as such, not an untracked run
+    # a tracked run whose log is a folder, or was deleted, is damage, named as such, not an
+    # untracked run nor (the folder) a run missing whose remake says it has finished
+    for log in {p.resolve() for p in (tmp_path / "tracked").glob("wandb/*/run-*.wandb")}:
+        log.unlink()
+        log.mkdir()
+    code, _, err = cli("runs", "ls", str(tmp_path / "tracked"))
+    assert code == 2 and "holds no log of run" in err and "tracking=disabled" not in err, err
     shutil.rmtree(tmp_path / "tracked" / "wandb")
     code, _, err = cli("runs", "ls", str(tmp_path / "tracked"))
     assert code == 2 and "holds no log of run" in err and "tracking=disabled" not in err, err
