@@ -13,7 +13,7 @@ from repro.claims.calculators.registry import check_params
 from repro.errors import UserError
 
 KINDS = ("curves", "steps", "points", "drops")
-REFERENCE_KEYS = {"x", "y", "label", "run", "x_times", "y_times", "role", "cross"}
+REFERENCE_KEYS = {"x", "y", "label", "run", "x_times", "y_times", "role", "cross", "interpolate"}
 ROLES = ("published", "target")  # a paper's number, or the value a claim measures against
 
 
@@ -26,7 +26,7 @@ def _check_reference(ref: Any) -> None:
     ):
         raise UserError(
             f"reference {ref!r} must be a mapping of x and/or y, or of run and "
-            "x_times and/or y_times (+ label, role, cross)"
+            "x_times and/or y_times (+ label, role, cross, interpolate)"
         )
     if ref.get("role", "published") not in ROLES:
         raise UserError(f"reference {ref!r}: role must be one of {', '.join(ROLES)}")
@@ -34,6 +34,11 @@ def _check_reference(ref: Any) -> None:
         raise UserError(
             f"reference {ref!r}: cross (min: falls to the line, max: rises to it) marks "
             "crossings of a horizontal line only (y or y_times, no x)"
+        )
+    if "interpolate" in ref and ("cross" not in ref or not isinstance(ref["interpolate"], bool)):
+        raise UserError(
+            f"reference {ref!r}: interpolate (true or false) says how a cross is read, as the "
+            "claim reading it does; it needs cross"
         )
 
 
@@ -65,7 +70,9 @@ class FigureSpec:
     black) or "target" (what a claim measures against, solid grey). A value stated relative
     to a run ("a third of sync's time") is {run: sync, x_times: 0.333}: a vertical line at
     that multiple of the run's last logged x (y_times: of its last smoothed y). `cross: min`
-    (or max) on a horizontal line marks where each mean curve first falls (rises) to it.
+    (or max) on a horizontal line marks where each mean curve first falls (rises) to it: at
+    the first logged point that reaches it, or with `interpolate: true` between that point
+    and the one before, as the claim the figure shows reads its crossing.
     `panels`: [{title, runs: regex over labels (drops: over series)}], one axes each, one y
     axis; `baseline`: a label drawn in every panel. `published` (drops): the paper's values
     per series, [{series, x: [...], y: [...], label}]. `ylim`: [low, high]; a point beyond

@@ -78,7 +78,7 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
 def _mark_crossings(ax: Axes, ref: dict, means: dict[str, tuple[SeedBand, Line2D]]) -> None:
     """A marker where each mean first reaches the target line; the legend names the x."""
     for label, (band, line) in means.items():
-        x = band.crossing(ref["y"], ref["cross"])
+        x = band.crossing(ref["y"], ref["cross"], ref.get("interpolate", False))
         if math.isinf(x):
             line.set_label(f"{line.get_label()} (never reaches the target)")
             continue

@@ -101,7 +101,7 @@ def resolve_reference(ref: dict, spec: FigureSpec, runs: Seeded) -> dict | None:
             lasts.append((xs[-1], trailing_mean([float(y) for y in ys], spec.smooth)[-1]))
     if not lasts:
         return None
-    out = {k: v for k, v in ref.items() if k in ("x", "y", "label", "role", "cross")}
+    out = {k: v for k, v in ref.items() if k in ("x", "y", "label", "role", "cross", "interpolate")}
     if "x_times" in ref:
         out["x"] = ref["x_times"] * sum(x for x, _ in lasts) / len(lasts)
     if "y_times" in ref:

@@ -9,9 +9,9 @@ band runs from the lowest to the highest seed there, so every seed lies inside i
 the shortest seed (a run that stopped at its target, or one still running) there is no mean:
 the seeds' own lines go on alone, rather than a mean whose membership changes along x.
 
-A crossing is where the mean first reaches a target line (`reach_interpolated`: linear
-between the last grid point short of it and the first that reaches it), which is how the
-claims read the time to a target from a single curve.
+A crossing is where the mean first reaches a target line, read as the claim the figure
+shows reads it: at the first grid point that reaches it (`first_reach`), or linear between
+the last grid point short of it and the first that reaches it (`reach_interpolated`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from repro.claims.calculators.time_to_target import reach_interpolated
+from repro.claims.calculators.time_to_target import first_reach, reach_interpolated
 
 Curve = tuple[Sequence[float], Sequence[float]]
 
@@ -35,10 +35,11 @@ class SeedBand:
     high: list[float]
     seeds: int
 
-    def crossing(self, target: float, mode: str) -> float:
+    def crossing(self, target: float, mode: str, interpolate: bool = False) -> float:
         """The first x at which the mean reaches `target` (mode "min": falls to it, "max":
-        rises to it); `inf` when it never does."""
-        return reach_interpolated(self.grid, self.mean, target, mode)
+        rises to it), interpolated or not; `inf` when it never does."""
+        reach = reach_interpolated if interpolate else first_reach
+        return reach(self.grid, self.mean, target, mode)
 
 
 def common_grid(curves: Sequence[Curve]) -> list[float]:

@@ -90,16 +90,23 @@ def test_the_mean_is_the_seeds_mean_on_their_common_grid_and_the_band_holds_ever
     assert artist(fig, "seed-adacomm-s1").get_alpha() < 0.5
 
 
-def test_a_target_line_gets_a_marker_where_each_mean_first_reaches_it():
+@pytest.mark.parametrize("interpolate", [False, True])
+def test_a_target_line_gets_a_marker_where_each_mean_first_reaches_it(interpolate):
+    """Read as the claim it shows reads it: at the first logged point that reaches the line,
+    or between it and the one before. The marker was always interpolated, so AdaComm's
+    headline figure put it at 0.18x sync's time where its claim (not interpolated) read
+    0.36x: the figure showed faster than published, the claim slower."""
     runs = loss_runs()
     target = {"run": "sync", "y_times": 1.0, "role": "target", "cross": "min", "label": "target"}
-    fig = render(spec(reference=[target]), runs, str)
+    fig = render(spec(reference=[{**target, "interpolate": interpolate}]), runs, str)
     goal = (100 / 100 + 120 / 100) / 2  # the mean of sync's two last losses
     assert artist(fig, "ref-target").get_ydata() == pytest.approx([goal, goal])
     grid, seeds = expected_band(runs, "adacomm")
     mean = seeds.mean(axis=0)
     i = int(np.argmax(mean <= goal))  # the first grid point at or below the target
-    x = grid[i - 1] + (goal - mean[i - 1]) / (mean[i] - mean[i - 1]) * (grid[i] - grid[i - 1])
+    x = grid[i]
+    if interpolate:
+        x = grid[i - 1] + (goal - mean[i - 1]) / (mean[i] - mean[i - 1]) * (grid[i] - grid[i - 1])
     marker = artist(fig, "cross-adacomm")
     assert marker.get_xdata() == pytest.approx([x]) and marker.get_ydata() == pytest.approx([goal])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
@@ -249,6 +256,11 @@ def test_ordered_settings_get_colours_a_reader_tells_apart(labels):
         ({"panels": [{"title": "a", "runs": "("}]}, "not a regex"),
         ({"panels": [{"title": "a"}]}, "must be {title, runs"),
         ({"reference": [{"x": 1.0, "cross": "min"}]}, "horizontal line only"),
+        ({"reference": [{"y": 1.0, "interpolate": True}]}, "it needs cross"),
+        (
+            {"reference": [{"y": 1.0, "cross": "min", "interpolate": "yes"}]},
+            "interpolate .true or false",
+        ),
         ({"reference": [{"y": 1.0, "role": "guess"}]}, "role must be one of"),
         ({"ylim": [3, 1]}, "low < high"),
         (
