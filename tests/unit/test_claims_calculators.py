@@ -115,6 +115,52 @@ def test_trend_over_tau(runs):
     assert mixed.value == 0.5  # 1.0 -> 1.2 up, 1.2 -> 1.1 down
 
 
+def test_a_common_step_is_the_last_step_every_run_logged():
+    """Sync stops on a time budget at step 41, off the evaluation grid of 20 and 40 that the
+    others log on: all are read at step 40, over the same window. Sync's own last points
+    (40, 41) were read against the others' (20, 40): at step 40 alone the losses below fall
+    with tau, and read so the trend rose."""
+    local = {"method.name": "local_sgd"}
+    runs = {
+        "sync": make_run("sync", loss=lambda s: 0.1 if s == 41 else 0.3, steps=[20, 40, 41]),
+        "local_sgd_tau4": make_run(
+            "local_sgd_tau4",
+            loss=lambda s: 0.2,
+            method={"name": "local_sgd", "tau": 4},
+            steps=[20, 40, 60],
+        ),
+        "local_sgd_tau16": make_run(
+            "local_sgd_tau16",
+            loss=lambda s: 0.15,
+            method={"name": "local_sgd", "tau": 16},
+            steps=[20, 40, 60],
+        ),
+    }
+    got = trend(
+        runs,
+        local,
+        "method.tau",
+        "train/loss",
+        "increasing",
+        include={"sync": 1},
+        common_step=True,
+        smooth=2,
+    )
+    assert got.note == "tau=1: 0.3, tau=4: 0.2, tau=16: 0.15 (at step 40)"
+    assert got.value == 0.0
+    with pytest.raises(NotMeasurable, match="no step at which every run logged 'train/loss'"):
+        runs["sync"] = make_run("sync", steps=[21, 41])
+        trend(
+            runs,
+            local,
+            "method.tau",
+            "train/loss",
+            "increasing",
+            include={"sync": 1},
+            common_step=True,
+        )
+
+
 def test_comm_seconds_per_step_alpha_beta():
     # 4 workers, 1 ms, 8 Gbit/s = 1e9 B/s, one 1e6-byte collective per step:
     # ring 2*3*1e-3 + 2*3/4 * 1e6 * 1e-9 = 0.0075 s; tree 2*2*1e-3 + 2*2*1e6*1e-9 = 0.008 s

@@ -29,6 +29,7 @@ from repro.track.series import (
     final,
     final_step,
     label_of,
+    points,
     value_at_step,
 )
 
@@ -83,13 +84,17 @@ def trend(
     Runs are those matching `where` plus `include` (label -> key value, e.g. sync as tau 1).
     Per run the quantity is the final smoothed `metric`, or with `per_step` its final value
     divided by the final step (e.g. modeled seconds per step), or with `common_step` its
-    smoothed value at the last step every member reached (runs with a time budget end at
-    different steps). The value is the share of consecutive pairs, ordered by `key`, that
-    move strictly in `direction`.
+    smoothed value at the last step at which every member logged it (runs with a time budget
+    end at different steps, off their evaluation grid: the shortest run's own last step was
+    read against the others' last point before it, a different step and window). The value
+    is the share of consecutive pairs, ordered by `key`, that move strictly in `direction`.
     """
     members = _members(runs, where, key, include or {})
     if common_step:
-        at = min(final_step(run) for _, _, run in members)
+        shared = set.intersection(*(set(points(run, metric)[0]) for _, _, run in members))
+        if not shared:
+            raise NotMeasurable(f"no step at which every run logged '{metric}'")
+        at = max(shared)
         ys = [value_at_step(run, metric, at, smooth) for _, _, run in members]
     else:
         ys = [
