@@ -46,7 +46,7 @@ from repro.sweep.space import shown, shown_settings
 from repro.sweep.spec import SweepSpec
 from repro.sweep.stops import stop_reason
 from repro.sweep.storage import open_storage
-from repro.sweep.study import completed
+from repro.sweep.study import check_study, completed
 
 LOST = "lost with its worker (no heartbeat within grace_s); its point was queued again"
 
@@ -57,10 +57,12 @@ def load_study(spec: SweepSpec) -> Any:
     if spec.storage is None and not (spec.study_dir / "journal.log").exists():
         raise UserError(f"no study {spec.name} yet in {spec.storage_label}; run the sweep first")
     try:
-        return optuna.load_study(study_name=spec.name, storage=open_storage(spec))
+        study = optuna.load_study(study_name=spec.name, storage=open_storage(spec))
     except KeyError:
         msg = f"no study {spec.name} in {spec.storage_label}; run the sweep first"
         raise UserError(msg) from None
+    check_study(spec, study)  # a study of another sweep would be shown under this one's labels
+    return study
 
 
 def pareto_front(spec: SweepSpec) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -114,6 +114,17 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
         sampler=make_sampler(spec),
         load_if_exists=True,
     )
+    check_study(spec, study)
+    if study.user_attrs.get("search") is None:
+        study.set_user_attr("search", sweep_search(spec))
+    return study
+
+
+def check_study(spec: SweepSpec, study: Any) -> None:
+    """Refuse a study made by another sweep (its directions, or its stamped base config,
+    space and objectives): running it would mix trials that do not compare, and showing it
+    would label its values with this spec's objectives. Only reads: a study shown from a
+    read-only disk is checked too."""
     have = [d.name.lower() for d in study.directions]
     if have != spec.directions:
         raise UserError(
@@ -121,9 +132,7 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
             f"{spec.directions}; rename the study or remove the old one"
         )
     made_by, this = study.user_attrs.get("search"), sweep_search(spec)
-    if made_by is None:
-        study.set_user_attr("search", this)
-    elif made_by != this:
+    if made_by is not None and made_by != this:
         old = json.loads(made_by)
         changed = [k for k, v in json.loads(this).items() if old.get(k) != v]
         which = " and ".join([", ".join(changed[:-1]), changed[-1]] if changed[1:] else changed)
@@ -133,7 +142,6 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
             f"this spec in its {which}, so their trials would not compare; give the spec "
             f"another name, or {remove} to start afresh"
         )
-    return study
 
 
 def sweep_search(spec: SweepSpec) -> str:

@@ -94,3 +94,22 @@ def test_a_time_budget_shorter_than_a_trial_still_runs_one_per_worker_and_says_w
     assert lower.returncode == 0, lower.stderr
     assert "sweep tiny: 2 trials finished, more than n_trials=1; nothing to run" in lower.stdout
     assert "sweep tiny: 2 trials finished, more than n_trials=1, 0 running; " in lower.stdout
+
+    # shown under other objectives, the study is refused as running it is: its values
+    # would be labelled with this spec's objectives (and its front read in other directions)
+    objectives = [
+        {"metric": "test/loss", "direction": "minimize"},
+        {"metric": "throughput/modeled_samples_per_s", "direction": "maximize"},
+    ]
+    write_spec(tmp_path, wandb=False, n_trials=1, timeout_s=0.001, objectives=objectives)
+    shown = repro("sweep", "show", str(spec_path))
+    assert shown.returncode == 2 and shown.stdout == "", shown.stdout
+    assert shown.stderr.strip() == (
+        f"error: study tiny in {tmp_path / 'out' / 'tiny' / 'journal.log'} has directions "
+        "['maximize', 'maximize'], the spec ['minimize', 'maximize']; rename the study or "
+        "remove the old one"
+    )
+    objectives[0] = {"metric": "train/loss", "direction": "maximize"}
+    write_spec(tmp_path, wandb=False, n_trials=1, timeout_s=0.001, objectives=objectives)
+    shown = repro("sweep", "show", str(spec_path))
+    assert shown.returncode == 2 and "differs from this spec in its objectives" in shown.stderr
