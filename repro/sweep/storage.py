@@ -169,6 +169,25 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
             raise UserError(msg) from None
 
 
+def lost_database(err: BaseException) -> UserError | None:
+    """The one line for a database that stopped answering while the sweep ran (stopped,
+    unreachable, its connections ended), found anywhere in `err`'s chain, or None. Optuna
+    reports it as an error "during the commit ... exceeding max length", and its cleanup
+    then meets it again: 24 chained tracebacks, none saying that the server had gone."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OperationalError | InterfaceError):
+            said = str(seen.orig or seen).strip().splitlines()
+            return UserError(
+                f"the study's database stopped answering ({said[0] if said else 'no reason'}); "
+                "the same command continues once it answers again (a trial cut off is run again)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class WorkerLocks:
     """Liveness of journal workers on this host, read from their lock files (module doc)."""
 

@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ from repro.storage import storage_failure
 from repro.sweep.space import design, shown_settings, suggest
 from repro.sweep.spec import ArmSpec, SweepSpec
 from repro.sweep.stops import Stopped, StopSignals, WriteRefused, mark_stopped
-from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, open_storage
+from repro.sweep.storage import WorkerLocks, fail_orphaned_trials, lost_database, open_storage
 from repro.sweep.study import (
     ask_point,
     completed,
@@ -71,6 +72,18 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
 
     torch.set_num_threads(1)
     stops = StopSignals().install()
+    printed = threading.excepthook
+
+    def heartbeat_lost(args: threading.ExceptHookArgs) -> None:
+        """Optuna's heartbeat thread meets a database gone first, and dies: without its
+        heartbeat the trial is another worker's to fail as stale, so it stops now (from its
+        checkpoint, a retry resumes it) and the worker says why in one line."""
+        if lost_database(args.exc_value) is None:
+            printed(args)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.excepthook = heartbeat_lost
     try:
         with contextlib.closing(points(stops)) as each:
             for point in each:
@@ -79,6 +92,11 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
                     time.sleep(POLL_S)
                 else:
                     point(stops)
+    except Exception as err:  # a database gone between trials (asking, counting)
+        lost = lost_database(err)
+        if lost is None:
+            raise
+        raise lost from None
     except Stopped as stop:
         end = stop.exit()
         if stopped and not isinstance(end, KeyboardInterrupt):  # else the command says it
@@ -91,6 +109,7 @@ def serve(points: Callable[[StopSignals], Iterator[Point]], stopped: str = "") -
         raise end from None
     finally:
         stops.restore()
+        threading.excepthook = printed
 
 
 def run_worker(spec: SweepSpec, index: int) -> None:
@@ -231,7 +250,7 @@ def run_one_trial(study: Any, storage: Any, objective: Any, run: TrialRun) -> in
                 mark_stopped(study, storage, run.number, refused, requeue=True)
         raise refused.error from None
     except Exception as err:
-        full = storage_failure(err)
+        full = storage_failure(err) or lost_database(err)
         if full is not None:  # Optuna's cleanup may have failed on it too, hiding it
             raise full from None
         mine = [t for t in study.get_trials(deepcopy=False) if t.number == run.number]
