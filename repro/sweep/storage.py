@@ -39,7 +39,7 @@ import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from repro.errors import UserError
 from repro.locks import FileLock, held, take
@@ -110,6 +110,7 @@ def expand_storage_url(raw: str) -> str:
     missing = [a or b for a, b in _ENV.findall(raw) if (a or b) not in os.environ]
     if missing:
         raise UserError(f"storage {mask_url(raw)}: environment variable {missing[0]} is not set")
+    _check_encoded_secrets(raw)
     url = _ENV.sub(lambda m: os.environ[m.group(1) or m.group(2)], raw)
     if scheme(url) not in RDB_SCHEMES:
         raise UserError(
@@ -127,6 +128,22 @@ def expand_storage_url(raw: str) -> str:
         # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; the project ships psycopg2.
         url = "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
+
+
+def _check_encoded_secrets(raw: str) -> None:
+    """A variable in the URL's user and password holding a character that ends them ('@',
+    '/', '?', '#'): the URL would split inside the password and name a piece of it as the
+    host, in every error after. Refused naming the variable, never its value."""
+    rest = raw.split("://", 1)[1] if "://" in raw else raw
+    userinfo = rest[: rest.rfind("@")] if "@" in rest else ""
+    for a, b in _ENV.findall(userinfo):
+        found = [c for c in "@/?#" if c in os.environ[a or b]]
+        if found:
+            raise UserError(
+                f"storage {mask_url(raw)}: the value of {a or b} holds {found[0]!r}, which a "
+                f"URL's user or password must percent-encode ({quote(found[0])}); export it "
+                "encoded, as urllib.parse.quote(value, safe='') writes it"
+            )
 
 
 def retry_callback() -> RetryHeartbeatStaleTrialCallback:

@@ -222,6 +222,18 @@ def test_storage_url_scheme_and_environment(tmp_path, monkeypatch):
         f"postgresql+psycopg2://u:{PASSWORD}@h/db"
     )
     assert expand_storage_url("sqlite:///x.db") == "sqlite:///x.db"
+    # a password the URL would split: a piece of it was named as the host in every error
+    monkeypatch.setenv("REPRO_TEST_PGPASS", "se@cret/x")
+    with pytest.raises(UserError) as info:
+        expand_storage_url("postgresql://u:${REPRO_TEST_PGPASS}@h/db")
+    assert str(info.value) == (
+        "storage postgresql://u:***@h/db: the value of REPRO_TEST_PGPASS holds '@', which a "
+        "URL's user or password must percent-encode (%40); export it encoded, as "
+        "urllib.parse.quote(value, safe='') writes it"
+    )
+    # a whole URL in a variable keeps its own '@' and '/'
+    monkeypatch.setenv("REPRO_TEST_PGPASS", f"postgresql://u:{PASSWORD}@h/db")
+    assert expand_storage_url("${REPRO_TEST_PGPASS}").endswith(f"u:{PASSWORD}@h/db")
 
 
 def test_unreachable_database_is_refused_with_the_password_masked(tmp_path):
