@@ -220,7 +220,8 @@ VERDICTS_TEXT = (
     "seeds: the interval straddles an edge, so seeds are added to that claim's runs up to "
     "the claim's seed cap, past which it is inconclusive at N seeds, with its interval; "
     "not run / not measured / not assessed: a run or metric is missing, or the claim is "
-    "stated for another scale or read from runs the run set does not make (other settings). "
+    "stated for another scale or read from runs the run set does not make (other settings) "
+    "or that have not run to their end (killed, stopped). "
     "Model checks (claims that follow from the modeled clock or the rule itself) are listed "
     "apart, judged on their worst seed, and not counted"
 )
