@@ -182,7 +182,9 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
             )
         except Exception as err:  # driver, DNS, auth and schema errors all mean "cannot use"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            msg = f"storage {mask_url(url)}: cannot connect ({scrub(first, url)})"
+            # the URL as the spec writes it, named by its file as the spec's other errors are
+            where = f"{spec.source}: " if getattr(spec, "source", "") else ""
+            msg = f"{where}storage {mask_url(spec.storage)}: cannot connect ({scrub(first, url)})"
             raise UserError(msg) from None
 
 

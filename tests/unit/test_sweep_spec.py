@@ -237,12 +237,15 @@ def test_storage_url_scheme_and_environment(tmp_path, monkeypatch):
 
 
 def test_unreachable_database_is_refused_with_the_password_masked(tmp_path):
-    url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{closed_port()}/optuna"
+    port = closed_port()
+    url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{port}/optuna"
     spec = spec_from_dict(tiny(tmp_path, storage=url), "t.yaml")
     with pytest.raises(UserError, match="cannot connect") as info:
         open_storage(spec)
     msg = str(info.value)
     assert PASSWORD not in msg and "sweeper:***@127.0.0.1" in msg and "\n" not in msg
+    # named by its file, and as the spec writes it (not the driver's postgresql+psycopg2)
+    assert msg.startswith(f"t.yaml: storage postgresql://sweeper:***@127.0.0.1:{port}/optuna: ")
 
 
 def test_run_sweep_refuses_bad_storage_before_any_trial(tmp_path, capsys):
@@ -315,5 +318,7 @@ def test_cluster_sweep_with_an_unreachable_database_is_refused_before_any_job(
 ):
     url = f"postgresql://sweeper:{PASSWORD}@127.0.0.1:{closed_port()}/optuna"
     err = _refused_cluster_sweep(tmp_path, monkeypatch, capsys, storage=url)
-    assert err.startswith("error: storage postgresql+psycopg2://sweeper:***@127.0.0.1:")
+    assert err.startswith(
+        f"error: {tmp_path / 't.yaml'}: storage postgresql://sweeper:***@127.0.0.1:"
+    )
     assert "cannot connect" in err and PASSWORD not in err
