@@ -110,6 +110,13 @@ def set_seeds(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> int:
     return int((_experiment(paper, scale, config_dir) or {}).get("seeds") or 1)
 
 
+def _past_set(paper: str, scale: str, seeds: list[int], config_dir: Path = CONFIG_DIR) -> int:
+    """The `seeds=N` a command needs to make runs at `seeds`: their count up to the last, when
+    that lies past the set's own seeds; 0 (the set's own) otherwise."""
+    upto = max(seeds, default=-1) + 1
+    return upto if upto > set_seeds(paper, scale, config_dir) else 0
+
+
 def _listed(needs: Needs, runs: list[tuple[str, int | None]]) -> str:
     """ "a, b seed=3 (read by claims x, y; figure f)": the runs, then their readers by kind."""
     by_kind: dict[str, list[str]] = {}
@@ -144,8 +151,8 @@ def missing_notes(
     other = [run for run in needs if run not in ours]
     notes = []
     if ours:
-        upto = max((seed + 1 for _, seed in ours if seed is not None), default=0)
-        more = upto if upto > set_seeds(paper, scale, config_dir) else 0
+        seeds = [seed for _, seed in ours if seed is not None]
+        more = _past_set(paper, scale, seeds, config_dir)
         command = reproduce_command(paper, scale, runs_root, more)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
         notes.append(Para(text, css="missing"))
@@ -178,8 +185,8 @@ def unfinished_notes(
         for label, by_seed in unfinished.items()
         for seed, why in sorted(by_seed.items())
     ]
-    upto = max(seed + 1 for by_seed in unfinished.values() for seed in by_seed)
-    more = upto if upto > set_seeds(paper, scale, config_dir) else 0
+    seeds = [seed for by_seed in unfinished.values() for seed in by_seed]
+    more = _past_set(paper, scale, seeds, config_dir)
     text = (
         f"Runs not finished: {', '.join(named)}. A run cut short is not a measurement: the "
         "claims that read them are not assessed. ",

@@ -1,6 +1,7 @@
 """Calculators against values computed by hand from the closed-form runs of `report_data`."""
 
 import ast
+import functools
 import math
 import subprocess
 import sys
@@ -136,29 +137,15 @@ def test_a_common_step_is_the_last_step_every_run_logged():
             steps=[20, 40, 60],
         ),
     }
-    got = trend(
-        runs,
-        local,
-        "method.tau",
-        "train/loss",
-        "increasing",
-        include={"sync": 1},
-        common_step=True,
-        smooth=2,
+    by_tau = functools.partial(
+        trend, runs, local, "method.tau", "train/loss", "increasing", include={"sync": 1}
     )
+    got = by_tau(common_step=True, smooth=2)
     assert got.note == "tau=1: 0.3, tau=4: 0.2, tau=16: 0.15 (at step 40)"
     assert got.value == 0.0
+    runs["sync"] = make_run("sync", steps=[21, 41])
     with pytest.raises(NotMeasurable, match="no step at which every run logged 'train/loss'"):
-        runs["sync"] = make_run("sync", steps=[21, 41])
-        trend(
-            runs,
-            local,
-            "method.tau",
-            "train/loss",
-            "increasing",
-            include={"sync": 1},
-            common_step=True,
-        )
+        by_tau(common_step=True)
 
 
 def test_comm_seconds_per_step_alpha_beta():
