@@ -35,6 +35,7 @@ from repro.claims.bootstrap import mean_interval
 from repro.claims.claims_file import Claim
 from repro.claims.reads import labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult, Interval
+from repro.track.runs import unfinished
 from repro.track.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed
 
 ORDER = ("not reproduced", "partly", "reproduced")
@@ -109,38 +110,38 @@ def left_out(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
 OffSet = Mapping[str, Mapping[int, list[str]]]
 
 
-def _flagged(claim: Claim, runs: Seeded, seeds: list[int], flags: OffSet) -> dict:
-    """(label, seed) -> texts, for the runs `claim` reads at `seeds` that `flags` lists."""
-    params = claim.metric.get("params") or {}
-    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
-    return {
-        (label, seed): flags[label][seed]
-        for label in sorted(labels & set(flags))
-        for seed in seeds
-        if seed in flags[label]
-    }
-
-
 def departed(claim: Claim, runs: Seeded, seeds: list[int], off: OffSet) -> str:
     """The settings where the runs `claim` reads at `seeds` are not the run set's runs
     (`off`: label -> seed -> `repro.claims.set_regime.departures`), each once: "" when they all
     are."""
-    found = _flagged(claim, runs, seeds, off).values()
-    return "; ".join(dict.fromkeys(text for texts in found for text in texts))
+    params = claim.metric.get("params") or {}
+    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
+    found = [
+        text
+        for label in sorted(labels & set(off))
+        for seed in seeds
+        for text in off[label].get(seed, [])
+    ]
+    return "; ".join(dict.fromkeys(found))
 
 
-def cut_short(claim: Claim, runs: Seeded, seeds: list[int], unfinished: OffSet) -> str:
-    """The runs `claim` reads at `seeds` that have not run to their end (`unfinished`: label ->
-    seed -> why), each with why: "" when none."""
-    found = _flagged(claim, runs, seeds, unfinished)
+def cut_short(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
+    """The runs `claim` reads at `seeds` that have not run to their end (`unfinished`), each
+    with why: "" when none."""
+    params = claim.metric.get("params") or {}
+    labels = labels_read(claim.metric["calculator"], params, any_seed(runs))
+    cut = unfinished({label: runs[label] for label in labels if label in runs})
     return ", ".join(
-        f"{label} seed={seed} ({'; '.join(why)})" for (label, seed), why in found.items()
+        f"{label} seed={seed} ({why})"
+        for label, by_seed in sorted(cut.items())
+        for seed, why in by_seed.items()
+        if seed in seeds
     )
 
 
-def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, unfinished: OffSet) -> ClaimResult:
+def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
     seeds = claim_seeds(claim, runs)
-    if cut := cut_short(claim, runs, seeds, unfinished):
+    if cut := cut_short(claim, runs, seeds):
         # a curve cut short would be judged as if whole: its last value, its time to a target
         note = f"runs it reads have not finished: {cut}"
         return ClaimResult(claim, None, "not assessed", note, unfinished=cut)
@@ -184,15 +185,12 @@ def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
 
 
 def evaluate(
-    claims: list[Claim],
-    runs: Seeded,
-    scale: str,
-    off: OffSet | None = None,
-    unfinished: OffSet | None = None,
+    claims: list[Claim], runs: Seeded, scale: str, off: OffSet | None = None
 ) -> list[ClaimResult]:
     """Evaluate every claim on the runs of one reproduction at `scale` (never raises); a
-    claim reading a run that `off` or `unfinished` lists is not assessed."""
-    results = [_one(claim, runs, scale, off or {}, unfinished or {}) for claim in claims]
+    claim reading a run that `off` lists, or one that has not run to its end, is not
+    assessed."""
+    results = [_one(claim, runs, scale, off or {}) for claim in claims]
     by_id = {r.claim.id: r for r in results}
     return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
 

@@ -165,15 +165,22 @@ def _accounting(job_ids: list[str]) -> tuple[dict[str, dict[str, str]], str]:
     return SlurmInfoWatcher(delay_s=1).read_info(done.stdout), ""
 
 
+def _split(records: list[JobRecord]) -> tuple[dict[str, str], list[JobRecord]]:
+    """(job id -> state of the LocalExecutor jobs, the SLURM records), the environment of
+    the clusters those were submitted to applied, so SLURM's tools reach them."""
+    local = {r.job_id: _local_state(r) for r in records if r.cluster == "submitit_local"}
+    slurm = [r for r in records if r.cluster != "submitit_local"]
+    for env_file in {r.env_file for r in slurm if r.env_file}:
+        apply_env_file(env_file)
+    return local, slurm
+
+
 def job_states(records: list[JobRecord], problems: list[str] | None = None) -> dict[str, str]:
     """job id -> state (SLURM's words: PENDING, RUNNING, COMPLETED, FAILED, ...). A job
     SLURM's accounting does not list (yet, or because it did not answer) is UNKNOWN; why it
     did not answer goes to `problems` when given."""
-    states = {r.job_id: _local_state(r) for r in records if r.cluster == "submitit_local"}
-    slurm = [r for r in records if r.cluster != "submitit_local"]
+    states, slurm = _split(records)
     if slurm:
-        for env_file in {r.env_file for r in slurm if r.env_file}:
-            apply_env_file(env_file)
         info, why = _accounting([r.job_id for r in slurm])
         if why and problems is not None:
             problems.append(why)
@@ -189,11 +196,8 @@ def live_states(records: list[JobRecord]) -> dict[str, str]:
     controller itself (squeue): the accounting sacct reads lists a job a moment after it is
     queued, so a job just submitted would read as unknown there. A controller that does not
     answer lists none."""
-    states = {r.job_id: _local_state(r) for r in records if r.cluster == "submitit_local"}
+    states, slurm = _split(records)
     live = {job: state for job, state in states.items() if state == "RUNNING"}
-    slurm = [r for r in records if r.cluster != "submitit_local"]
-    for env_file in {r.env_file for r in slurm if r.env_file}:
-        apply_env_file(env_file)
     if slurm:
         ids = ",".join(sorted({r.job_id.split("_")[0] for r in slurm}))
         try:  # -r: an array's pending tasks one per line, as their records name them

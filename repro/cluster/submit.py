@@ -185,11 +185,13 @@ def submit_runs(runs: Sequence[tuple[str, Config]], title: str) -> list[JobRecor
     a queued or running job will make is not queued again: that job is named and returned
     with the new ones (the runs are all in jobs, whose end the caller waits for)."""
     live = live_jobs(runs)
+    left = []
     for label, cfg in runs:
         if found := live.get(str(run_dir_of(cfg).absolute())):
             print(f"skip {label}: job {found[0].job_id} is {found[1].lower()} for it", flush=True)
-    runs = [(label, cfg) for label, cfg in runs if str(run_dir_of(cfg).absolute()) not in live]
-    records = _submit(runs, title) if runs else []
+        else:
+            left.append((label, cfg))
+    records = _submit(left, title) if left else []
     for r in records:
         print(f"submitted {r.label}: job {r.job_id} run_dir={r.run_dir}", flush=True)
     return [record for record, _ in live.values()] + records

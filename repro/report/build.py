@@ -25,7 +25,7 @@ from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
 from repro.storage import staged_folder
-from repro.track.runs import find_runs, unfinished_why
+from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
 
@@ -44,16 +44,13 @@ def default_claims_dir() -> Path:
 
 class Selection(NamedTuple):
     """What a report reads: the scale, the runs of group `<paper>_<scale>` as label -> seed
-    -> run, notes on the choices, `off`: label -> seed -> the settings where a kept run is
-    not the run set's own (`repro.claims.set_regime`), and `unfinished`: label -> seed -> why
-    a kept run has not run to its end (killed, still running, stopped); `evaluate` leaves
-    the claims reading either unjudged (a run cut short is not a measurement)."""
+    -> run, notes on the choices, and `off`: label -> seed -> the settings where a kept run
+    is not the run set's own (`repro.claims.set_regime`), which `evaluate` leaves unjudged."""
 
     scale: str
     runs: dict[str, dict[int, Run]]
     notes: list[str]
     off: dict[str, dict[int, list[str]]]
-    unfinished: dict[str, dict[int, list[str]]]
 
 
 def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) -> Selection:
@@ -101,15 +98,12 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
         candidates.setdefault((label_of(run), seed_of(run)), []).append(run)
     chosen: dict[str, dict[int, Run]] = {}
     off: dict[str, dict[int, list[str]]] = {}
-    unfinished: dict[str, dict[int, list[str]]] = {}
     notes: list[str] = []
     for (label, seed), found in candidates.items():
         keep, *others = sorted(found, key=rank, reverse=True)
         chosen.setdefault(label, {})[seed] = keep
         if away[id(keep)]:
             off.setdefault(label, {})[seed] = away[id(keep)]
-        if why := unfinished_why(keep.exit_code):
-            unfinished.setdefault(label, {})[seed] = [why]
         if others:
             why = " (the run set's own)" if rank(keep)[0] > rank(others[0])[0] else ""
             notes.append(
@@ -121,7 +115,6 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
         dict(sorted(ordered_runs.items(), key=lambda kv: natural_key(kv[0]))),
         notes,
         off,
-        unfinished,
     )
 
 
@@ -155,26 +148,23 @@ def render_parts(
     command: str,
     notes: Sequence[str] = (),
     off: OffSet | None = None,
-    unfinished: OffSet | None = None,
     runs_root: str = "runs",
 ) -> tuple[list[ClaimResult], list[FigureOut]]:
     """Evaluate the claims, draw the figures and write report.md + report.html in `out_dir`
     (renamed into place together once all are written: `staged_folder`); returns the results
     and figures, which the index page shows again. `off` lists the runs that are not the run
-    set's (`repro.report.build.Selection.off`), `unfinished` those cut short; `runs_root`,
-    where they were read, is where the commands the page gives make runs.
+    set's (`repro.report.build.Selection.off`); `runs_root`, where they were read, is where
+    the commands the page gives make runs.
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
     refers only to files that exist.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    results = evaluate(claims.claims, runs, scale, off, unfinished)
+    results = evaluate(claims.claims, runs, scale, off)
     with staged_folder(out_dir, "--out") as stage:
         figures = draw_figures(claims, runs, stage)
         regenerate = [*notes, f"Regenerate: {command}"]
-        page = assemble(
-            claims, runs, scale, results, figures, regenerate, out_dir, off, unfinished, runs_root
-        )
+        page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
         (stage / "report.md").write_text(to_markdown(page))
         (stage / "report.html").write_text(to_html(page))
     return results, figures
@@ -201,7 +191,7 @@ def build_report(
     claims = load_claims(paper, claims_dir or default_claims_dir())
     runs_root = Path(runs_root)
     found = find_runs(runs_root, None) if runs_root.is_dir() else []
-    chosen_scale, runs, notes, off, unfinished = select_runs(found, paper, scale, str(runs_root))
+    chosen_scale, runs, notes, off = select_runs(found, paper, scale, str(runs_root))
     check_caps_for_scale(
         claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
     )
@@ -219,7 +209,6 @@ def build_report(
         command=command,
         notes=notes,
         off=off,
-        unfinished=unfinished,
         runs_root=str(runs_root),
     )
     return out_dir / "report.html"

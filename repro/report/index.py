@@ -69,19 +69,11 @@ def _section(
     reproduce = reproduce_command(paper, scale, runs_root)
     base = Section(paper, claims.title, scale, (sub / "report.html").as_posix(), command, reproduce)
     try:
-        _, runs, notes, off, unfinished = select_runs(found, paper, scale, runs_root)
+        _, runs, notes, off = select_runs(found, paper, scale, runs_root)
     except UserError as err:
         return replace(base, refused=str(err))
     results, figures = render_parts(
-        claims,
-        runs,
-        scale,
-        out / sub,
-        command=command,
-        notes=notes,
-        off=off,
-        unfinished=unfinished,
-        runs_root=runs_root,
+        claims, runs, scale, out / sub, command=command, notes=notes, off=off, runs_root=runs_root
     )
     seeds = ", ".join(map(str, seeds_of(runs)))
     count = len(every_run(runs))

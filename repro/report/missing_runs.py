@@ -24,6 +24,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.verdicts import OffSet
 from repro.config import CONFIG_DIR
 from repro.pages.writer import Code, Para
+from repro.track.runs import unfinished
 from repro.track.series import Seeded, any_seed
 
 
@@ -170,23 +171,24 @@ def missing_notes(
 def unfinished_notes(
     paper: str,
     scale: str,
-    unfinished: OffSet,
+    runs: Seeded,
     config_dir: Path = CONFIG_DIR,
     runs_root: str = "runs",
 ) -> list[Para]:
-    """The runs read that have not run to their end (label -> seed -> why,
-    `repro.report.build.Selection.unfinished`), and the command that finishes them: the set's
-    own, which resumes each from its last checkpoint (`seeds=N` where one lies past the set's
-    seeds)."""
-    if not unfinished:
+    """The runs read that have not run to their end (`repro.track.runs.unfinished`), and the
+    command that finishes them: the set's own, which resumes each from its last checkpoint
+    (`seeds=N` where one lies past the set's seeds)."""
+    cut = unfinished(runs)
+    if not cut:
         return []
     named = [
-        f"{label} seed={seed} ({'; '.join(why)})"
-        for label, by_seed in unfinished.items()
+        f"{label} seed={seed} ({why})"
+        for label, by_seed in cut.items()
         for seed, why in sorted(by_seed.items())
     ]
-    seeds = [seed for by_seed in unfinished.values() for seed in by_seed]
-    more = _past_set(paper, scale, seeds, config_dir)
+    more = _past_set(
+        paper, scale, [seed for by_seed in cut.values() for seed in by_seed], config_dir
+    )
     text = (
         f"Runs not finished: {', '.join(named)}. A run cut short is not a measurement: the "
         "claims that read them are not assessed. ",

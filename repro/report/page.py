@@ -229,19 +229,17 @@ def assemble(
     notes: list[str],
     page_dir: Path,
     off: OffSet | None = None,
-    unfinished: OffSet | None = None,
     runs_root: str = "runs",
 ) -> Page:
     """The page of one reproduction (see module doc); run links are relative to `page_dir`;
-    `off` the runs that are not the run set's (`repro.report.build.Selection.off`),
-    `unfinished` those that have not run to their end; the commands it gives make runs under
-    `runs_root`, where the report read its runs."""
+    `off` the runs that are not the run set's (`repro.report.build.Selection.off`); the
+    commands it gives make runs under `runs_root`, where the report read its runs."""
     tuning = run_set_tuning(claims.paper, scale, runs)
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
     needs = needed_missing(claims, runs, results)
     missing = missing_notes(claims.paper, scale, needs, runs_root=runs_root)
-    missing += unfinished_notes(claims.paper, scale, unfinished or {}, runs_root=runs_root)
+    missing += unfinished_notes(claims.paper, scale, runs, runs_root=runs_root)
     missing += off_set_notes(claims.paper, scale, off or {}, runs_root)
 
     def reads(result: ClaimResult) -> Cell:

@@ -203,13 +203,11 @@ def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, ou
     """Save the spec of `paper`'s Report in `out_dir` and publish it when a key and a server
     exist (`repro report PAPER --publish`); the one line that says which happened."""
     claims = load_claims(paper, claims_dir)
-    chosen, runs, _, off, unfinished = select_runs(
-        find_runs(runs_root), paper, scale, str(runs_root)
-    )
+    chosen, runs, _, off = select_runs(find_runs(runs_root), paper, scale, str(runs_root))
     runs = ordered(claims, runs)
     first = every_run(runs)[0][2]
     project = cfg(first, "tracking.project") or "repro"
     entity = cfg(first, "tracking.entity") or None
-    results = evaluate(claims.claims, runs, chosen, off, unfinished)
+    results = evaluate(claims.claims, runs, chosen, off)
     spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
     return publish_spec(spec, out_dir)

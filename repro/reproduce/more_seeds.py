@@ -112,8 +112,8 @@ def extend(
     tried: set[tuple[str, int]] = set()
     while True:
         found = find_runs(root) if root.is_dir() else []
-        _, runs, _, off, unfinished = select_runs(found, paper, scale, str(root))
-        results = evaluate(claims.claims, runs, scale, off, unfinished)
+        _, runs, _, off = select_runs(found, paper, scale, str(root))
+        results = evaluate(claims.claims, runs, scale, off)
         pairs, why = wanted(results, runs)
         if not pairs:
             return

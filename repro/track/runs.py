@@ -13,7 +13,7 @@ the same or later steps from earlier ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,19 @@ STOPPED = 130
 failed: 128 + SIGINT, as a shell reports it. The same command resumes such a run."""
 
 
-def unfinished_why(exit_code: int | None) -> str | None:
-    """Why a run with this exit record has not run to its end, or None where it has (a
-    failure, divergence included, is an end: its history is what the run made)."""
-    if exit_code is None:
-        return "no exit record: killed, or still running"
-    return "stopped before its end" if exit_code == STOPPED else None
+def unfinished(runs: Mapping[str, Mapping[int, RunData]]) -> dict[str, dict[int, str]]:
+    """Label -> seed -> why, for the runs (label -> seed -> run) that have not run to their
+    end: no exit record (killed, or still running) or stopped. A failure, divergence
+    included, is an end: its history is what the run made. A run cut short is not a
+    measurement, so no claim is judged on it."""
+    found: dict[str, dict[int, str]] = {}
+    for label, by_seed in runs.items():
+        for seed, run in by_seed.items():
+            if run.exit_code is None:
+                found.setdefault(label, {})[seed] = "no exit record: killed, or still running"
+            elif run.exit_code == STOPPED:
+                found.setdefault(label, {})[seed] = "stopped before its end"
+    return found
 
 
 @dataclass

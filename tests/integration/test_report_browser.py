@@ -136,7 +136,7 @@ def synthetic(tmp_path_factory) -> tuple[Path, list]:
     root = tmp_path_factory.mktemp("synthetic")
     runs = in_directories([*adacomm_set(), *adacomm_set(seed=1)], root / "runs")
     claims = load_claims("adacomm", REPO / "reports" / "claims")
-    scale, chosen, _, _, _ = select_runs(runs, "adacomm", None, "runs")
+    scale, chosen, _, _ = select_runs(runs, "adacomm", None, "runs")
     page = root / "reports" / "adacomm" / "report.html"
     render_parts(claims, chosen, scale, page.parent, command="x")
     return page, runs

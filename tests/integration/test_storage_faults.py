@@ -183,7 +183,7 @@ def test_a_page_on_a_disk_that_fills_leaves_the_previous_page_whole(small_fs):
     together: a disk that fills while they are drawn leaves the last page as it was, with
     no figure of the new one beside it, and says so in one line."""
     claims = load_claims("adacomm", CLAIMS_DIR)
-    _, runs, _, _, _ = select_runs(adacomm_set(), "adacomm", None, "runs")
+    _, runs, _, _ = select_runs(adacomm_set(), "adacomm", None, "runs")
     page = small_fs / "reports" / "adacomm"
     render_parts(claims, runs, "small", page, command="repro report adacomm")
     before = {p.name: p.read_bytes() for p in page.iterdir()}

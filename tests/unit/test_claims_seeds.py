@@ -116,7 +116,7 @@ def test_not_assessed_still_shows_the_mean_and_each_seed():
 def test_select_runs_keeps_every_seed_of_a_label():
     runs = [*adacomm_set(), *(make_run(r.name, seed=1) for r in adacomm_set())]
     runs.append(make_run("sync", seed=1, run_id="older", exit_code=None))
-    _, chosen, notes, _, _ = select_runs(runs, "adacomm", None, "runs")
+    _, chosen, notes, _ = select_runs(runs, "adacomm", None, "runs")
     assert {label: list(by_seed) for label, by_seed in chosen.items()} == {
         label: [0, 1] for label in ("adacomm", "adacomm_lrdecay", "local_sgd_tau4")
     } | {"local_sgd_tau16": [0, 1], "sync": [0, 1]}
@@ -141,7 +141,7 @@ def test_report_shows_per_seed_values_every_seed_run_and_figure_captions(tmp_pat
         seed=1,
     )
     claims = load_claims("adacomm", CLAIMS_DIR)
-    _, runs, _, _, _ = select_runs([*adacomm_set(), *seed1, slower], "adacomm", None, "runs")
+    _, runs, _, _ = select_runs([*adacomm_set(), *seed1, slower], "adacomm", None, "runs")
     render_parts(claims, runs, "small", tmp_path, command="x")
     html = (tmp_path / "report.html").read_text()
     md = (tmp_path / "report.md").read_text()

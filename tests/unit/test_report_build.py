@@ -29,7 +29,7 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 
 def test_select_runs_keeps_one_scale_and_dedupes():
     runs = [*adacomm_set(), make_run("sync", exit_code=None, steps=[10, 20], run_id="crashed")]
-    scale, chosen, notes, _, _ = select_runs(runs, "adacomm", None, "runs")
+    scale, chosen, notes, _ = select_runs(runs, "adacomm", None, "runs")
     assert scale == "small"
     assert list(chosen) == [
         "adacomm",
@@ -50,7 +50,7 @@ def test_of_two_finished_runs_with_one_label_the_newest_is_kept():
     old, new = make_run("sync", run_id="before"), make_run("sync", run_id="after")
     old.started, new.started = 1_000.0, 2_000.0
     for order in ([old, new], [new, old]):
-        _, chosen, notes, _, _ = select_runs([*adacomm_set()[1:], *order], "adacomm", None, "runs")
+        _, chosen, notes, _ = select_runs([*adacomm_set()[1:], *order], "adacomm", None, "runs")
         assert chosen["sync"][0].run_id == "after" and "kept run after" in notes[0]
 
 
@@ -66,7 +66,7 @@ def test_a_run_made_without_a_label_is_its_methods_run_at_every_seed():
 
     runs = [*adacomm_set(), unlabelled("sync", 0), unlabelled("powersgd", 0)]
     runs += [unlabelled("powersgd", 1)]
-    _, chosen, notes, _, _ = select_runs(runs, "adacomm", None, "runs")
+    _, chosen, notes, _ = select_runs(runs, "adacomm", None, "runs")
     assert sorted(chosen["powersgd"]) == [0, 1] and not any("-s" in label for label in chosen)
     assert chosen["sync"][0].run_id == "id-sync"
     assert notes == ["several runs labelled 'sync' with seed 0: kept run id-sync"]
@@ -79,7 +79,7 @@ def test_mixed_scales_are_refused():
     two_groups = [*adacomm_set(), *adacomm_set("paper")]
     with pytest.raises(UserError, match="span groups adacomm_paper, adacomm_small: pass --scale"):
         select_runs(two_groups, "adacomm", None, "runs")
-    scale, chosen, _, _, _ = select_runs(two_groups, "adacomm", "paper", "runs")
+    scale, chosen, _, _ = select_runs(two_groups, "adacomm", "paper", "runs")
     assert scale == "paper" and {r[0].group for r in chosen.values()} == {"adacomm_paper"}
     assert select_runs(adacomm_set("tiny"), "adacomm", None, "runs")[0] == "tiny"
 
@@ -129,7 +129,7 @@ def img_sources(html: str) -> list[str]:
 
 def test_render_parts_writes_every_section(tmp_path):
     claims = load_claims("adacomm", CLAIMS_DIR)
-    _, runs, notes, _, _ = select_runs(adacomm_set(), "adacomm", None, "runs")
+    _, runs, notes, _ = select_runs(adacomm_set(), "adacomm", None, "runs")
     del runs["adacomm_lrdecay"]
     render_parts(claims, runs, "small", tmp_path, command="repro report adacomm")
     html_path = tmp_path / "report.html"

@@ -34,15 +34,11 @@ def _runs(tmp_path: Path, drop: tuple[str, ...] = ()):
 
 def _page(tmp_path: Path, runs, figures=()):
     claims = load_claims("adacomm", CLAIMS_DIR)
-    # the fixture's runs are not the set's in their data settings, so `off` is not passed
-    scale, chosen, _, _, unfinished = select_runs(runs, "adacomm", None, "runs")
+    scale, chosen, _, _ = select_runs(runs, "adacomm", None, "runs")
     chosen = ordered(claims, chosen)
-    results = evaluate(claims.claims, chosen, scale, unfinished=unfinished)
+    results = evaluate(claims.claims, chosen, scale)
     page_dir = tmp_path / "reports" / "adacomm"
-    figs = list(figures)
-    page = assemble(
-        claims, chosen, scale, results, figs, ["Regenerate: x"], page_dir, unfinished=unfinished
-    )
+    page = assemble(claims, chosen, scale, results, list(figures), ["Regenerate: x"], page_dir)
     return claims, results, page, page_dir
 
 

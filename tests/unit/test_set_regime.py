@@ -98,12 +98,12 @@ def test_a_report_keeps_the_sets_run_over_a_newer_one_made_otherwise():
         config={**sync.config, "optim": {**sync.config["optim"], "lr": 0.5}},
         started=sync.started + 60,
     )
-    _, runs, notes, off, _ = select_runs([*own, newer], "adacomm", None, "runs")
+    _, runs, notes, off = select_runs([*own, newer], "adacomm", None, "runs")
     assert runs["sync"][0] is sync and off == {}
     assert notes == [
         "several runs labelled 'sync' with seed 0: kept run id-sync (the run set's own)"
     ]
     lr = set_settings("adacomm_small")["sync"]["optim.lr"]
-    _, runs, notes, off, _ = select_runs([*own[1:], newer], "adacomm", None, "runs")
+    _, runs, notes, off = select_runs([*own[1:], newer], "adacomm", None, "runs")
     assert runs["sync"][0] is newer and notes == []
     assert off == {"sync": {0: [f"optim.lr=0.5 (set: {lr:.4g})"]}}

@@ -35,7 +35,7 @@ NO_KEY = "no wandb API key (set WANDB_API_KEY or run `wandb login`)"
 
 def _parts(run_list, claims_dir=CLAIMS_DIR):
     claims = load_claims("adacomm", claims_dir)
-    scale, runs, _, _, _ = select_runs(run_list, "adacomm", None, "runs")
+    scale, runs, _, _ = select_runs(run_list, "adacomm", None, "runs")
     runs = ordered(claims, runs)
     return claims, runs, scale, evaluate(claims.claims, runs, scale)
 
