@@ -66,6 +66,9 @@ NON_IDENTITY_KEYS = (
     "experiment.tuned",
     "experiment.search",
     "experiment.search_minutes",
+    # not a setting: what made the run, which its tracker config records beside the settings
+    # (`repro.track.provenance`)
+    "environment",
 )
 
 
@@ -144,6 +147,7 @@ class Config:
                 f"{self.trainer.batch_size} needs more than the {n_train} training samples of "
                 f"workload={self.workload.name}; lower one of them"
             )
+        self.method.check_name()
         self.method.check_declared()
         self.method.validate_world_size(self.trainer.world_size)
         if self.trainer.engine == "auto":

@@ -20,7 +20,6 @@ import platform
 import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 
 from repro.claims.claims_file import SCALES
@@ -30,6 +29,7 @@ from repro.pages.writer import Code, FigureOut, Heading, Items, LineBreak, Link,
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
 from repro.report.summary import checks_summary, with_unit
+from repro.track.provenance import cpu_model, version
 
 VERDICT_COL = 6
 CLAIM_HEADERS = [
@@ -158,23 +158,6 @@ PACKAGES = (
 )
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` reports."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown"
-
-
 def gpus() -> str:
     """The CUDA devices torch sees, or "none"."""
     import torch
@@ -206,7 +189,7 @@ def git_commit(repo: Path) -> str:
 def environment_rows(repo: Path) -> list[list[str]]:
     """[name, value] rows: Python, package versions, OS, CPU, GPU and the repo's commit."""
     rows = [["python", platform.python_version()]]
-    rows += [[package, _version(package)] for package in PACKAGES]
+    rows += [[package, version(package)] for package in PACKAGES]
     rows += [
         ["operating system", platform.platform()],
         ["CPU", f"{os.cpu_count()} logical cores, {cpu_model()}"],

@@ -52,11 +52,15 @@ from repro.report.missing_runs import (
     unfinished_notes,
 )
 from repro.report.run_setup import (
+    ENVIRONMENT_ROWS,
     by_arm,
     compute,
+    data_text,
+    environment_notes,
     learning_rate,
     network,
     optimizer,
+    recorded,
     stopping_text,
     workload,
 )
@@ -146,6 +150,8 @@ def setup_table(runs: Seeded, scale: str) -> Table:
         ["learning rate", by_arm(runs, learning_rate)],
         ["seeds", f"{len(seeds_of(runs))} ({', '.join(map(str, seeds_of(runs)))})"],
         ["clocks", CLOCKS_TEXT],
+        *[[title, by_arm(runs, recorded(key))] for key, title in ENVIRONMENT_ROWS.items()],
+        ["data read (digest)", data_text(runs)],
     ]
     return Table("Setup", ["", "value"], rows, css="keyvalue")
 
@@ -196,8 +202,12 @@ def metrics_table(runs: Seeded, name: Callable[[str], str], page_dir: Path | Non
         sent = last_logged(run, "comm/bytes")
         mb = fmt(None if sent is None else sent / 1e6)
         link = run_cell(run, page_dir) if page_dir is not None else str(run.run_id)
-        rows.append([name(label), label, str(seed), *last, mb, _status(run.exit_code), link])
-    headers = ["method", "label", "seed", *LAST_COLUMNS, "payload sent (MB)", "status", "run id"]
+        status = _status(run.exit_code)
+        rows.append([name(label), label, str(seed), *last, mb, status, recorded("data")(run), link])
+    headers = [
+        *["method", "label", "seed", *LAST_COLUMNS],
+        *["payload sent (MB)", "status", "data read (digest)", "run id"],
+    ]
     return Table("Final metrics per run and seed (last logged point)", headers, rows)
 
 
@@ -241,6 +251,7 @@ def assemble(
     missing = missing_notes(claims.paper, scale, needs, runs_root=runs_root)
     missing += unfinished_notes(claims.paper, scale, runs, runs_root=runs_root)
     missing += off_set_notes(claims.paper, scale, off or {}, runs_root)
+    missing += environment_notes(runs)
 
     def reads(result: ClaimResult) -> Cell:
         return reads_cell(*claim_reads(result, runs), runs, page_dir)

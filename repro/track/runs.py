@@ -172,6 +172,9 @@ def _merge(segments: list[_Segment]) -> RunData:
             rows = {s: r for s, r in rows.items() if s < first}
             rows.update(seg.rows)
         config.update(seg.config)
+    environment = _environment(segments)
+    if environment:
+        config["environment"] = environment
     history = [rows[s] for s in sorted(rows)]
     summary: dict = {}
     for row in history:  # fallback: the last logged value of every metric
@@ -193,6 +196,15 @@ def _merge(segments: list[_Segment]) -> RunData:
         exit_code=last.exit_code,
         started=segments[0].start,
     )
+
+
+def _environment(segments: list[_Segment]) -> dict[str, str]:
+    """The run's `environment` record (`repro.track.provenance`) from its segments' (oldest
+    first): a line that changed when the run was resumed on another install or machine
+    names each value in turn, "a; then b"."""
+    records = [s.config["environment"] for s in segments if "environment" in s.config]
+    keys = dict.fromkeys(key for record in records for key in record)
+    return {key: "; then ".join(dict.fromkeys(r[key] for r in records if key in r)) for key in keys}
 
 
 def _unique(files: Iterator[Path]) -> list[Path]:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from repro.config import Config, as_dict
 from repro.track.naming import run_identity
+from repro.track.provenance import environment
 from repro.track.wandb_run import Tracker
 from repro.train import checkpoint
+from repro.workload.workload import Workload
 
 
 class RunLog:
@@ -25,10 +29,14 @@ class RunLog:
         self.points: list[dict] = []
         self.tracker: Tracker | None = None
 
-    def open(self) -> None:
-        """Start (or resume) the tracker run and replay the points logged so far."""
+    def open(self, workload: Workload) -> None:
+        """Start (or resume) the tracker run and replay the points logged so far. Its config
+        is the run's, with the `environment` of this segment (`repro.track.provenance`)."""
         if not self.first_process:
             return
+        config = as_dict(self.cfg)
+        if self.cfg.tracking.resolved_mode() != "disabled":
+            config["environment"] = environment(torch.device(workload.device), workload.arrays)
         who = run_identity(self.cfg)
         stored = self.run_dir / "run_id"
         self.tracker = Tracker(
@@ -37,7 +45,7 @@ class RunLog:
             name=who.name,
             group=who.group,
             job_type=who.job_type,
-            config=as_dict(self.cfg),
+            config=config,
             run_id=self.run_id or (stored.read_text().strip() if stored.exists() else None),
             tags=who.tags,
         )

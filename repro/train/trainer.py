@@ -74,7 +74,7 @@ class Trainer:
     # ---------------------------------------------------------------- the loop
     def run(self) -> dict | None:
         start = self.restore()
-        self.log.open()
+        self.log.open(self.workload)
         try:
             self.loop(start)
             return self.finish()

@@ -11,27 +11,38 @@ the modeled clock the default x axis with the min / max summaries computed over 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import astuple, replace
+from importlib.metadata import version
 from pathlib import Path
+
+import torch
 
 from repro.config import compose
 from repro.sweep.spec import load_spec
 from repro.sweep.trial import arm_trial_overrides, sweep_trial_overrides
 from repro.track.naming import run_identity
+from repro.track.provenance import data_digest, environment
+from repro.track.runs import read_run
 from repro.track.wandb_metrics import SUMMARIES
 from repro.train.run_log import RunLog
+from repro.workload.config import WorkloadConfig
+from repro.workload.data import Arrays, synthetic
+from repro.workload.workload import Workload
 from tests.integration.test_wandb_leet import leet
 
 ROOT = Path(__file__).resolve().parents[2]
 # Neither loss nor accuracy is monotone, so min / max differ from the first and last points.
 LOSSES = [2.0, 0.7, 1.1, 0.9]
 ACCS = [0.2, 0.8, 0.6, 0.7]
+WORKLOAD = Workload(WorkloadConfig(), synthetic(64, seed=0), "cpu")
 
 
 def logged_run(overrides: list[str], run_dir: Path) -> Path:
     """One finished offline run of LOSSES / ACCS through the trainer's RunLog; its segment."""
     cfg = compose([*overrides, "tracking=wandb_offline", f"run_dir={run_dir}"])
     log = RunLog(cfg, run_dir, first_process=True)
-    log.open()
+    log.open(WORKLOAD)
     for step, (loss, acc) in enumerate(zip(LOSSES, ACCS, strict=True)):
         log.log(
             {
@@ -111,3 +122,33 @@ def test_tuning_trials_have_their_own_group_and_tags():
     assert who.group == "tune_topk_small" != cfg.experiment.group
     assert who.name == f"{arm.trained}-s{spec.seeds[0]}"
     assert who.tags[-3:] == ["tune", "study:tune_topk_small", "arm:star_topk"]
+
+
+def test_each_run_records_what_it_was_made_with_and_a_resumed_run_both(tmp_path):
+    overrides = ["experiment=adacomm_small", "experiment.label=sync"]
+    run, _ = records(logged_run(overrides, tmp_path / "run"))
+    made_with = environment(torch.device("cpu"), WORKLOAD.arrays)
+    assert run["config"]["update"]["environment"] == made_with  # read by wandb's own reader
+    assert f"torch {version('torch')}" in made_with["software"]
+    assert made_with["machine"].endswith(f"{torch.get_num_threads()} torch threads")
+
+    # resumed on other data (as another numpy would generate): each segment's, in turn
+    cfg = compose([*overrides, "tracking=wandb_offline", f"run_dir={tmp_path / 'run'}"])
+    other = Workload(WorkloadConfig(), synthetic(64, seed=1), "cpu")
+    log = RunLog(cfg, tmp_path / "run", first_process=True)
+    log.open(other)
+    log.finish({"step": 3})
+    recorded = read_run(tmp_path / "run").config["environment"]
+    assert recorded["data"] == f"{made_with['data']}; then {data_digest(other.arrays)}"
+    assert recorded["software"] == made_with["software"]  # unchanged: said once
+
+
+def test_the_data_digest_tells_apart_one_changed_bit_and_a_changed_shape():
+    arrays = synthetic(64, seed=0)
+    same = Arrays(*(t.clone() for t in astuple(arrays)[:4]), arrays.num_classes)
+    assert data_digest(same) == data_digest(arrays)
+    nudged = arrays.x_test.clone()
+    nudged[5, 3] = torch.nextafter(nudged[5, 3], torch.tensor(math.inf))
+    assert data_digest(replace(arrays, x_test=nudged)) != data_digest(arrays)
+    reshaped = replace(arrays, x_train=arrays.x_train.reshape(-1, 8, 2))
+    assert data_digest(reshaped) != data_digest(arrays)  # the same bytes, another shape

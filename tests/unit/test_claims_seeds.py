@@ -209,13 +209,18 @@ def test_compare_names_a_sweeps_trials_by_their_number():
 
 def test_compare_names_runs_of_one_label_and_seed_by_the_settings_they_differ_in():
     """A `--multirun` over one setting makes runs of one label and seed: the legend names the
-    setting (not where a run was kept), and the run id only where nothing tells them apart."""
+    setting (not where a run was kept, nor what made it), and the run id only where nothing
+    tells them apart."""
     tau = [
         make_run(
             "local_sgd",
             run_id=f"r{t}",
             method={"name": "local_sgd", "tau": t},
-            config={"run_dir": f"runs/x{t}", "tracking": {"mode": f"m{t}"}},
+            config={
+                "run_dir": f"runs/x{t}",
+                "tracking": {"mode": f"m{t}"},
+                "environment": {"machine": f"cpu {t}", "data": f"sha256 {t}"},
+            },
         )
         for t in (1, 4)
     ]

@@ -298,3 +298,66 @@ def test_the_run_table_reads_each_metrics_last_logged_value_past_rows_without_it
     assert row["test acc"] == fmt(0.2)  # step 100's NaN and step 110's absence skipped
     assert row["wall time (s)"] == fmt(200.0)
     assert row["payload sent (MB)"] == fmt(None)
+
+
+def _with_environment(run, software="torch 1", machine="cpu A", data=None):
+    run.config["environment"] = {
+        "software": software,
+        "machine": machine,
+        "data": data or f"sha256 seed{run.config['seed']}",
+    }
+    return run
+
+
+def test_the_setup_says_what_the_runs_were_made_with_and_a_note_names_what_differs(tmp_path):
+    # every arm read the data of its seed (one digest per seed), on one install
+    runs = [_with_environment(r) for r in [*adacomm_set(), *adacomm_set(seed=1)]]
+    _, _, page, _ = _page(tmp_path, runs)
+    md = to_markdown(page)
+    setup = dict(_md_rows(md, "Setup")[1:])
+    assert setup["software (when run)"] == "torch 1" and setup["machine (when run)"] == "cpu A"
+    assert setup["data read (digest)"] == (
+        "the same at each seed in every arm that recorded it (2 data sets; each run's digest is "
+        "in the table of runs)"
+    )
+    rows = _md_rows(md, "Final metrics per run and seed (last logged point)")
+    header, body = rows[0], rows[1:]
+    digests = {(r[1], r[2]): r[header.index("data read (digest)")] for r in body}
+    assert digests[("sync", "1")] == "sha256 seed1" and digests[("adacomm", "0")] == "sha256 seed0"
+    assert "were made with different" not in md and "same data at a seed" not in md
+
+    # one arm resumed on another machine: the machine row names it, a note says so
+    runs[0].config["environment"]["machine"] = "cpu A; then cpu B"
+    md = to_markdown(_page(tmp_path, runs)[2])
+    setup = dict(_md_rows(md, "Setup")[1:])
+    assert setup["machine (when run)"] == (
+        "cpu A; then cpu B: sync; cpu A: sync, local_sgd_tau4, local_sgd_tau16, adacomm, "
+        "adacomm_lrdecay"
+    )
+    assert "The runs were made with different machine (Setup)" in md
+
+    # an arm that read other data at a seed: named in the row and in the note above all
+    runs[1].config["environment"]["data"] = "sha256 other"
+    md = to_markdown(_page(tmp_path, runs)[2])
+    setup = dict(_md_rows(md, "Setup")[1:])
+    label = runs[1].config["experiment"]["label"]
+    assert setup["data read (digest)"] == (
+        f"differs between arms: mnist1d seed 0: sha256 seed0 (sync, "
+        f"{', '.join(r.name for r in runs[2:5])}), sha256 other ({label})"
+    )
+    assert "The arms did not all read the same data at a seed" in md
+    assert md.index("same data at a seed") < md.index("## Setup")
+
+
+def test_runs_that_recorded_no_environment_say_so_and_raise_no_note(tmp_path):
+    runs = [*adacomm_set(), *adacomm_set(seed=1)]
+    _with_environment(runs[0])  # one new run beside older ones
+    md = to_markdown(_page(tmp_path, runs)[2])
+    setup = dict(_md_rows(md, "Setup")[1:])
+    assert setup["software (when run)"].startswith("torch 1: sync; not recorded: sync, ")
+    assert setup["data read (digest)"] == (
+        "the same at each seed in every arm that recorded it (1 data set; each run's digest is "
+        "in the table of runs); not recorded: sync, local_sgd_tau4, local_sgd_tau16, adacomm, "
+        "adacomm_lrdecay"
+    )
+    assert "made with different" not in md and "same data at a seed" not in md

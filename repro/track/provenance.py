@@ -1,0 +1,77 @@
+"""What made a run beside its settings: the software, the machine and the data it read.
+
+One config can give different numbers on two installs. MNIST-1D is generated at run time
+by the `mnist1d` package from numpy's generator, and a run's floats depend on the torch
+build and the CPU's kernels (an AVX-512 and an AVX2 kernel sum in other orders, and
+training amplifies the last bit). So each run records these three in its tracker config
+(`environment`), each as one line, and a report's setup table names them, by arm where they
+differ: a reader can then tell a change of method from a change of install or machine.
+The data's line is a digest of the arrays the run trained and was tested on, so two runs
+that read the same bits show the same digest whatever produced them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the index page reads the versions and the CPU without loading torch
+    import torch
+
+    from repro.workload.data import Arrays
+
+PACKAGES = ("torch", "numpy", "scipy", "mnist1d")
+
+
+def version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` reports."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def software() -> str:
+    packages = ", ".join(f"{p} {version(p)}" for p in PACKAGES)
+    return f"python {platform.python_version()}, {packages}"
+
+
+def machine(device: torch.device) -> str:
+    """The device the run's arithmetic ran on: a GPU's name and CUDA version, or the CPU's
+    model, the vector instructions torch's kernels use and torch's thread count."""
+    import torch
+
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+    capability = torch.backends.cpu.get_cpu_capability()
+    threads = torch.get_num_threads()
+    return f"{cpu_model()} ({capability}), {threads} torch thread{'s' if threads != 1 else ''}"
+
+
+def data_digest(arrays: Arrays) -> str:
+    """The first 16 hex digits of a SHA-256 over the training and test arrays' bytes."""
+    import torch
+
+    digest = hashlib.sha256()
+    for t in (arrays.x_train, arrays.y_train, arrays.x_test, arrays.y_test):
+        digest.update(str((t.dtype, tuple(t.shape))).encode())
+        digest.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())
+    return f"sha256 {digest.hexdigest()[:16]}"
+
+
+def environment(device: torch.device, arrays: Arrays) -> dict[str, str]:
+    """The record one run segment keeps (module doc); `repro.track.runs` merges a resumed
+    run's segments."""
+    return {"software": software(), "machine": machine(device), "data": data_digest(arrays)}
