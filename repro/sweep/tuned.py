@@ -172,7 +172,31 @@ def load_tuned(paper: str, scale: str, root: Path = TUNED_DIR) -> dict[str, Any]
     bad = [k for k, v in data["runs"].items() if not isinstance(v, list | None)]
     if bad:
         raise UserError(f"{path}: runs.{bad[0]} is not a list of overrides; {again}")
+    _check_chosen(path, data, again)
     return data
+
+
+def _check_chosen(path: Path, data: dict[str, Any], again: str) -> None:
+    """Refuse a file whose runs do not take their arm's chosen values: a file cut short can
+    still parse (a run left with no values, or with some of them) and a hand-edited value
+    would be run while the report states the chosen one (`tuning_table`)."""
+    arms = data.get("arms")
+    if not isinstance(arms, dict) or not all(
+        isinstance(arm, dict)
+        and isinstance(arm.get("labels"), list)
+        and isinstance(arm.get("chosen"), dict)
+        for arm in arms.values()
+    ):
+        raise UserError(f"{path} has no `arms` with each arm's labels and chosen values; {again}")
+    for name, arm in arms.items():
+        chosen = [format_override(k, v) for k, v in arm["chosen"].items()]
+        for label in arm["labels"]:
+            runs = data["runs"].get(label, chosen)  # a label not there: `tuned_overrides`
+            if [str(o) for o in runs or []] != chosen:
+                raise UserError(
+                    f"{path}: runs.{label} is {runs or 'empty'}, not arm {name}'s chosen "
+                    f"values {chosen} (the file was cut short or edited); {again}"
+                )
 
 
 def tuned_overrides(paper: str, scale: str, label: str, root: Path = TUNED_DIR) -> list[str]:

@@ -101,6 +101,25 @@ def test_a_label_missing_from_the_tuned_file_names_repro_tune(tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("adacomm", "shown"),
+    [
+        (None, "empty"),  # a file cut after `adacomm:` still parses
+        (["optim.lr=0.2"], "['optim.lr=0.2']"),  # cut after its first value
+        (["optim.lr=0.3", "method.tau0=64"], "['optim.lr=0.3', 'method.tau0=64']"),  # edited
+    ],
+)
+def test_a_run_that_does_not_take_its_arms_chosen_values_is_refused(tmp_path, adacomm, shown):
+    write_tuned(tuned_data({"sync": ["optim.lr=0.0123"], "adacomm": adacomm}), tmp_path)
+    with pytest.raises(UserError) as err:
+        tuned_overrides("adacomm", "tiny", "sync", tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path}/adacomm_tiny.yaml: runs.adacomm is {shown}, not arm adacomm's chosen "
+        "values ['optim.lr=0.2', 'method.tau0=64'] (the file was cut short or edited); run "
+        "`repro tune adacomm scale=tiny` again (or restore the file from git)"
+    )
+
+
 def test_an_untuned_run_keeps_its_values(tmp_path):
     write_tuned(tuned_data({"sync": ["optim.lr=0.0123"], "toy": []}), tmp_path)
     assert tuned_overrides("adacomm", "tiny", "toy", tmp_path) == []
@@ -108,7 +127,7 @@ def test_an_untuned_run_keeps_its_values(tmp_path):
 
 def test_tuning_table_states_space_trials_and_choices(tmp_path):
     assert tuning_table("adacomm", "tiny", tmp_path) is None
-    data = tuned_data({"sync": ["optim.lr=0.0123"]})
+    data = tuned_data({"sync": ["optim.lr=0.066683"]})
     data["arms"]["sync"]["chosen"] = {"optim.lr": 0.066683}
     write_tuned(data, tmp_path)
     table = tuning_table("adacomm", "tiny", tmp_path)
