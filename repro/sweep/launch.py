@@ -265,7 +265,8 @@ def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR)
     if fresh:  # probe before the journal exists: a refused spec leaves nothing behind
         simulated = probe_arms(spec, run_set.runs, list(spec.arms))
     storage = open_journal(spec)
-    studies = {arm.name: open_arm_study(spec, arm, storage) for arm in spec.arms.values()}
+    arms = spec.arms.values()
+    studies = {arm.name: open_arm_study(spec, arm, run_set.runs, storage) for arm in arms}
     left = {name: spec.n_trials - len(completed(study)) for name, study in studies.items()}
     busy = [name for name, n in left.items() if n > 0]
     title = f"tune {spec.experiment}"

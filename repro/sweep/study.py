@@ -23,6 +23,7 @@ from typing import Any
 from repro.errors import UserError
 from repro.locks import take
 from repro.sweep.spec import ArmSpec, SweepSpec, base_overrides
+from repro.sweep.trial import arm_base
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
@@ -173,10 +174,17 @@ def open_journal(spec: SweepSpec) -> Any:
     return open_storage(spec)
 
 
-def search_of(spec: SweepSpec, arm: ArmSpec) -> str:
-    """What makes an arm's trials comparable: stamped on its study, checked on every load."""
+def search_of(spec: SweepSpec, arm: ArmSpec, runs: dict[str, list[str]]) -> str:
+    """What makes an arm's trials comparable: stamped on its study, checked on every load.
+    Its settings are the identity hash of the arm's run as the run set `runs` composes it
+    (at the first seed, before any sampled value): a run set changed since (its compute
+    model, its horizon) makes the old trials another search's."""
+    from repro.config import compose, config_hash
+
+    base = [*arm_base(spec, arm, runs), f"seed={spec.seeds[0]}"]
     return json.dumps(
         {
+            "settings": config_hash(compose(base)),
             "space": [asdict(p) for p in spec.space_of(arm)],
             "seeds": list(spec.seeds),
             "objective": asdict(spec.objective),
@@ -193,8 +201,9 @@ def search_of(spec: SweepSpec, arm: ArmSpec) -> str:
     )
 
 
-def open_arm_study(spec: SweepSpec, arm: ArmSpec, storage: Any) -> Any:
-    """The arm's study (created on first use), refused when a different search made it."""
+def open_arm_study(spec: SweepSpec, arm: ArmSpec, runs: dict[str, list[str]], storage: Any) -> Any:
+    """The arm's study (created on first use), refused when a different search made it. A
+    stamp written before its settings were part of it is checked on what it holds."""
     import optuna
 
     study = optuna.create_study(
@@ -203,14 +212,17 @@ def open_arm_study(spec: SweepSpec, arm: ArmSpec, storage: Any) -> Any:
         direction=spec.objective.direction,
         load_if_exists=True,
     )
-    made_by = study.user_attrs.get("search")
+    made_by, this = study.user_attrs.get("search"), search_of(spec, arm, runs)
     if made_by is None:
-        study.set_user_attr("search", search_of(spec, arm))
-    elif made_by != search_of(spec, arm):
+        study.set_user_attr("search", this)
+        return study
+    old, new = json.loads(made_by), json.loads(this)
+    changed = [key for key in old if old[key] != new.get(key)]
+    if changed:
+        what = "the run set's settings" if changed == ["settings"] else ", ".join(changed)
         raise UserError(
             f"the study of arm {arm.name} in {spec.study_dir / 'journal.log'} was made by a "
-            "different search (space, design, seeds, objective or overrides); remove "
-            f"{spec.study_dir} to start this one afresh"
+            f"different search ({what}); remove {spec.study_dir} to start this one afresh"
         )
     return study
 

@@ -39,9 +39,7 @@ def trial_overrides(
     if arm is None:
         base, group, kind = base_overrides(spec), spec.name, "sweep"
     else:
-        label, group, kind = arm.trained, f"tune_{spec.experiment}", "tune"
-        base = [f"experiment={spec.experiment}", f"experiment.label={label}", *runs[label]]
-        base += [*spec.overrides, *arm.overrides]
+        base, group, kind = arm_base(spec, arm, runs), f"tune_{spec.experiment}", "tune"
     return [
         *base,
         *(format_override(k, v) for k, v in params.items()),
@@ -49,6 +47,13 @@ def trial_overrides(
         f"tracking.group={group}",
         f"tracking.tags=['{kind}','study:{group}','{tag}']",
     ]
+
+
+def arm_base(spec: SweepSpec, arm: ArmSpec, runs: dict[str, list[str]]) -> list[str]:
+    """The base of an arm's trials: its run of the run set `runs`, as the set composes it,
+    under the search's and the arm's overrides."""
+    run = [f"experiment={spec.experiment}", f"experiment.label={arm.trained}", *runs[arm.trained]]
+    return [*run, *spec.overrides, *arm.overrides]
 
 
 def sweep_trial_overrides(

@@ -264,7 +264,7 @@ def _design_points(
     spec: SweepSpec, runs: dict[str, list[str]], storage: Any, me: str, stops: StopSignals
 ) -> Iterator[Point]:
     for arm in spec.arms.values():
-        study = open_arm_study(spec, arm, storage)
+        study = open_arm_study(spec, arm, runs, storage)
         for index in range(spec.n_trials):
             if index in done_indices(study):
                 continue

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from repro.config import compose
+from repro.errors import UserError
 from repro.sweep.launch import run_tune
 from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ("sync", "local_sgd_tau4")
+RUNS = compose(["experiment=adacomm_tiny"]).experiment.runs
 
 
 def small_search(tmp_path: Path, arms: tuple[str, ...] = ARMS) -> Path:
@@ -109,7 +112,7 @@ def test_a_trial_lost_with_its_worker_is_retried_at_its_point(tmp_path):
     spec_path = small_search(tmp_path, arms=("sync",))
     spec = spec_from_dict(yaml.safe_load(spec_path.read_text()), str(spec_path))
     storage = open_journal(spec)
-    study = open_arm_study(spec, spec.arms["sync"], storage)
+    study = open_arm_study(spec, spec.arms["sync"], RUNS, storage)
     # design point 0 asked by a worker that then died (no process holds its index lock)
     lost = ask_point(spec, study, storage, 0, {"optim.lr": 0.02}, "gone:1")
     assert suggest(lost, spec.spaces["lr"][0]) == 0.02
@@ -148,3 +151,25 @@ def test_tuned_run_set_without_values_names_repro_tune(tmp_path: Path) -> None:
     assert ran.returncode == 2
     assert ran.stderr.strip().endswith("run `repro tune adacomm scale=tiny` to make it")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+def test_a_run_set_changed_since_the_search_is_refused_and_an_older_stamp_still_loads(tmp_path):
+    spec_path = small_search(tmp_path, arms=("sync",))
+    spec = spec_from_dict(yaml.safe_load(spec_path.read_text()), str(spec_path))
+    storage = open_journal(spec)
+    study = open_arm_study(spec, spec.arms["sync"], RUNS, storage)
+    # the run set's sync run steps 10x slower now: the trials made before are of another run
+    slower = {**RUNS, "sync": [*RUNS["sync"], "compute.mean_ms=50.0"]}
+    with pytest.raises(UserError) as err:
+        open_arm_study(spec, spec.arms["sync"], slower, storage)
+    assert str(err.value) == (
+        f"the study of arm sync in {spec.study_dir / 'journal.log'} was made by a different "
+        f"search (the run set's settings); remove {spec.study_dir} to start this one afresh"
+    )
+    # where the run set is only listed differently, its composed run is the same: accepted
+    assert open_arm_study(spec, spec.arms["sync"], dict(RUNS), storage).study_name == "sync"
+    # a stamp written before it held the run set's settings is checked on what it holds
+    older = json.loads(study.user_attrs["search"])
+    del older["settings"]
+    study.set_user_attr("search", json.dumps(older, sort_keys=True))
+    assert open_arm_study(spec, spec.arms["sync"], slower, storage).study_name == "sync"

@@ -46,7 +46,7 @@ def test_committed_spec_covers_its_run_set_with_one_budget(path):
     # one space search the same entries, so their studies' stamps differ only in the run
     by_space: dict[str, set[str]] = {}
     for arm in spec.arms.values():
-        stamp = yaml.safe_load(search_of(spec, arm))
+        stamp = yaml.safe_load(search_of(spec, arm, experiment_runs(spec.experiment)))
         shared = [e for e in stamp["space"] if e["key"] in {p.key for p in spec.spaces[arm.space]}]
         by_space.setdefault(arm.space, set()).add(
             repr((shared, stamp["seeds"], stamp["objective"], stamp["design"]))
@@ -190,7 +190,7 @@ def test_an_arms_study_stamp_is_the_one_earlier_searches_wrote():
     is the trial count, sampler name and seed, its objective the metric, direction and score of
     a diverged seed."""
     spec = spec_from_dict(tiny_raw(), "t.yaml")
-    stamp = yaml.safe_load(search_of(spec, spec.arms["sync"]))
+    stamp = yaml.safe_load(search_of(spec, spec.arms["sync"], experiment_runs("adacomm_tiny")))
     assert stamp["design"] == {"trials": 2, "name": "sobol", "seed": 0}
     assert stamp["objective"] == {
         "metric": "train/loss",
