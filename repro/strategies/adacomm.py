@@ -36,6 +36,11 @@ class AdaCommConfig(LocalSGDConfig):
     search_window_s: float = 0.25
 
     def __post_init__(self):
+        if self.tau != LocalSGDConfig.tau:  # inherited, never read: the schedule sets tau
+            raise UserError(
+                f"method.tau={self.tau} is local_sgd's fixed period; AdaComm's starts at "
+                f"method.tau0 and follows its schedule: set method.tau0={self.tau}"
+            )
         super().__post_init__()
         if self.tau0 < 1:
             raise UserError(f"method.tau0={self.tau0} must be at least 1")

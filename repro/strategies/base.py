@@ -77,6 +77,17 @@ class MethodConfig:
                 "for one flat send buffer"
             )
 
+    def check_name(self) -> None:
+        """`method=<name>` picks the config class and sets `name`; a `method.name` of another
+        method would run this one's strategy under that name, or that one's on settings it
+        does not have."""
+        own = type(self).name
+        if self.name != own:
+            raise UserError(
+                f"method.name={self.name} does not choose the method (method={own} did, and "
+                f"names it); use method={self.name} instead"
+            )
+
     def process_env(self) -> dict[str, str]:
         """Environment variables the worker sets before the process group starts (e.g. an
         NCCL algorithm); none by default."""

@@ -202,3 +202,17 @@ def test_a_quoted_path_starting_with_a_tilde_is_refused_with_the_path_written_ou
         f"{key}=~/place starts with ~, which is not expanded here (it would make a folder "
         f"named ~ in this one); write the path out: {key}={os.path.expanduser('~/place')}"
     )
+
+
+@pytest.mark.parametrize("method", sorted(registered()))
+def test_method_name_cannot_rename_the_method_the_group_chose(method):
+    """Every method: `method.name` of another would run one method's strategy under the
+    other's name (its runs, tags and reports saying so) or fail on settings it lacks."""
+    other = "sync" if method != "sync" else "topk"
+    with pytest.raises(UserError) as err:
+        compose([f"method={method}", f"method.name={other}"])
+    assert str(err.value) == (
+        f"method.name={other} does not choose the method (method={method} did, and names it); "
+        f"use method={other} instead"
+    )
+    assert compose([f"method={method}", f"method.name={method}"]).method.name == method
