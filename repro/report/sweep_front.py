@@ -21,6 +21,7 @@ from typing import Any
 
 from repro.claims.figure_specs import SweepFrontSpec
 from repro.pages.writer import FigureOut
+from repro.report.canvas import save
 from repro.report.colours import colour_for
 from repro.report.plots import axis_label
 from repro.report.sweep_source import find_source
@@ -166,8 +167,7 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
         ax.grid(alpha=0.3)
     _legend_below(fig, [left, right])
     fig.suptitle(front.title)
-    path = out_dir / f"{front.id}.svg"
-    fig.savefig(path)
+    path = save(fig, out_dir / f"{front.id}.svg")
     write_csv(data, out_dir / f"{front.id}.csv")
     write_front_page(data, out_dir / f"{front.id}.html", front.title, f"Study: {source.where}.")
     caption = (

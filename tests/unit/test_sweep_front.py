@@ -100,7 +100,11 @@ def test_the_sets_own_search_is_drawn_beside_the_moo_choices(tmp_path):
     study_at(spec)
     out = draw_sweep_front(front_spec(full_sweep(tmp_path, 24)), tmp_path, moo_runs(set_dir))
     assert not out.missing and out.file == "cr_pareto_front.svg"
-    assert "<svg" in (tmp_path / out.file).read_text()
+    svg = (tmp_path / out.file).read_text()
+    assert "<svg" in svg
+    # the same study and runs give the same file: no date, no random ids
+    draw_sweep_front(front_spec(full_sweep(tmp_path, 24)), tmp_path, moo_runs(set_dir))
+    assert (tmp_path / out.file).read_text() == svg and "<dc:date>" not in svg
     assert f"Pareto search {spec.name}, 4 completed of 8 trials" in out.caption
     assert "knee (ringed): trial 1, cr 0.1, collective allgather" in out.caption
     assert "coloured by method.collective" in out.caption
