@@ -75,7 +75,7 @@ def run_tiny_sweep_and_show(spec_path: Path) -> None:
     for t in done:
         run_dir = out / f"trial_{t.number}"
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert t.values == [summary["test/acc"], summary["throughput/modeled_samples_per_s"]]
+        assert t.values == [summary["test/acc"], summary["throughput/run_modeled_samples_per_s"]]
         assert t.params["method.cr"] == summary["method/cr"]
         run = read_run(run_dir)
         # the study's own group and tags; no paper, so no paper or scale tag

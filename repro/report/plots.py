@@ -47,6 +47,7 @@ AXIS_LABELS = {
     "comm/measured_s": "measured communication time (cumulative, s)",
     "throughput/samples_per_s": "throughput (samples/s, wall clock)",
     "throughput/modeled_samples_per_s": "throughput (samples/s, modeled clock)",
+    "throughput/run_modeled_samples_per_s": "throughput over the run (samples/s, modeled clock)",
     "effective_batch": "effective batch (workers x batch per worker)",
     "sends_per_parameter": "c x steps (times each parameter is sent, on average)",
 }

@@ -64,14 +64,14 @@ DIRECTIONS = ("maximize", "minimize")
 STEPS_TO_TARGET = "steps_to_target"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
-# The run metrics an objective may name: numeric metrics on every logged point of a training
-# run (`repro.train.metrics`), hence in the run summary a trial's objective reads. Strategy
-# metrics (`method/...`) exist only for some methods and `method/collective` is a string, so
-# a spec naming one would fail every trial instead of being refused up front.
+# The run metrics an objective may name: numeric metrics on every logged point of a run
+# (`repro.train.metrics`), hence in the summary a trial reads. A method's (`method/...`) exist
+# for some methods only (`method/collective` is a string): every trial would fail on one.
 OBJECTIVE_METRICS = (
-    *("step", "epoch", "samples", "train/loss", "test/loss", "test/acc", "comm/bytes"),
+    *("step", "epoch", "samples", "train/loss", "test/loss", "test/acc", "comm/bytes", "lr"),
     *("comm/collectives", "comm/measured_s", "time/wall_s", "time/modeled_s"),
-    *("throughput/samples_per_s", "throughput/modeled_samples_per_s", "lr"),
+    *("throughput/samples_per_s", "throughput/modeled_samples_per_s"),
+    "throughput/run_modeled_samples_per_s",
 )
 
 

@@ -66,7 +66,10 @@ def point(
     lr: float,
     strategy_metrics: Metrics,
 ) -> dict:
-    """One logged point. Throughput is over the interval since the previous point."""
+    """One logged point. Throughput is over the interval since the previous point, and on
+    the modeled clock also over the run so far: under a network schedule (Flexible Top-k's
+    C1 phases) the last interval is the last phase alone, and a search whose objective is a
+    run's throughput must compare whole runs."""
     d_samples = samples - stats.last_point_samples
     d_wall = max(wall_s - stats.last_point_wall_s, 1e-12)
     d_modeled = max(modeled_s - stats.last_point_modeled_s, 1e-12)
@@ -82,6 +85,7 @@ def point(
         "time/modeled_s": modeled_s,
         "throughput/samples_per_s": d_samples / d_wall,
         "throughput/modeled_samples_per_s": d_samples / d_modeled,
+        "throughput/run_modeled_samples_per_s": samples / max(modeled_s, 1e-12),
         "lr": lr,
     }
     if test is not None:

@@ -11,6 +11,7 @@ import yaml
 from repro.config import CONFIG_DIR, compose
 from repro.netmodel.compute import ComputeConfig, ComputeModel
 from repro.netmodel.schedule import NetworkSchedule
+from repro.track.runs import read_run
 from tests.helpers import repro_cli, train
 
 # synthetic_mlp is a 16-32-4 MLP: its gradient message, counted by hand.
@@ -221,3 +222,30 @@ def test_bad_network_input_is_one_line(tmp_path, args, needle):
     assert len(err.splitlines()) == 1, err
     assert err.startswith("error:") and needle in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_runs_throughput_spans_every_phase_of_its_network_schedule(tmp_path):
+    """The last interval's throughput is the last phase's alone; the run's, which a search
+    compares, is every sample over the whole modeled time. Recomputed here from the
+    intervals' own throughputs: each interval's modeled time is its samples over its rate."""
+    summary = train(
+        tmp_path,
+        "trainer.world_size=2",
+        "compute.mode=sampled",
+        "network=eth1g",
+        # from half an epoch on (step 33 of 40), every allreduce waits 200 ms more
+        "network.latency_ms=0.1",
+        "network.bandwidth_gbps=1.0",
+        "network.schedule=[{from_epoch: 0, latency_ms: 0.1, bandwidth_gbps: 1.0},"
+        "{from_epoch: 0.5, latency_ms: 200.0, bandwidth_gbps: 1.0}]",
+        tracking="wandb_offline",
+    )
+    points = [p for p in read_run(summary["run_dir"]).history if "samples" in p]
+    before = [0, *(p["samples"] for p in points[:-1])]
+    seconds = sum(
+        (p["samples"] - at) / p["throughput/modeled_samples_per_s"]
+        for at, p in zip(before, points, strict=True)
+    )
+    whole = points[-1]["samples"] / seconds
+    assert math.isclose(summary["throughput/run_modeled_samples_per_s"], whole, rel_tol=1e-9)
+    assert summary["throughput/modeled_samples_per_s"] < 0.5 * whole  # the slow phase alone

@@ -78,7 +78,9 @@ def full_sweep(tmp_path: Path, n_trials: int) -> Path:
 
 def _moo_run(seed: int, crs, set_dir: Path, experiment: str) -> RunData:
     history = [{"step": 10 * (i + 1), "method/cr": cr} for i, cr in enumerate(crs)]
-    history[-1].update({"test/acc": 0.92 + seed / 100, "throughput/modeled_samples_per_s": 400.0})
+    history[-1].update(
+        {"test/acc": 0.92 + seed / 100, "throughput/run_modeled_samples_per_s": 400.0}
+    )
     config = {"seed": seed, "experiment": {"name": experiment, "label": "moo"}}
     return RunData(f"moo{seed}", "moo", "g", None, [], config, history, {}, set_dir / "moo-x", 0)
 
