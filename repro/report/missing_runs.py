@@ -13,6 +13,7 @@ same command.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -60,12 +61,16 @@ Needs = dict[tuple[str, int | None], list[str]]
 """(label, seed: None for every seed) -> what reads that missing run."""
 
 
-def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult]) -> Needs:
+def needed_missing(
+    claims: ClaimsFile, runs: Seeded, results: list[ClaimResult], scale: str
+) -> Needs:
     """(label, None) -> what reads it ("claim x", "figure f", "table t", by id), for every
     label a claim, figure or table names that has no run; (label, N) for a label a claim is
     judged on at seed N that has no run there (a seed between two of the claim's whole
-    seeds); in the order first named."""
+    seeds); in the order first named. A claim that reads the runs a pattern matches, where
+    no run matches it, reads the labels of the set at `scale` that it matches."""
     present = any_seed(runs)
+    listed = run_set_labels(claims.paper, scale) or []
     needs: Needs = {}
 
     def need(label: str, reader: str, seed: int | None = None) -> None:
@@ -76,7 +81,10 @@ def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult])
 
     for r in results:
         calculator, params = r.claim.metric["calculator"], r.claim.metric.get("params") or {}
-        for label in sorted(labels_read(calculator, params, present)):
+        pattern = params.get("pattern")
+        unmatched = pattern is not None and not any(re.fullmatch(pattern, x) for x in present)
+        expected = [x for x in listed if re.fullmatch(pattern, x)] if unmatched else []
+        for label in [*sorted(labels_read(calculator, params, present)), *expected]:
             need(label, f"claim {r.claim.id}")
         judged = seeds_read(calculator, params, runs)
         for seed, labels in seeds_short(calculator, params, runs).items():
@@ -87,6 +95,9 @@ def needed_missing(claims: ClaimsFile, runs: Seeded, results: list[ClaimResult])
         reference = spec.measure.get("reference")
         for label in [*named, *([reference] if isinstance(reference, str) else [])]:
             need(label, f"figure {spec.id}")
+    for front in claims.sweep_fronts:
+        if front.chosen_run:
+            need(front.chosen_run, f"figure {front.id}")
     for table in claims.tables:
         for row in table.parsed:
             need(row.run, f"table {table.id}")

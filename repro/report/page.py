@@ -247,7 +247,7 @@ def assemble(
     tuning = run_set_tuning(claims.paper, scale, runs)
     why = findings_table(claims.findings, results, scale, runs)
     checks = model_checks(results)
-    needs = needed_missing(claims, runs, results)
+    needs = needed_missing(claims, runs, results, scale)
     missing = missing_notes(claims.paper, scale, needs, runs_root=runs_root)
     missing += unfinished_notes(claims.paper, scale, runs, runs_root=runs_root)
     missing += off_set_notes(claims.paper, scale, off or {}, runs_root)

@@ -11,7 +11,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.verdicts import evaluate
 from repro.pages.writer import FigureOut, Table, fmt, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
-from repro.report.missing_runs import missing_notes
+from repro.report.missing_runs import missing_notes, needed_missing
 from repro.report.page import CHECKS_TITLE, WANDB_URL, assemble, metrics_table
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
@@ -361,3 +361,14 @@ def test_runs_that_recorded_no_environment_say_so_and_raise_no_note(tmp_path):
         "adacomm_lrdecay"
     )
     assert "made with different" not in md and "same data at a seed" not in md
+
+
+def test_a_missing_run_is_named_with_the_pattern_claims_and_the_front_that_read_it():
+    """With the Top-k set's moo run gone, the claim that reads it by a pattern (no run left
+    to match) and the Pareto figure that marks its ratios name it too."""
+    claims = load_claims("topk", CLAIMS_DIR)
+    runs = {"dense_ring": {0: make_run("dense_ring")}}
+    results = evaluate(claims.claims, runs, "small")
+    readers = needed_missing(claims, runs, results, "small")[("moo", None)]
+    assert "claim moo_accuracy_near_dense" in readers and "claim moo_ratio_band" in readers
+    assert "figure cr_pareto_front" in readers
