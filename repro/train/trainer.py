@@ -96,19 +96,21 @@ class Trainer:
             self.time.now(),
             first and tc.progress,
         )
-        for step in range(start + 1, tc.steps + 1):
-            self.train_step(step)
-            now = self.time.now()
-            bar.advance(now)
-            out_of_time = tc.time_budget_s > 0 and now >= tc.time_budget_s
-            if step % tc.eval_every == 0 or step == tc.steps or out_of_time:
-                self.log_point(step)
-                bar.show_point(self.log.last_point)
-            if out_of_time or self.reached_target():
-                break
-            if step % tc.checkpoint_every == 0 and step < tc.steps:
-                self.save(step)
-        bar.close()
+        try:  # a run stopped or failed closes its bar too: its message starts a line
+            for step in range(start + 1, tc.steps + 1):
+                self.train_step(step)
+                now = self.time.now()
+                bar.advance(now)
+                out_of_time = tc.time_budget_s > 0 and now >= tc.time_budget_s
+                if step % tc.eval_every == 0 or step == tc.steps or out_of_time:
+                    self.log_point(step)
+                    bar.show_point(self.log.last_point)
+                if out_of_time or self.reached_target():
+                    break
+                if step % tc.checkpoint_every == 0 and step < tc.steps:
+                    self.save(step)
+        finally:
+            bar.close()
 
     def train_step(self, step: int) -> None:
         tc = self.cfg.trainer

@@ -1,10 +1,14 @@
 """`repro train` and `python -m repro train` as a user types them, multirun included."""
 
+import fcntl
 import json
 import math
 import os
+import signal
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,34 @@ def test_an_image_workload_trains_from_the_command_line(tmp_path, engine):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["step"] == 2 and 0 <= summary["test/acc"] <= 1
     assert math.isfinite(summary["train/loss"]) and math.isfinite(summary["test/loss"])
+
+
+def test_a_run_stopped_on_a_terminal_says_so_on_a_line_of_its_own(tmp_path):
+    """The progress bar is closed as the run stops, so the message that follows starts a
+    line rather than continuing the bar's."""
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    args = [*TINY[:-2], "trainer.steps=100000", "trainer.eval_every=50", "tracking=disabled"]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "repro"), "train", *args, f"runs_root={tmp_path}"],
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    os.close(follower)
+    drawn = b""
+    while b"step=" not in drawn:  # the bar with its first logged point
+        drawn += os.read(leader, 4096)
+    proc.send_signal(signal.SIGINT)
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the pty's EIO once the process has gone
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 130
+    text = drawn.decode(errors="replace")
+    assert "\ninterrupted: train stopped" in text.replace("\r\n", "\n"), text[-300:]
