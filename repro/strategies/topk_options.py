@@ -54,6 +54,11 @@ def check_options(cfg: TopKConfig) -> None:
             f"method.var_smoothing={cfg.var_smoothing} must be in [0, 1) (the authors' 0.001)"
         )
     require_choice("method.layer_split", cfg.layer_split, LAYER_SPLITS)
+    if cfg.layer_split != LAYER_SPLITS[0] and not cfg.layerwise:
+        raise UserError(
+            f"method.layer_split={cfg.layer_split} splits a layer-wise selection; whole-model "
+            "Top-k has one budget: set method.layerwise=true as well"
+        )
     if cfg.cr == 1 and cfg.cr_controller == "fixed" and cfg.collective == "allgather":
         raise UserError(
             "method.collective=allgather needs method.cr < 1 (cr=1 is a dense allreduce)"
@@ -73,6 +78,6 @@ def check_options(cfg: TopKConfig) -> None:
         raise UserError(f"method.gain_window={cfg.gain_window} must be at least 1")
     if not cfg.bytes_scale > 0:
         raise UserError(
-            f"method.bytes_scale={cfg.bytes_scale} must be > 0: it follows "
-            "network.bytes_scale; set network.bytes_scale > 0"
+            f"method.bytes_scale={cfg.bytes_scale} must be > 0: it mirrors "
+            "network.bytes_scale; set network.bytes_scale (> 0), not method.bytes_scale"
         )

@@ -58,6 +58,7 @@ def test_moo_settings_default_to_the_paper_and_reach_the_controller():
         ({"var_smoothing": 1.0}, "method.var_smoothing=1.0 must be in [0, 1)"),
         ({"var_smoothing": -0.1}, "method.var_smoothing=-0.1"),
         ({"layer_split": "remainder"}, "method.layer_split='remainder'"),
+        ({"layer_split": "exact_budget"}, "method.layerwise=true as well"),
         ({"ratio_bounds": [0.1, 0.001]}, "method.ratio_bounds=[0.1, 0.001] must be two ratios"),
         ({"ratio_bounds": [0.0, 0.1]}, "method.ratio_bounds=[0.0, 0.1]"),
         ({"ratio_bounds": [0.01, 1.5]}, "method.ratio_bounds=[0.01, 1.5]"),
@@ -81,6 +82,12 @@ def test_a_bad_network_byte_scale_is_named_where_the_method_follows_it():
     with pytest.raises(UserError) as err:
         compose(["method=topk", "network.bytes_scale=-1"])
     assert "network.bytes_scale" in str(err.value)
+    # the copy set apart from the network's would size messages unlike the modeled clock
+    with pytest.raises(UserError) as err:
+        compose(["method=topk", "method.bytes_scale=5"])
+    assert str(err.value) == (
+        "method.bytes_scale=5.0 mirrors network.bytes_scale=1.0; set network.bytes_scale instead"
+    )
 
 
 def test_method_topk_composes_and_follows_the_network_byte_scale():
