@@ -43,6 +43,7 @@ class TimeKeeper:
         self.model = ComputeModel(compute, comm.world_size, seed)
         self.clock = ModeledClock(comm.world_size, bytes_scale=bytes_scale)
         self.pending_s = torch.zeros(len(comm.ranks), 1, dtype=torch.float64)
+        self.wall_earlier = 0.0  # measured seconds of a resumed run's earlier segments
         self.wall_start = time.perf_counter()
 
     def now(self) -> float:
@@ -52,6 +53,12 @@ class TimeKeeper:
     def wall_s(self) -> float:
         """Measured seconds of the run so far, earlier segments of a resumed run included."""
         return time.perf_counter() - self.wall_start
+
+    def start_wall(self) -> None:
+        """Start the measured clock at the first step: what comes before it (the tracker's
+        start, a second or more for the first run a process makes, where wandb starts its
+        service) would be charged to whichever runs of a run set come first."""
+        self.wall_start = time.perf_counter() - self.wall_earlier
 
     def advance(
         self,
@@ -93,4 +100,5 @@ class TimeKeeper:
     def load_state_dict(self, state: dict) -> None:
         self.clock.load_state_dict(state["clock"])
         self.pending_s.copy_(state["pending_s"])
-        self.wall_start = time.perf_counter() - state["wall_s"]
+        self.wall_earlier = state["wall_s"]
+        self.wall_start = time.perf_counter() - self.wall_earlier

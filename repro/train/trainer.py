@@ -75,6 +75,7 @@ class Trainer:
     def run(self) -> dict | None:
         start = self.restore()
         self.log.open(self.workload)
+        self.time.start_wall()
         try:
             self.loop(start)
             return self.finish()

@@ -1,15 +1,18 @@
 """Sampled compute times and the modeled clock's barrier semantics."""
 
 import math
+import time
 
 import numpy as np
 import pytest
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.record import CommRecord
 from repro.errors import UserError
 from repro.netmodel.clock import ModeledClock
 from repro.netmodel.compute import ComputeConfig, ComputeModel
 from repro.netmodel.cost import Link, ring_allreduce
+from repro.netmodel.timekeeper import TimeKeeper
 
 LINK = Link(latency_s=1e-3, bandwidth_Bps=1e9)
 ALLREDUCE = CommRecord("allreduce", 10**6, 0.0, 4, "ring")  # 7.5 ms on LINK
@@ -199,3 +202,17 @@ def test_advance_compute_checks_shape_and_sign():
         clock.advance_compute([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=">= 0"):
         clock.advance_compute([1.0, -2.0])
+
+
+def test_the_measured_clock_starts_at_the_first_step_and_goes_on_from_earlier_segments():
+    """What comes before a run's first step (the tracker's start, seconds for a process's
+    first run) is not the run's; a resumed run adds to its earlier segments' seconds."""
+    keeper = TimeKeeper(ComputeConfig(), AxisCollectives(1), seed=0, bytes_scale=1.0)
+    time.sleep(0.2)
+    keeper.start_wall()
+    assert keeper.wall_s() < 0.1
+    resumed = TimeKeeper(ComputeConfig(), AxisCollectives(1), seed=0, bytes_scale=1.0)
+    resumed.load_state_dict({**keeper.state_dict(), "wall_s": 30.0})
+    time.sleep(0.2)
+    resumed.start_wall()
+    assert 30.0 <= resumed.wall_s() < 30.1
