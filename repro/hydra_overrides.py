@@ -298,10 +298,14 @@ def _closest(key: str, known: list[str]) -> str | None:
     if len(same_leaf) == 1:
         return same_leaf[0]
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == section}
-    close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.7)
+    # 0.6: two letters swapped in a short name (`tua`, `tau`) is 0.67, `foo` and `flow` 0.57
+    close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
     if close:
         return siblings[close[0]]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+    # the whole key, for a misspelt section (`trainr.steps`): a key of the same section was
+    # already weighed by its leaf, and would match here on the shared section alone
+    elsewhere = [k for k in known if k.rpartition(".")[0] != section]
+    close = difflib.get_close_matches(key, elsewhere, n=1, cutoff=0.85)
     return close[0] if close else None
 
 

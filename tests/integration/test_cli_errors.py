@@ -47,6 +47,8 @@ HYDRA_CASES = [
     (["+trainer.step=100"], ("trainer.step ", "trainer.steps", "ignored")),
     (["method.tau=4"], ("method.tau", "method=sync", "method=local_sgd")),
     (["method=local_sgd", "method.tua=4"], ("method.tua", "did you mean method.tau?")),
+    # nothing close in its own section: its keys, not another's that shares the section name
+    (["method=signsgd", "method.foo=1"], ("method.foo is not a setting; method has name, ",)),
     (["~trainer.steps"], ("~trainer.steps", "cannot be deleted")),
     # a group or a top-level setting: not the schema's default in its place, nor OmegaConf's
     # "missing mandatory value" without a fix
