@@ -59,9 +59,13 @@ def test_resumed_run_equals_uninterrupted_run(runs, engine, name):
     for held in runs[engine]:  # one result per process
         straight, resumed = held[name]
         for step, (s, r) in enumerate(zip(straight, resumed, strict=True), start=SAVED_AT + 1):
-            assert r["params"].equal(s["params"]), f"{name} step {step}"
-            assert r["decisions"] == s["decisions"], f"{name} step {step}"
-            assert r["modeled_s"] == s["modeled_s"], f"{name} step {step}"
+            # what differs first, and where to look: a state the checkpoint does not carry
+            lost = f"{name}: the resumed run's {{}} differ at step {step} (checkpoint: {SAVED_AT})"
+            lost += "; a part's state_dict (the strategy's, its compressor's, its ratio "
+            lost += "controller's) leaves out state it carries across steps"
+            assert r["params"].equal(s["params"]), lost.format("parameters")
+            assert r["decisions"] == s["decisions"], lost.format("decisions")
+            assert r["modeled_s"] == s["modeled_s"], lost.format("modeled clocks")
         metrics = straight[-1]["metrics"]
         assert resumed[-1]["metrics"].keys() == metrics.keys()
         assert all(_same(resumed[-1]["metrics"][k], v) for k, v in metrics.items()), name
