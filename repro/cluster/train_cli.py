@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from repro import hydra_overrides
 from repro.cluster.slurm_env import join_srun_step
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
-from repro.errors import UserError, say_stopped, sigterm_stops
+from repro.errors import UserError, override_key, say_stopped, sigterm_stops
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
 # The settings most runs change, with what each does; `--cfg job` shows all the others.
@@ -60,10 +60,16 @@ def main(argv: list[str]) -> int:
     configs = [compose(c) for c in combos]
     from repro.cluster.launcher import launch_runs  # submitit loads once the configs are valid
 
+    # a multirun's runs share their label: each line names the values that set it apart
+    several = {override_key(s) for s in sweeps}
+    runs = []
+    for combo, cfg in zip(combos, configs, strict=True):
+        values = [o for o in combo if override_key(o) in several]
+        runs.append((f"{cfg.label} ({', '.join(values)})" if values else cfg.label, cfg))
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
     try:
         with sigterm_stops():
-            launch_runs([(cfg.label, cfg) for cfg in configs], "train")
+            launch_runs(runs, "train")
     except KeyboardInterrupt as stop:
         return say_stopped(
             stop,

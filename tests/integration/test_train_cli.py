@@ -35,6 +35,9 @@ def test_multirun_runs_every_combination(tmp_path):
     assert len(summaries) == 2
     collectives = sorted(json.loads(p.read_text())["comm/collectives"] for p in summaries)
     assert collectives == [5, 20]  # 20 steps at tau=4 and tau=1
+    # the runs share a label: each line names the value that sets it apart
+    done = sorted(line.split(":")[0] for line in proc.stdout.splitlines() if "done " in line)
+    assert done == ["done local_sgd (method.tau=1)", "done local_sgd (method.tau=4)"]
     assert not list(tmp_path.glob("*.yaml"))  # Hydra writes nothing into the working directory
 
 
@@ -49,9 +52,9 @@ def test_a_multirun_with_a_diverging_run_ends_alike_every_time_it_is_given(tmp_p
     assert first.returncode == 0, first.stderr
     assert "train: 2 runs ready in " in first.stdout and ", 1 of them diverged" in first.stdout
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("skip sync: finished earlier") == 1, again.stdout
+    assert again.stdout.count("skip sync (optim.lr=0.05): finished earlier") == 1, again.stdout
     assert again.stderr.count("training diverged at step") == 0, again.stderr
-    assert again.stdout.count("diverged sync: training diverged at step") == 1, again.stdout
+    assert again.stdout.count("diverged sync (optim.lr=3): training diverged at") == 1, again.stdout
 
 
 @pytest.mark.slow
