@@ -153,6 +153,9 @@ def test_a_run_stopped_on_a_terminal_says_so_on_a_line_of_its_own(tmp_path):
         stdout=follower,
         stderr=follower,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Ctrl-C as on a terminal, even where this test runs with SIGINT ignored (a job
+        # started in the background of a non-interactive shell)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(follower)
     drawn = b""

@@ -130,7 +130,8 @@ def test_each_run_records_what_it_was_made_with_and_a_resumed_run_both(tmp_path)
     made_with = environment(torch.device("cpu"), WORKLOAD.arrays)
     assert run["config"]["update"]["environment"] == made_with  # read by wandb's own reader
     assert f"torch {version('torch')}" in made_with["software"]
-    assert made_with["machine"].endswith(f"{torch.get_num_threads()} torch threads")
+    threads = torch.get_num_threads()
+    assert made_with["machine"].endswith(f"{threads} torch thread{'s' * (threads != 1)}")
 
     # resumed on other data (as another numpy would generate): each segment's, in turn
     cfg = compose([*overrides, "tracking=wandb_offline", f"run_dir={tmp_path / 'run'}"])
