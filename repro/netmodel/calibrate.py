@@ -135,8 +135,11 @@ def _parse_size(entry: str) -> int:
             f"repro calibrate: --sizes entry {entry!r} is not a size like 1K or 64M"
         ) from None
     nbytes = int(value * _UNITS[unit])
-    if nbytes < 4:
-        raise UserError(f"repro calibrate: --sizes entry {entry!r} must be at least 4 bytes")
+    if nbytes < 4 or nbytes % 4:
+        raise UserError(
+            f"repro calibrate: --sizes entry {entry!r} must be a whole number of float32 "
+            "values: 4 bytes or more, a multiple of 4"
+        )
     return nbytes
 
 

@@ -87,7 +87,12 @@ def _build(name: str, num_classes: int):
     import torchvision
 
     if name not in torchvision.models.list_models():
-        raise UserError(f"repro cost: --model={name} is not a repro or torchvision model")
+        from repro.workload.config import MODELS
+
+        raise UserError(
+            f"repro cost: --model={name} is not a repro or torchvision model; repro's are "
+            f"{', '.join(MODELS)} (a workload's model, e.g. cnn1d for mnist1d_cnn)"
+        )
     with torch.device("meta"):
         return torchvision.models.get_model(name, num_classes=num_classes)
 

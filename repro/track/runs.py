@@ -313,6 +313,11 @@ def read_run(path: str | Path) -> RunData:
             f"no wandb run records under {path}: the run was made with tracking=disabled, so "
             f"it logged no curves; its final metrics are in {path / 'summary.json'}"
         )
+    if not runs and path.is_dir() and next(path.glob("**/run-*.wandb"), None) is not None:
+        raise UserError(
+            f"{path} is not one run's directory but holds runs further down; "
+            f"`repro runs ls {path}` lists them"
+        )
     if not runs:
         raise UserError(f"no wandb run records under {path}")
     latest = max(runs.values(), key=lambda segs: max(s.start for s in segs))

@@ -103,7 +103,10 @@ def _find(run: str, root: str) -> RunData:
     if Path(run).exists():
         return read_run(run)
     if not Path(root).is_dir():
-        raise UserError(f"repro runs show: {run} is neither a path nor a run under {root}")
+        raise UserError(
+            f"repro runs show: {run} is not a path, and --root {root} is not a folder to look "
+            "for run ids in; give a run's directory, or --root the runs folder"
+        )
     damaged: list[str] = []
     for found in find_runs(root, damaged=damaged):
         if found.run_id == run:

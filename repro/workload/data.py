@@ -231,6 +231,11 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
         if made is not None:  # the lock and the download's folders: a refused run leaves none
             shutil.rmtree(made, ignore_errors=True)
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if not download:
+            raise UserError(
+                f"{name} is not under data.root={root} ({reason}) and data.download=false; "
+                f"put torchvision's {name} files in {root}, or set data.download=true"
+            ) from None
         raise UserError(
             f"{name} is not under data.root={root} and could not be downloaded ({reason}); "
             f"put torchvision's {name} files in {root} or run where the network is reachable"

@@ -164,6 +164,16 @@ def test_cifar_offline_names_data_root_and_leaves_no_folder(tmp_path):
     _assert_one_line_error(proc, "data.root")
     # Neither the run nor the data folders the download lock and torchvision had made.
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # downloads turned off: the setting that turns them on is the fix, not the network
+    proc = repro_cli(
+        "train",
+        "workload=cifar10_resnet20",
+        f"data.root={tmp_path}/data/cifar",
+        "data.download=false",
+        "tracking=disabled",
+        cwd=tmp_path,
+    )
+    _assert_one_line_error(proc, "and data.download=false;", "or set data.download=true")
 
 
 @pytest.mark.slow

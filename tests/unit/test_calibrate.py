@@ -140,8 +140,11 @@ def test_flat_times_fit_no_bandwidth_and_make_no_preset():
 
 def test_sizes_parse_with_binary_suffixes():
     assert [_parse_size(s) for s in ("512", "1K", "64M", "2kb")] == [512, 1024, 64 << 20, 2048]
-    with pytest.raises(UserError, match="at least 4 bytes"):
-        _parse_size("2")
+    # float32 values: a size that is not a multiple of 4 is refused before anything runs,
+    # not measured as a smaller one
+    for bad in ("2", "5", "1.001K"):
+        with pytest.raises(UserError, match=f"'{bad}' must be a whole number of float32 values"):
+            _parse_size(bad)
     with pytest.raises(UserError, match="not a size"):
         _parse_size("lots")
 

@@ -100,6 +100,8 @@ def test_table_names_every_exchange_and_the_cheapest(capsys):
         ([*BASE, "--dtype-bytes", "0"], "--dtype-bytes: invalid choice: 0"),
         ([*BASE, "--cr", "abc"], "--cr"),
         (["--model", "no_such_net"], "--model"),
+        # a workload's name: repro's model names listed
+        (["--model", "mnist1d_cnn"], r"repro's are cnn1d, cnn1d_wide, mlp, .* e\.g\. cnn1d for"),
         (["--workers", "4"], "--model"),
         (["--params", "10", "--model", "resnet18"], "--model"),
         (["--params", "0"], "--params"),

@@ -215,6 +215,15 @@ def test_runs_ls_and_show(logged, capsys):
 
     with pytest.raises(UserError, match="no run 'zzz'"):
         runs_cli.main(["show", "zzz", "--root", str(root)])
+    # the runs folder itself given where one run is asked for; a root that is no folder
+    with pytest.raises(UserError) as err:
+        runs_cli.main(["show", str(root)])
+    assert str(err.value) == (
+        f"{root} is not one run's directory but holds runs further down; "
+        f"`repro runs ls {root}` lists them"
+    )
+    with pytest.raises(UserError, match=r"zzz is not a path, and --root /nonexistent is not"):
+        runs_cli.main(["show", "zzz", "--root", "/nonexistent"])
 
 
 def test_runs_ls_tells_running_from_incomplete_by_the_run_lock(tmp_path, capsys):
