@@ -32,7 +32,7 @@ from repro import hydra_overrides
 from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
-from repro.optim.config import OptimConfig
+from repro.optim.config import OptimConfig, check_schedule
 from repro.schemas.cluster import ClusterConfig, env_rank_world
 from repro.schemas.tracking import TrackingConfig
 from repro.schemas.trainer import TrainerConfig
@@ -147,6 +147,12 @@ class Config:
                 f"{self.trainer.batch_size} needs more than the {n_train} training samples of "
                 f"workload={self.workload.name}; lower one of them"
             )
+        per_step = self.trainer.world_size * self.trainer.batch_size
+        check_schedule(
+            self.optim,
+            n_train / per_step,
+            f"trainer.world_size x trainer.batch_size = {per_step} of {n_train} samples",
+        )
         self.method.check_name()
         self.method.check_declared()
         # a method that sizes its messages as the modeled clock does reads the network's scale

@@ -62,6 +62,22 @@ class OptimConfig:
             raise UserError(f"optim.warmup_steps={self.warmup_steps} must be >= 0")
 
 
+def check_schedule(cfg: OptimConfig, steps_per_epoch: float, setting: str) -> None:
+    """Refuse a step decay inside the warm-up: the milestones are epochs and the warm-up is
+    steps, so a run of larger batches (fewer steps an epoch) can decay before its rate has
+    reached its peak, and then train at gamma^k of it (the peak never reached). `setting`
+    names what sets the steps an epoch."""
+    if not cfg.milestones or not cfg.warmup_steps:
+        return
+    at = cfg.milestones[0] * steps_per_epoch
+    if at <= cfg.warmup_steps:
+        raise UserError(
+            f"optim.milestones={cfg.milestones} decays the rate at epoch {cfg.milestones[0]:g}"
+            f", step {at:.0f} at {setting}, inside optim.warmup_steps={cfg.warmup_steps}; "
+            f"shorten the warm-up to under {at:.0f} steps or move the milestones"
+        )
+
+
 def build_optimizer(cfg: OptimConfig, params) -> StackedOptimizer:
     """The optimizer of stacked worker parameters (leading worker axis): SGD and Adam are
     elementwise, stepping every worker as torch's own would; LAMB takes its trust ratio

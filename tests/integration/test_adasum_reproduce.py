@@ -125,6 +125,12 @@ def test_every_scale_composes_its_run_set():
     paper = dict(run_set("adasum", "paper", [], seeds=1))
     big = paper["adasum_sgd_b16384"]
     assert big.workload.model == "resnet50" and big.trainer.world_size * 256 == 16384
+    # every batch trains the same 90 epochs of one schedule, warmed up over its first 5 and
+    # evaluated once an epoch, whatever its steps an epoch
+    for cfg in paper.values():
+        epoch = 50_000 / (cfg.trainer.world_size * cfg.trainer.batch_size)
+        assert round(cfg.trainer.steps / epoch) == 90 and round(cfg.optim.warmup_steps / epoch) == 5
+        assert round(cfg.trainer.eval_every / epoch) == 1 and cfg.optim.milestones == [30, 60, 80]
 
 
 @pytest.mark.slow

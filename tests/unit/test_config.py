@@ -216,3 +216,18 @@ def test_method_name_cannot_rename_the_method_the_group_chose(method):
         f"use method={other} instead"
     )
     assert compose([f"method={method}", f"method.name={method}"]).method.name == method
+
+
+def test_a_decay_inside_the_warm_up_is_refused_at_the_runs_batch():
+    """Milestones are epochs, the warm-up steps: at 2 x 100 of 8,000 samples an epoch is 40
+    steps, so a decay at epoch 1 comes at step 40, before a 50-step warm-up has reached the
+    peak rate (the run would train at a tenth of a peak it never reached)."""
+    at = ["trainer.world_size=2", "trainer.batch_size=100", "optim.milestones=[1.0]"]
+    with pytest.raises(UserError) as err:
+        compose([*at, "optim.warmup_steps=50"])
+    assert str(err.value) == (
+        "optim.milestones=[1.0] decays the rate at epoch 1, step 40 at trainer.world_size x "
+        "trainer.batch_size = 200 of 8000 samples, inside optim.warmup_steps=50; shorten the "
+        "warm-up to under 40 steps or move the milestones"
+    )
+    assert compose([*at, "optim.warmup_steps=39"]).optim.warmup_steps == 39
