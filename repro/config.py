@@ -33,7 +33,7 @@ from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig, check_schedule
-from repro.schemas.cluster import ClusterConfig, env_rank_world
+from repro.schemas.cluster import ClusterConfig, device_request, env_rank_world
 from repro.schemas.tracking import TrackingConfig
 from repro.schemas.trainer import TrainerConfig
 from repro.strategies.base import MethodConfig, registered
@@ -153,6 +153,7 @@ class Config:
             n_train / per_step,
             f"trainer.world_size x trainer.batch_size = {per_step} of {n_train} samples",
         )
+        device_request(self.trainer.device, self.cluster.gpus_per_node, self.cluster.backend)
         self.method.check_name()
         self.method.check_declared()
         # a method that sizes its messages as the modeled clock does reads the network's scale

@@ -16,17 +16,16 @@ machine without a GPU.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 
 from repro.errors import UserError
+from repro.schemas.cluster import device_request, gpus_asked
 
 # The CPU backend rides along in every group: instrumentation traffic stays off NCCL.
 GPU_BACKEND = "cpu:gloo,cuda:nccl"
 CPU_BACKEND = "gloo"
-_DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
 INSTALL = (
     "rm -rf .venv && make install TORCH_INDEX_URL=https://download.pytorch.org/whl/cuXYZ "
     "(XYZ: a CUDA version the driver supports, e.g. 126)"
@@ -88,25 +87,9 @@ def choose_device(requested: str, gpus_per_node: int, backend: str, facts: CudaF
     `auto` is a CUDA device when the machine has one (the local rank's), else the CPU;
     but once GPUs are asked for, their absence is an error, never a quiet CPU run.
     """
-    match = _DEVICE.match(requested)
-    kind, index = (match.group(1), match.group(2)) if match else ("", None)
-    if not kind or (kind != "cuda" and index is not None):
-        raise UserError(
-            f"trainer.device={requested} is not a device; use auto, cpu, cuda or cuda:N"
-        )
-    asked = [
-        f"trainer.device={requested}" if kind == "cuda" else "",
-        f"cluster.gpus_per_node={gpus_per_node}" if gpus_per_node > 0 else "",
-        "cluster.backend=nccl" if backend == "nccl" else "",
-    ]
-    asked = [a for a in asked if a]
+    kind, index = device_request(requested, gpus_per_node, backend)
+    asked = gpus_asked(requested, gpus_per_node, backend)
     if kind == "cpu":
-        if asked:
-            raise UserError(
-                f"trainer.device=cpu contradicts {' and '.join(asked)} (GPUs requested, then "
-                f"left idle); use trainer.device=auto, or cluster.gpus_per_node=0 and "
-                f"cluster.backend=auto"
-            )
         return "cpu"
     if facts.problem is not None:
         if not asked:

@@ -13,6 +13,7 @@ leaf the root config imports rather than a module of `repro.cluster`.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
@@ -75,6 +76,40 @@ class ClusterConfig:
         require_choice("cluster.backend", self.backend, BACKENDS)
         if self.kind == "submitit_local" and self.nodes != 1:
             raise UserError(f"cluster.nodes={self.nodes}: submitit_local runs on one node only")
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+
+
+def device_request(requested: str, gpus_per_node: int, backend: str) -> tuple[str, str | None]:
+    """(kind, index) of `trainer.device=requested`, refused where it is no device or where
+    it is the CPU while the cluster asks for GPUs: what needs no machine to be decided, so
+    that a job is refused before it waits in a queue (`repro.comm.devices.choose_device`
+    decides the rest on the machine)."""
+    match = _DEVICE.match(requested)
+    kind, index = (match.group(1), match.group(2)) if match else ("", None)
+    if not kind or (kind != "cuda" and index is not None):
+        raise UserError(
+            f"trainer.device={requested} is not a device; use auto, cpu, cuda or cuda:N"
+        )
+    asked = gpus_asked(requested, gpus_per_node, backend)
+    if kind == "cpu" and asked:
+        raise UserError(
+            f"trainer.device=cpu contradicts {' and '.join(asked)} (GPUs requested, then "
+            f"left idle); use trainer.device=auto, or cluster.gpus_per_node=0 and "
+            f"cluster.backend=auto"
+        )
+    return kind, index
+
+
+def gpus_asked(requested: str, gpus_per_node: int, backend: str) -> list[str]:
+    """The settings that ask for GPUs, as `key=value`."""
+    asked = [
+        f"trainer.device={requested}" if requested.startswith("cuda") else "",
+        f"cluster.gpus_per_node={gpus_per_node}" if gpus_per_node > 0 else "",
+        "cluster.backend=nccl" if backend == "nccl" else "",
+    ]
+    return [a for a in asked if a]
 
 
 ConfigStore.instance().store(group="cluster", name="cluster_schema", node=ClusterConfig)

@@ -231,3 +231,15 @@ def test_a_decay_inside_the_warm_up_is_refused_at_the_runs_batch():
         "warm-up to under 40 steps or move the milestones"
     )
     assert compose([*at, "optim.warmup_steps=39"]).optim.warmup_steps == 39
+
+
+def test_a_cpu_device_beside_a_gpu_request_is_refused_before_any_job_is_queued():
+    """Decided by the settings alone, so at config time: a SLURM job would otherwise wait in
+    the queue for its GPUs, then stop on its first line."""
+    with pytest.raises(UserError) as err:
+        compose(["cluster.gpus_per_node=4", "trainer.device=cpu"])
+    assert str(err.value).startswith(
+        "trainer.device=cpu contradicts cluster.gpus_per_node=4 (GPUs requested, then left idle)"
+    )
+    with pytest.raises(UserError, match=r"^trainer.device=tpu is not a device"):
+        compose(["trainer.device=tpu"])
