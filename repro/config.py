@@ -13,6 +13,7 @@ before anything runs or is written.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -295,7 +296,35 @@ def parse_overrides(overrides: list[str]) -> list[Override]:
 
 
 def compose_dict(overrides: list[str]) -> DictConfig:
-    """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors."""
+    """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors.
+    A label of the chosen run set is made as the set makes it (`_set_overrides`)."""
+    return _compose_dict([*_set_overrides(overrides), *overrides])
+
+
+def _set_overrides(overrides: list[str]) -> list[str]:
+    """The overrides the chosen run set lists for `experiment.label` that `overrides` leave
+    out, less those whose keys they set: `repro train experiment=X experiment.label=L` runs
+    L as `repro reproduce` makes it, the command's own settings on top. Without them it ran
+    the set's default method under L's name and directory."""
+    chosen = [o for o in overrides if override_key(o) == "experiment"]
+    named = [o for o in overrides if override_key(o) == "experiment.label"]
+    if not chosen or not named:
+        return []
+    own = _set_runs(chosen[-1]).get(named[-1].partition("=")[2].strip("'\""), ())
+    if all(o in overrides for o in own):
+        return []
+    given = {override_key(o) for o in overrides}
+    return [o for o in own if override_key(o) not in given]
+
+
+@functools.lru_cache(maxsize=16)
+def _set_runs(chosen: str) -> dict[str, tuple[str, ...]]:
+    """Each label's overrides in the run set `chosen` (an `experiment=X` override)."""
+    runs = OmegaConf.select(_compose_dict([chosen]), "experiment.runs", default=None) or {}
+    return {label: tuple(str(o) for o in own or ()) for label, own in runs.items()}
+
+
+def _compose_dict(overrides: list[str]) -> DictConfig:
     parse_overrides(overrides)
     _check_group_choices(overrides)
     try:

@@ -243,3 +243,22 @@ def test_a_cpu_device_beside_a_gpu_request_is_refused_before_any_job_is_queued()
     )
     with pytest.raises(UserError, match=r"^trainer.device=tpu is not a device"):
         compose(["trainer.device=tpu"])
+
+
+def test_a_label_of_the_chosen_run_set_is_made_as_the_set_makes_it():
+    """`experiment=X experiment.label=L` alone ran the set's default method under L's name and
+    directory; it now takes L's overrides from the set, the command's own settings on top."""
+    base = ["experiment=adacomm_small", "experiment.label=adacomm_lrdecay"]
+    own = compose(["experiment=adacomm_small"]).experiment.runs["adacomm_lrdecay"]
+    alone, as_set = compose(base), compose([*base, *own])
+    assert (alone.method.name, alone.method.rule, alone.optim.milestones) == (
+        "adacomm",
+        "loss_lr",
+        [20.0],
+    )
+    assert config_hash(alone) == config_hash(as_set)
+    # the command's own value wins, and one that needs the label's method composes with it
+    assert compose([*base, "method.tau0=4"]).method.tau0 == 4
+    # a label the set does not list (a method compared beside it) is left as given
+    beside = compose(["experiment=adacomm_small", "method=powersgd", "experiment.label=mine"])
+    assert beside.method.name == "powersgd"
