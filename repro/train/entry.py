@@ -82,6 +82,13 @@ def run_training(cfg: Config) -> dict:
     if done is not None:
         return done
     device = worker_device(cfg)  # a GPU request without CUDA fails before anything is written
+    if device == "cpu" and cfg.experiment.scale == "paper" and cfg.trainer.device == "auto":
+        print(
+            "note: a paper-scale run on the CPU (no CUDA device here); trainer.device=cuda "
+            "makes that an error instead",
+            file=sys.stderr,
+            flush=True,
+        )
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = env_rank_world()
