@@ -42,6 +42,8 @@ USAGE = """repro sweep SPEC [--workers K] [--cluster NAME]
 TUNE_USAGE = "repro tune PAPER [scale=small|tiny] [--workers K] [--spec PATH] [--out DIR]"
 SPEC_DIR = REPO / "sweeps" / "tune"
 ACTIONS = ("run", "show", "dashboard")
+# the options each action reads (another given would be ignored without a word)
+OPTIONS = {"run": ("--workers", "--cluster"), "show": (), "dashboard": ("--port",)}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.spec is None:
         parser.error("the following arguments are required: spec")
+    given = [a.split("=")[0] for a in argv if a.startswith("--")]
+    stray = [flag for flag in given if flag not in OPTIONS[args.action]]
+    if stray:
+        takes = ", ".join(OPTIONS[args.action]) or "no option"
+        parser.error(
+            f"{stray[0]} does not apply to `repro sweep {args.action}`, which takes {takes}"
+        )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return run(args)

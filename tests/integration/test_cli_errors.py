@@ -256,7 +256,10 @@ REFUSED = [
     # an option between positionals: the command reads both positionals, then refuses them
     (["tune", "adacomm", "--workers", "1", "scale=huge"], "scale=huge: adacomm has no tuning"),
     (["report", "compare", "no_a", "--metric", "test/acc", "no_b"], "'no_a' is not a path"),
-    (["sweep", "show", "--port", "8080", "sweeps/tiny.yaml"], "no study tiny yet in runs/sweeps"),
+    (["sweep", "dashboard", "--port", "8080", "sweeps/tiny.yaml"], "no study tiny yet in runs/"),
+    # an option the action does not read is refused, not ignored
+    (["sweep", "show", "--port", "8080", "sweeps/tiny.yaml"], "--port does not apply to `repro"),
+    (["sweep", "dashboard", "sweeps/tiny.yaml", "--workers", "3"], "which takes --port;"),
     # more workers on this machine than four to a core: refused before the journal is made
     (["sweep", "sweeps/tiny.yaml", "--workers", "100000"], "is more than 4 per core; lower"),
     (["tune", "adacomm", "scale=tiny", "--workers", "100000"], "is more than 4 per core; lower"),
