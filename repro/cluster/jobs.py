@@ -191,18 +191,25 @@ def job_states(records: list[JobRecord], problems: list[str] | None = None) -> d
     return states
 
 
-def live_states(records: list[JobRecord]) -> dict[str, str]:
+def live_states(records: list[JobRecord], problems: list[str] | None = None) -> dict[str, str]:
     """job id -> state of the jobs among `records` that are queued or running, from the
     controller itself (squeue): the accounting sacct reads lists a job a moment after it is
     queued, so a job just submitted would read as unknown there. A controller that does not
-    answer lists none."""
+    answer lists none, and says why in `problems` when given."""
     states, slurm = _split(records)
     live = {job: state for job, state in states.items() if state == "RUNNING"}
     if slurm:
         ids = ",".join(sorted({r.job_id.split("_")[0] for r in slurm}))
         try:  # -r: an array's pending tasks one per line, as their records name them
             done = slurm_tool(["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T"])
-        except (UserError, subprocess.TimeoutExpired):
+        except (UserError, subprocess.TimeoutExpired) as err:
+            if problems is not None:
+                problems.append(str(err))
+            return live
+        # one id squeue does not know is an error of its own; a controller it cannot reach too
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            if problems is not None:
+                problems.append((done.stderr.strip().splitlines() or ["squeue failed"])[-1])
             return live
         listed = dict(line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
         live |= {r.job_id: listed[r.job_id] for r in slurm if r.job_id in listed}

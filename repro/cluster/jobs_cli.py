@@ -5,7 +5,8 @@ submitit) and its stdout log; a failed job also shows each task's stderr path an
 lines, so the cause is on screen without a search through the job folder. `--watch`
 redraws every `--interval` seconds until no job is pending or running (a job sacct does not
 list yet, UNKNOWN, counts as pending; an accounting that does not answer leaves every state
-UNKNOWN, with one line saying why), then exits 1 if any failed and 0 otherwise. A torn
+UNKNOWN, with one line saying why; one neither it nor the queue knows is NOT_FOUND, not
+waited for), then exits 1 if any failed and 0 otherwise. A torn
 last line of the file (a submission cut short) is skipped with a note; a line damaged
 elsewhere is skipped with an error line, the others are listed, and the exit code is 2.
 """
@@ -15,7 +16,15 @@ from __future__ import annotations
 import sys
 import time
 
-from repro.cluster.jobs import ACTIVE, FAILED, JobRecord, failure_report, job_states, scan_records
+from repro.cluster.jobs import (
+    ACTIVE,
+    FAILED,
+    JobRecord,
+    failure_report,
+    job_states,
+    live_states,
+    scan_records,
+)
 from repro.errors import CommandParser, UserError
 from repro.pages.writer import counted
 
@@ -40,6 +49,21 @@ def summary_line(states: dict[str, str]) -> str:
     )
 
 
+NOT_FOUND = "NOT_FOUND"
+
+
+def _not_found(records: list[JobRecord], states: dict[str, str]) -> dict[str, str]:
+    """The jobs the accounting, which answered, does not list and the controller has not
+    queued either: gone from both (purged, or an earlier cluster's). Counted as pending,
+    `--watch` would wait for them for ever."""
+    unknown = [r for r in records if states.get(r.job_id) == "UNKNOWN"]
+    if not unknown:
+        return {}
+    problems: list[str] = []
+    live = live_states(unknown, problems)
+    return {} if problems else {r.job_id: NOT_FOUND for r in unknown if r.job_id not in live}
+
+
 def main(argv: list[str]) -> int:
     p = CommandParser(prog="repro jobs", description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default="runs", help="runs_root the jobs were submitted from")
@@ -56,6 +80,8 @@ def main(argv: list[str]) -> int:
     while True:
         problems: list[str] = []
         states = job_states(records, problems)
+        if not problems:
+            states |= _not_found(records, states)
         print(render(records, states))
         for problem in problems:
             print(f"states unknown: SLURM's accounting did not answer ({problem})", file=sys.stderr)

@@ -14,10 +14,12 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from repro.cluster.jobs import JobRecord, append_records
 from repro.cluster.submit import submit_run
 from repro.config import compose, run_dir_of
 from tests.daemons.slurm_jobs import (
@@ -127,3 +129,17 @@ def _release_requeued(job_id: str) -> None:
             return
         time.sleep(0.5)
     pytest.fail(f"requeued job {job_id} did not come back to the queue within {GUARD_S:.0f} s")
+
+
+@pytest.mark.timeout(180)
+def test_a_job_neither_the_accounting_nor_the_queue_knows_is_not_waited_for(tmp_path) -> None:
+    """A record of a job the cluster has forgotten (purged from accounting, or an earlier
+    cluster's): `--watch` used to count it as pending and redraw for ever."""
+    cluster = compose(["cluster=slurm_local"]).cluster
+    root = tmp_path / "runs"
+    gone = JobRecord("98765432", "run", "sync", cluster.name, str(tmp_path / "jobs"))
+    append_records(root, [replace(gone, env_file=cluster.env_file)])
+    watched = repro_cli("jobs", "--root", str(root), "--watch", "--interval", "1", timeout=60)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert re.search(r"^98765432\s+run\s+sync\s+NOT_FOUND", watched.stdout, re.M)
+    assert watched.stdout.rstrip().endswith("1 job: 1 NOT_FOUND")
