@@ -296,32 +296,40 @@ def parse_overrides(overrides: list[str]) -> list[Override]:
 
 
 def compose_dict(overrides: list[str]) -> DictConfig:
-    """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors.
-    A label of the chosen run set is made as the set makes it (`_set_overrides`)."""
-    return _compose_dict([*_set_overrides(overrides), *overrides])
+    """Compose configs/config.yaml with Hydra overrides; errors become one-line UserErrors."""
+    _check_set_label(overrides)
+    return _compose_dict(overrides)
 
 
-def _set_overrides(overrides: list[str]) -> list[str]:
-    """The overrides the chosen run set lists for `experiment.label` that `overrides` leave
-    out, less those whose keys they set: `repro train experiment=X experiment.label=L` runs
-    L as `repro reproduce` makes it, the command's own settings on top. Without them it ran
-    the set's default method under L's name and directory."""
+def _check_set_label(overrides: list[str]) -> None:
+    """Refuse a label of the chosen run set without the overrides the set makes it with:
+    `experiment=X experiment.label=L` alone ran the set's default method under L's name and
+    directory. `repro reproduce` makes the set's runs (its tuned values too); a label of
+    one's own runs beside them."""
     chosen = [o for o in overrides if override_key(o) == "experiment"]
     named = [o for o in overrides if override_key(o) == "experiment.label"]
     if not chosen or not named:
-        return []
-    own = _set_runs(chosen[-1]).get(named[-1].partition("=")[2].strip("'\""), ())
-    if all(o in overrides for o in own):
-        return []
-    given = {override_key(o) for o in overrides}
-    return [o for o in own if override_key(o) not in given]
+        return
+    label = named[-1].partition("=")[2].strip("'\"")
+    runs, paper, scale, tuned = _set_runs(chosen[-1])
+    missing = [o for o in runs.get(label, ()) if o not in overrides]
+    if missing:
+        values = f" and configs/tuned/{paper}_{scale}.yaml's values" if tuned else ""
+        raise UserError(
+            f"experiment.label={label} is a run of the {paper}_{scale} set, made with "
+            f"{' '.join(missing)}{values}: `repro reproduce {paper} scale={scale}` makes it; "
+            "add them to train it here, or name a label of your own"
+        )
 
 
 @functools.lru_cache(maxsize=16)
-def _set_runs(chosen: str) -> dict[str, tuple[str, ...]]:
-    """Each label's overrides in the run set `chosen` (an `experiment=X` override)."""
-    runs = OmegaConf.select(_compose_dict([chosen]), "experiment.runs", default=None) or {}
-    return {label: tuple(str(o) for o in own or ()) for label, own in runs.items()}
+def _set_runs(chosen: str) -> tuple[dict[str, tuple[str, ...]], str, str, bool]:
+    """Each label's overrides in the run set `chosen` (an `experiment=X` override), with the
+    set's paper, scale and whether it is tuned."""
+    experiment = OmegaConf.select(_compose_dict([chosen]), "experiment", default=None) or {}
+    runs = {k: tuple(str(o) for o in v or ()) for k, v in (experiment.get("runs") or {}).items()}
+    paper, scale = str(experiment.get("paper", "")), str(experiment.get("scale", ""))
+    return runs, paper, scale, bool(experiment.get("tuned", False))
 
 
 def _compose_dict(overrides: list[str]) -> DictConfig:

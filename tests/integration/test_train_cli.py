@@ -180,7 +180,8 @@ def test_a_run_stopped_on_a_terminal_says_so_on_a_line_of_its_own(tmp_path):
 def test_a_paper_scale_run_on_the_cpu_says_so(tmp_path):
     """A GPU cluster's configuration run where there is no CUDA device trains on the CPU,
     as `trainer.device=auto` allows, but not without a word."""
-    args = ["experiment=adacomm_paper", "experiment.label=sync", *TINY[:-2], "tracking=disabled"]
+    args = ["experiment=adacomm_paper", "experiment.label=sync", "method=sync", *TINY[:-2]]
+    args.append("tracking=disabled")
     proc = repro_cli("train", *args, f"runs_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("note: a paper-scale run on the CPU (no CUDA device here)") == 1

@@ -125,7 +125,7 @@ def test_tuning_trials_have_their_own_group_and_tags():
 
 
 def test_each_run_records_what_it_was_made_with_and_a_resumed_run_both(tmp_path):
-    overrides = ["experiment=adacomm_small", "experiment.label=sync"]
+    overrides = ["experiment=adacomm_small", "experiment.label=sync", "method=sync"]
     run, _ = records(logged_run(overrides, tmp_path / "run"))
     made_with = environment(torch.device("cpu"), WORKLOAD.arrays)
     assert run["config"]["update"]["environment"] == made_with  # read by wandb's own reader

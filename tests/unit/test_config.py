@@ -245,20 +245,22 @@ def test_a_cpu_device_beside_a_gpu_request_is_refused_before_any_job_is_queued()
         compose(["trainer.device=tpu"])
 
 
-def test_a_label_of_the_chosen_run_set_is_made_as_the_set_makes_it():
-    """`experiment=X experiment.label=L` alone ran the set's default method under L's name and
-    directory; it now takes L's overrides from the set, the command's own settings on top."""
-    base = ["experiment=adacomm_small", "experiment.label=adacomm_lrdecay"]
-    own = compose(["experiment=adacomm_small"]).experiment.runs["adacomm_lrdecay"]
-    alone, as_set = compose(base), compose([*base, *own])
-    assert (alone.method.name, alone.method.rule, alone.optim.milestones) == (
-        "adacomm",
-        "loss_lr",
-        [20.0],
+def test_a_label_of_the_chosen_run_set_without_its_overrides_is_refused():
+    """`experiment=X experiment.label=L` alone ran the set's default method (sync) under L's
+    name and directory; the set makes L with its overrides and, at small scale, its tuned
+    values, which `repro reproduce` applies."""
+    with pytest.raises(UserError) as err:
+        compose(["experiment=adacomm_small", "experiment.label=adacomm_lrdecay"])
+    assert str(err.value) == (
+        "experiment.label=adacomm_lrdecay is a run of the adacomm_small set, made with "
+        "method=adacomm method.tau0=20 method.interval_s=9.0 method.rule=loss_lr "
+        "optim.milestones=[20.0] and configs/tuned/adacomm_small.yaml's values: `repro "
+        "reproduce adacomm scale=small` makes it; add them to train it here, or name a label "
+        "of your own"
     )
-    assert config_hash(alone) == config_hash(as_set)
-    # the command's own value wins, and one that needs the label's method composes with it
-    assert compose([*base, "method.tau0=4"]).method.tau0 == 4
+    own = compose(["experiment=adacomm_tiny"]).experiment.runs["adacomm"]
+    made = compose(["experiment=adacomm_tiny", "experiment.label=adacomm", *own])
+    assert made.method.name == "adacomm"
     # a label the set does not list (a method compared beside it) is left as given
     beside = compose(["experiment=adacomm_small", "method=powersgd", "experiment.label=mine"])
     assert beside.method.name == "powersgd"
