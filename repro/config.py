@@ -67,9 +67,7 @@ NON_IDENTITY_KEYS = (
     "experiment.tuned",
     "experiment.search",
     "experiment.search_minutes",
-    # not a setting: what made the run, which its tracker config records beside the settings
-    # (`repro.track.provenance`)
-    "environment",
+    "environment",  # not a setting: what made the run (`repro.track.provenance`)
 )
 
 
