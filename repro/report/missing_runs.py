@@ -25,7 +25,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.verdicts import OffSet
 from repro.config import CONFIG_DIR
 from repro.pages.writer import Code, Para
-from repro.track.runs import unfinished
+from repro.track.runs import unfinished, untracked_run_dirs
 from repro.track.series import Seeded, any_seed
 
 
@@ -167,6 +167,13 @@ def missing_notes(
         more = _past_set(paper, scale, seeds, config_dir)
         command = reproduce_command(paper, scale, runs_root, more)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
+        untracked = _untracked(Path(runs_root) / f"{paper}_{scale}", {label for label, _ in ours})
+        if untracked:
+            text += (
+                f" Made with tracking=disabled, {', '.join(map(str, untracked))} logged no "
+                "curves a report reads, and the command skips them as finished: remove them "
+                "first.",
+            )
         notes.append(Para(text, css="missing"))
     if other:
         notes.append(
@@ -177,6 +184,11 @@ def missing_notes(
             )
         )
     return notes
+
+
+def _untracked(group_dir: Path, labels: set[str]) -> list[Path]:
+    """The run directories of `labels` under the set's folder made without a tracker."""
+    return [d for d in untracked_run_dirs(group_dir) if d.name.rsplit("-", 1)[0] in labels]
 
 
 def unfinished_notes(

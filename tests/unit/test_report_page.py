@@ -9,7 +9,8 @@ from pathlib import Path
 from repro.claims.claims_file import Claim, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import evaluate
-from repro.pages.writer import FigureOut, Table, fmt, md_cell, to_html, to_markdown
+from repro.locks import RUN_LOCK
+from repro.pages.writer import FigureOut, Page, Table, fmt, md_cell, to_html, to_markdown
 from repro.report.build import ordered, select_runs
 from repro.report.missing_runs import missing_notes, needed_missing
 from repro.report.page import CHECKS_TITLE, WANDB_URL, assemble, metrics_table
@@ -372,3 +373,26 @@ def test_a_missing_run_is_named_with_the_pattern_claims_and_the_front_that_read_
     readers = needed_missing(claims, runs, results, "small")[("moo", None)]
     assert "claim moo_accuracy_near_dense" in readers and "claim moo_ratio_band" in readers
     assert "figure cr_pareto_front" in readers
+
+
+def test_a_missing_run_made_without_a_tracker_is_named_with_what_to_remove(tmp_path):
+    """The run exists but logged no curves (tracking=disabled), and `repro reproduce` skips
+    it as finished: the note says which directory to remove, or the page never fills in."""
+    untracked = tmp_path / "runs" / "adacomm_small" / "sync-0123456789"
+    untracked.mkdir(parents=True)
+    (untracked / "config.yaml").write_text("seed: 0\n")
+    (untracked / RUN_LOCK).write_text("")
+    needs = {("sync", None): ["claim headline_time_to_sync_loss"]}
+    (note,) = missing_notes("adacomm", "small", needs, runs_root=str(tmp_path / "runs"))
+    assert (
+        to_markdown(Page("p", [note]))
+        .strip()
+        .endswith(
+            f"Made with tracking=disabled, {untracked} logged no curves a report reads, and the "
+            "command skips them as finished: remove them first."
+        )
+    )
+    # a tracked run of that label, or another label's untracked run, is not named
+    needs = {("adacomm", None): ["claim headline_time_to_sync_loss"]}
+    (note,) = missing_notes("adacomm", "small", needs, runs_root=str(tmp_path / "runs"))
+    assert "tracking=disabled" not in to_markdown(Page("p", [note]))
