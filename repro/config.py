@@ -155,13 +155,7 @@ class Config:
         device_request(self.trainer.device, self.cluster.gpus_per_node, self.cluster.backend)
         self.method.check_name()
         self.method.check_declared()
-        # a method that sizes its messages as the modeled clock does reads the network's scale
-        mirrored = getattr(self.method, "bytes_scale", self.network.bytes_scale)
-        if mirrored != self.network.bytes_scale:
-            raise UserError(
-                f"method.bytes_scale={mirrored} mirrors network.bytes_scale="
-                f"{self.network.bytes_scale}; set network.bytes_scale instead"
-            )
+        self.method.validate_network(self.network.bytes_scale)
         self.method.validate_world_size(self.trainer.world_size)
         if self.trainer.engine == "auto":
             self.trainer.engine = "simulated" if simulated_by_default(self) else "processes"

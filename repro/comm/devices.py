@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from repro.errors import UserError
-from repro.schemas.cluster import device_request, gpus_asked
+from repro.schemas.cluster import device_request
 
 # The CPU backend rides along in every group: instrumentation traffic stays off NCCL.
 GPU_BACKEND = "cpu:gloo,cuda:nccl"
@@ -87,8 +87,7 @@ def choose_device(requested: str, gpus_per_node: int, backend: str, facts: CudaF
     `auto` is a CUDA device when the machine has one (the local rank's), else the CPU;
     but once GPUs are asked for, their absence is an error, never a quiet CPU run.
     """
-    kind, index = device_request(requested, gpus_per_node, backend)
-    asked = gpus_asked(requested, gpus_per_node, backend)
+    kind, index, asked = device_request(requested, gpus_per_node, backend)
     if kind == "cpu":
         return "cpu"
     if facts.problem is not None:

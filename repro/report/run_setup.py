@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repro.pages.writer import Para, counted, fmt
-from repro.track.series import NotMeasurable, Run, Seeded, cfg, final_step
+from repro.track.series import NotMeasurable, Run, Seeded, cfg, every_run, final_step
 
 
 def network(run: Run) -> str:
@@ -139,13 +139,12 @@ def _data_sets(runs: Seeded) -> dict[str, dict[str, list[str]]]:
     """Each data set a run generates or reads (MNIST-1D is generated from the run's seed),
     with the digests its runs recorded and the arms that recorded each."""
     found: dict[str, dict[str, list[str]]] = {}
-    for label, by_seed in runs.items():
-        for seed, run in by_seed.items():
-            digest = recorded("data")(run)
-            if digest != NOT_RECORDED:
-                size = cfg(run, "workload.num_samples")
-                which = f"{cfg(run, 'workload.dataset')}{f' n={size}' if size else ''} seed {seed}"
-                found.setdefault(which, {}).setdefault(digest, []).append(label)
+    for label, seed, run in every_run(runs):
+        digest = recorded("data")(run)
+        if digest != NOT_RECORDED:
+            size = cfg(run, "workload.num_samples")
+            which = f"{cfg(run, 'workload.dataset')}{f' n={size}' if size else ''} seed {seed}"
+            found.setdefault(which, {}).setdefault(digest, []).append(label)
     return found
 
 
@@ -180,11 +179,10 @@ def environment_notes(runs: Seeded) -> list[Para]:
             "with other data are not compared on one task. Make them again on one install."
         )
         return [Para(text, css="missing")]
-    every = [run for by_seed in runs.values() for run in by_seed.values()]
     differ = [
         title.split(" (")[0]
         for key, title in ENVIRONMENT_ROWS.items()
-        if len({recorded(key)(run) for run in every} - {NOT_RECORDED}) > 1
+        if len({recorded(key)(run) for _, _, run in every_run(runs)} - {NOT_RECORDED}) > 1
     ]
     if not differ:
         return []

@@ -81,8 +81,11 @@ class ClusterConfig:
 _DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
 
 
-def device_request(requested: str, gpus_per_node: int, backend: str) -> tuple[str, str | None]:
-    """(kind, index) of `trainer.device=requested`, refused where it is no device or where
+def device_request(
+    requested: str, gpus_per_node: int, backend: str
+) -> tuple[str, str | None, list[str]]:
+    """(kind, index, the settings that ask for GPUs as `key=value`) of
+    `trainer.device=requested`, refused where it is no device or where
     it is the CPU while the cluster asks for GPUs: what needs no machine to be decided, so
     that a job is refused before it waits in a queue (`repro.comm.devices.choose_device`
     decides the rest on the machine)."""
@@ -92,24 +95,19 @@ def device_request(requested: str, gpus_per_node: int, backend: str) -> tuple[st
         raise UserError(
             f"trainer.device={requested} is not a device; use auto, cpu, cuda or cuda:N"
         )
-    asked = gpus_asked(requested, gpus_per_node, backend)
+    asked = [
+        f"trainer.device={requested}" if kind == "cuda" else "",
+        f"cluster.gpus_per_node={gpus_per_node}" if gpus_per_node > 0 else "",
+        "cluster.backend=nccl" if backend == "nccl" else "",
+    ]
+    asked = [a for a in asked if a]
     if kind == "cpu" and asked:
         raise UserError(
             f"trainer.device=cpu contradicts {' and '.join(asked)} (GPUs requested, then "
             f"left idle); use trainer.device=auto, or cluster.gpus_per_node=0 and "
             f"cluster.backend=auto"
         )
-    return kind, index
-
-
-def gpus_asked(requested: str, gpus_per_node: int, backend: str) -> list[str]:
-    """The settings that ask for GPUs, as `key=value`."""
-    asked = [
-        f"trainer.device={requested}" if requested.startswith("cuda") else "",
-        f"cluster.gpus_per_node={gpus_per_node}" if gpus_per_node > 0 else "",
-        "cluster.backend=nccl" if backend == "nccl" else "",
-    ]
-    return [a for a in asked if a]
+    return kind, index, asked
 
 
 ConfigStore.instance().store(group="cluster", name="cluster_schema", node=ClusterConfig)

@@ -97,6 +97,10 @@ class MethodConfig:
         """Refuse, before any worker starts, a worker count the method cannot serve; every
         count is fine by default."""
 
+    def validate_network(self, bytes_scale: float) -> None:
+        """Refuse, at config time, settings at odds with the modeled network's
+        (`network.bytes_scale`); any is fine by default."""
+
     def validate_model(self, shapes: dict[str, tuple[int, ...]]) -> None:
         """Refuse, before the run directory is written, a model the method cannot serve
         (one worker's parameter shapes by name, e.g. a low-rank compressor's rank above a

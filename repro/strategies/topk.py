@@ -26,6 +26,7 @@ from repro.compress.ratio import (
     FixedRatio,
     MOORatioController,
 )
+from repro.errors import UserError
 from repro.strategies.base import MethodConfig, register
 from repro.strategies.compressed_sgd import CompressedSGD, Parts
 from repro.strategies.topk_options import check_options
@@ -75,6 +76,14 @@ class TopKConfig(MethodConfig):
 
     def process_env(self) -> dict[str, str]:
         return nccl_env(self.collective)
+
+    def validate_network(self, bytes_scale: float) -> None:
+        """The copy set apart from the network's would size messages unlike the clock."""
+        if self.bytes_scale != bytes_scale:
+            raise UserError(
+                f"method.bytes_scale={self.bytes_scale} mirrors network.bytes_scale="
+                f"{bytes_scale}; set network.bytes_scale instead"
+            )
 
     def parts(self) -> Parts:
         """Error feedback, Top-k, the policy's exchange and the ratio controller."""
