@@ -15,9 +15,12 @@ Settings that say where or how a run was computed, not what (`HOW_IT_RAN`), may 
 engine and its vectorization, the device, how often checkpoints are written and the
 evaluation's batch. The engines are held to the same decisions and
 parameters by the equivalence tests, a resume from a checkpoint ends as the uninterrupted
-run, and evaluation sums in float64. The seed is each run's own (seeds are added one by
-one), and the settings no run's identity holds (`repro.config.NON_IDENTITY_KEYS`: tracking,
-cluster, the data's folder, the set's seed count) never count.
+run, and evaluation sums in float64. Unless the label itself sets one: a run whose claim
+reads what only that way of running measures (Adasum's cost pair, gloo's seconds between
+worker processes, `trainer.engine=processes`) departs when it ran another way. The seed is
+each run's own (seeds are added one by one), and the settings no run's identity holds
+(`repro.config.NON_IDENTITY_KEYS`: tracking, cluster, the data's folder, the set's seed
+count) never count.
 """
 
 from __future__ import annotations
@@ -67,9 +70,18 @@ def set_settings(experiment: str) -> dict[str, dict]:
     if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
         return {}
     return {
-        label: {k: v for k, v in _plain(identity(cfg)).items() if k not in HOW_IT_RAN}
+        label: {
+            k: v
+            for k, v in _plain(identity(cfg)).items()
+            if k not in HOW_IT_RAN or k in _named(cfg.experiment.runs[label])
+        }
         for label, cfg in label_configs(experiment).items()
     }
+
+
+def _named(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys a label's overrides set (`key=value`, `+key=value`)."""
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
 def changed_by(experiment: str, configs: Iterable[Config]) -> list[str]:

@@ -107,3 +107,13 @@ def test_a_report_keeps_the_sets_run_over_a_newer_one_made_otherwise():
     _, runs, notes, off = select_runs([*own[1:], newer], "adacomm", None, "runs")
     assert runs["sync"][0] is newer and notes == []
     assert off == {"sync": {0: [f"optim.lr=0.5 (set: {lr:.4g})"]}}
+
+
+def test_a_way_of_running_the_label_itself_sets_departs():
+    # Adasum's cost pair reads gloo's measured seconds between worker processes: the same
+    # pair on the simulated engine measured in-process tensor operations
+    simulated = [cfg for _, cfg in run_set("adasum", "tiny", ["trainer.engine=simulated"])]
+    assert changed_by("adasum_tiny", simulated) == ["trainer.engine=simulated (set: processes)"]
+    # labels that leave the engine to the default may run on either
+    others = [c for c in simulated if not c.experiment.label.endswith("_b128")]
+    assert others and changed_by("adasum_tiny", others) == []
