@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from repro.optim.stacked import StackedOptimizer
 
 OPTIMIZERS = ("sgd", "adam", "lamb")
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without torch
 
 
 @dataclass
@@ -36,6 +37,12 @@ class OptimConfig:
         require_choice("optim.name", self.name, OPTIMIZERS)
         if not self.lr > 0:
             raise UserError(f"optim.lr={self.lr} must be positive")
+        if self.lr > FLOAT32_MAX:
+            # the optimizers scale float32 tensors by it: torch refuses, mid-step, in a traceback
+            raise UserError(
+                f"optim.lr={self.lr} is past the largest float32 ({FLOAT32_MAX:.4g}), the "
+                "parameters' type; give a rate below it"
+            )
         if self.momentum < 0 or self.momentum >= 1:
             raise UserError(f"optim.momentum={self.momentum} must be in [0, 1)")
         if self.weight_decay < 0:

@@ -94,9 +94,22 @@ class DivergenceGuard:
                     step,
                 )
 
-    def check_point(self, step: int, epoch: float, test_acc: float, num_classes: int) -> None:
-        """`test_acc` of the evaluated (worker-averaged) model after `epoch` epochs;
-        `num_classes` 0 (regression) has no chance level and is never checked."""
+    def check_point(
+        self, step: int, epoch: float, test_acc: float, test_loss: float, num_classes: int
+    ) -> None:
+        """`test_acc` and `test_loss` of the evaluated (worker-averaged) model after `epoch`
+        epochs; `num_classes` 0 (regression) has no chance level and is never checked for it.
+
+        A step's training loss is taken before its update, so an update that blows the model
+        up shows first in the next step's loss, and the last step's only here: a non-finite
+        test loss stops the run as a non-finite training loss does."""
+        if not math.isfinite(test_loss):
+            raise Diverged(
+                f"training diverged at step {step}: the evaluated model's test loss is "
+                f"{test_loss}; lower optim.lr",
+                "nonfinite",
+                step,
+            )
         c = self.cfg
         if num_classes < 2 or c.chance_after_epochs == 0:
             return

@@ -165,7 +165,9 @@ class Trainer:
         self.stats.reset_interval(wall_s, samples, self.time.now())
         self.log.log(logged)
         num_classes = self.workload.arrays.num_classes
-        self.guard.check_point(step, logged["epoch"], logged["test/acc"], num_classes)
+        self.guard.check_point(
+            step, logged["epoch"], logged["test/acc"], logged["test/loss"], num_classes
+        )
 
     # ------------------------------------------------------- checkpoint/resume
     def save(self, step: int) -> None:

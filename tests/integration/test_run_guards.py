@@ -252,3 +252,21 @@ def test_a_read_only_wandb_folder_of_a_writable_run_is_named(tmp_path):
     assert (
         line == f"error: {logs}: read-only file system; make it writable or set run_dir elsewhere"
     )
+
+
+@pytest.mark.parametrize("engine", ["simulated", "processes"])
+def test_a_blowup_on_the_last_step_fails_the_run(tmp_path, engine):
+    """The last step's update was judged by nothing: its training loss came before it, and
+    the run finished with a model of 1e30s and a NaN test loss as a success."""
+    args = [*TINY, "trainer.steps=1", "optim.lr=1e30", "trainer.world_size=2"]
+    code, _, err = cli(
+        "train",
+        *args,
+        f"trainer.engine={engine}",
+        "compute.mode=sampled",
+        "tracking=disabled",
+        f"run_dir={tmp_path}/run",
+        f"data.root={tmp_path}/data",
+    )
+    _one_line(code, err, "training diverged at step 1: the evaluated model's test loss is nan")
+    assert not (tmp_path / "run" / "final_model.pt").exists()

@@ -93,6 +93,7 @@ def test_default_is_mnist1d_sync():
         ("trainer.world_size=0", "trainer.world_size"),
         ("trainer.batch_size=0", "trainer.batch_size"),
         ("optim.lr=-0.1", "optim.lr"),
+        ("optim.lr=1e39", "optim.lr=1e+39 is past the largest float32"),  # finite, no float32
         ("method=nope", "method"),
         ("workload=nope", "workload"),
         ("trainer.world_size=100000", "trainer.world_size"),

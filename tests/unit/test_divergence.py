@@ -56,7 +56,7 @@ def test_a_healthy_run_is_never_stopped():
     guard = DivergenceGuard(DivergenceConfig())
     losses = _train("sgd", 0.1, 300, guard)
     assert losses[-1] < 0.05 < losses[0]
-    guard.check_point(step=300, epoch=9.4, test_acc=1.0, num_classes=4)
+    guard.check_point(step=300, epoch=9.4, test_acc=1.0, test_loss=1.0, num_classes=4)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
@@ -67,6 +67,18 @@ def test_a_nonfinite_loss_stops_at_once(bad):
         guard.check_loss(2, [2.1, bad])
     assert err.value.reason == "nonfinite" and err.value.step == 2
     assert str(err.value) == f"training diverged at step 2: the loss is {bad}; lower optim.lr"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nonfinite_test_loss_stops_at_any_evaluation(bad):
+    # the last step's update is judged by nothing else: its training loss came before it
+    guard = DivergenceGuard(DivergenceConfig())
+    with pytest.raises(Diverged) as err:
+        guard.check_point(step=1, epoch=0.01, test_acc=0.1, test_loss=bad, num_classes=10)
+    assert err.value.reason == "nonfinite" and err.value.step == 1
+    assert str(err.value) == (
+        f"training diverged at step 1: the evaluated model's test loss is {bad}; lower optim.lr"
+    )
 
 
 def _feed(guard: DivergenceGuard, losses: list, first_step: int = 1) -> int | None:
@@ -127,21 +139,25 @@ def test_still_at_chance_past_the_point():
     guard = DivergenceGuard(DivergenceConfig())  # 3 epochs and 200 steps
     # 10 classes: chance 0.1, at chance up to 0.12
     with pytest.raises(Diverged) as err:
-        guard.check_point(step=800, epoch=3.2, test_acc=0.089, num_classes=10)
+        guard.check_point(step=800, epoch=3.2, test_acc=0.089, test_loss=1.0, num_classes=10)
     assert err.value.reason == "chance" and err.value.step == 800
     assert str(err.value) == (
         "training diverged at step 800: test accuracy 0.089 is still at chance "
         "(1/10 = 0.100) after 3.2 epochs (trainer.divergence.chance_after_epochs=3, "
         "chance_after_steps=200); change optim.lr, or raise those if this run learns late"
     )
-    guard.check_point(step=800, epoch=3.2, test_acc=0.121, num_classes=10)
-    guard.check_point(step=700, epoch=2.8, test_acc=0.1, num_classes=10)  # before 3 epochs
-    guard.check_point(step=150, epoch=19.0, test_acc=0.1, num_classes=10)  # before 200 steps
-    guard.check_point(step=800, epoch=3.2, test_acc=0.0, num_classes=0)  # regression
+    guard.check_point(step=800, epoch=3.2, test_acc=0.121, test_loss=1.0, num_classes=10)
+    guard.check_point(
+        step=700, epoch=2.8, test_acc=0.1, test_loss=1.0, num_classes=10
+    )  # before 3 epochs
+    guard.check_point(
+        step=150, epoch=19.0, test_acc=0.1, test_loss=1.0, num_classes=10
+    )  # before 200 steps
+    guard.check_point(step=800, epoch=3.2, test_acc=0.0, test_loss=1.0, num_classes=0)  # regression
     off = DivergenceGuard(DivergenceConfig(chance_after_epochs=0))
-    off.check_point(step=10_000, epoch=100.0, test_acc=0.1, num_classes=10)
+    off.check_point(step=10_000, epoch=100.0, test_acc=0.1, test_loss=1.0, num_classes=10)
     with pytest.raises(Diverged):  # 2 classes: at chance up to 0.52
-        guard.check_point(step=800, epoch=3.2, test_acc=0.515, num_classes=2)
+        guard.check_point(step=800, epoch=3.2, test_acc=0.515, test_loss=1.0, num_classes=2)
 
 
 def test_diverged_keeps_its_reason_through_pickle():
