@@ -34,6 +34,14 @@ KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
 SIGNAL_DELAY_S = 90
 
 
+def signal_delay_s(time_min: int) -> int:
+    """The warning's lead: `SIGNAL_DELAY_S`, or a quarter of a shorter limit. The job only
+    asks to be requeued then (its progress is the run directory's last checkpoint), which
+    takes seconds; 90 s before a 1- or 2-minute limit came at or near the start, so every
+    try was requeued within seconds and a run that fits one limit used up its requeues."""
+    return min(SIGNAL_DELAY_S, time_min * 15)
+
+
 def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """The variables of a file of `export KEY='value'` lines (comments and others skipped)."""
     file = Path(path)
@@ -127,7 +135,7 @@ def make_executor(
             timeout_min=cluster.time_min,
             tasks_per_node=tasks_per_node,
             gpus_per_node=cluster.gpus_per_node,
-            signal_delay_s=SIGNAL_DELAY_S,
+            signal_delay_s=signal_delay_s(cluster.time_min),
             setup=list(cluster.setup),
         )
         return local
@@ -144,7 +152,7 @@ def make_executor(
         "cpus_per_task": cpus,
         "setup": [SRUN_CPUS_PER_TASK_SETUP, *cluster.setup],
         "srun_args": [KILL_ON_BAD_EXIT, *cluster.srun_args],
-        "signal_delay_s": SIGNAL_DELAY_S,
+        "signal_delay_s": signal_delay_s(cluster.time_min),
         "array_parallelism": cluster.array_parallelism,
         "additional_parameters": dict(cluster.sbatch_args),
     }

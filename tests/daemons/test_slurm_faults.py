@@ -113,6 +113,18 @@ def test_requeue_in_the_middle_resumes_and_matches_the_uninterrupted_run(tmp_pat
     _assert_same_run(run_dir_of(cfg), Path(local["run_dir"]))
 
 
+@pytest.mark.timeout(600)
+def test_a_run_that_fits_a_one_minute_limit_runs_once(tmp_path) -> None:
+    """The warning before the time limit was 90 s whatever the limit: before a 1-minute one
+    it came at the start, so every try was requeued within seconds and a run of seconds
+    took minutes of requeues, or failed once they ran out."""
+    cfg = compose([*TWO_WORKERS, *_slurm_overrides(tmp_path), "cluster.time_min=1"])
+    job = submit_run(cfg)
+    assert _wait(tmp_path / "runs") == {job.job_id: "COMPLETED"}
+    starts = re.findall(r"2 workers, from step (\d+)", Path(job.paths.stdout).read_text())
+    assert starts == ["0"]
+
+
 def _release_requeued(job_id: str) -> None:
     """Start a requeued job now. Once its old steps are gone SLURM puts it back in the queue
     with a begin time about two minutes ahead; the requeue on preemption this stands for is
