@@ -169,9 +169,12 @@ def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Pa
     elsewhere = choices_with(group, config_dir, skip=chosen) if chosen else {}
     if key in elsewhere:
         owners = list(elsewhere[key])
+        # the chosen one's own near name (AdaComm's method.tau0 beside local SGD's method.tau)
+        close = _closest(key, known)
         return (
             f"{key} is not a setting of {group}={chosen}; it belongs to "
             f"{' and '.join(f'{group}={c}' for c in owners)}: add one, e.g. {group}={owners[0]}"
+            + (f"; or did you mean {close}?" if close else "")
         )
     close = _closest(key, known)
     if close:

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 
 from repro.errors import UserError
 from repro.strategies.base import Metrics, StepInfo, register
-from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
+from repro.strategies.local_sgd import AveragingConfig, LocalSGDStrategy
 from repro.strategies.tau_schedule import TauSchedule
 
 RULES = ("loss", "loss_lr")
 
 
 @dataclass
-class AdaCommConfig(LocalSGDConfig):
+class AdaCommConfig(AveragingConfig):
     """`tau_max`: an upper bound on tau, or null (the default) for none, as published:
     with `rule=loss_lr` a learning-rate decay raises tau above tau0 by sqrt(lr_0 / lr_l)."""
 
@@ -36,11 +36,6 @@ class AdaCommConfig(LocalSGDConfig):
     search_window_s: float = 0.25
 
     def __post_init__(self):
-        if self.tau != LocalSGDConfig.tau:  # inherited, never read: the schedule sets tau
-            raise UserError(
-                f"method.tau={self.tau} is local_sgd's fixed period; AdaComm's starts at "
-                f"method.tau0 and follows its schedule: set method.tau0={self.tau}"
-            )
         super().__post_init__()
         if self.tau0 < 1:
             raise UserError(f"method.tau0={self.tau0} must be at least 1")
@@ -76,10 +71,8 @@ class AdaCommStrategy(LocalSGDStrategy):
     cfg: AdaCommConfig
 
     def __init__(self, cfg: AdaCommConfig, world_size: int):
-        super().__init__(cfg, world_size)
         by_steps = cfg.interval_steps > 0
-        self.by_steps = by_steps
-        self.schedule = TauSchedule(
+        schedule = TauSchedule(
             tau0=cfg.tau0,
             interval=cfg.interval_steps if by_steps else cfg.interval_s,
             rule=cfg.rule,
@@ -87,7 +80,8 @@ class AdaCommStrategy(LocalSGDStrategy):
             candidates=list(cfg.tau0_candidates) if cfg.tau0_search else [],
             search_window=cfg.search_window_s,
         )
-        self.tau = self.schedule.tau
+        super().__init__(cfg, world_size, tau=schedule.tau)
+        self.by_steps, self.schedule = by_steps, schedule
 
     def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
         now = float(info.step) if self.by_steps else info.modeled_s
