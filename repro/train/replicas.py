@@ -70,16 +70,53 @@ def _owner(module: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (module.get_submodule(path) if path else module), leaf
 
 
+def has_workers_forward(model: nn.Module) -> bool:
+    """Whether `model`'s all-workers forward computes its `forward`: both written by one
+    class. A subclass that rewrites `forward` alone (a dropout added, say) inherits a
+    `forward_workers` that skips the change; it runs under vmap."""
+    definer = {
+        name: next((c for c in type(model).__mro__ if name in vars(c)), None)
+        for name in ("forward", "forward_workers")
+    }
+    return (
+        definer["forward_workers"] is not None and definer["forward"] is definer["forward_workers"]
+    )
+
+
+def _check_trainable(template: nn.Module) -> None:
+    """Refuse, in one line, what the worker axis cannot hold as the model means it: each
+    parameter is stacked once per worker under its name, trained and sent by the methods."""
+    model = type(template).__name__
+    first: dict[int, str] = {}
+    for name, p in template.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            raise UserError(
+                f"model {model}: {name} is the same tensor as {first[id(p)]} (tied weights), "
+                "which each worker's copy would hold apart; use one module in both places, "
+                "or untie them"
+            )
+        first[id(p)] = name
+        if not p.requires_grad:
+            raise UserError(
+                f"model {model}: parameter {name} has requires_grad=False, but every "
+                "parameter is trained and sent here; keep a fixed tensor as a buffer "
+                "(register_buffer)"
+            )
+
+
 class Replicas:
     """`n` workers' copies of `template`, all starting from its weights."""
 
     def __init__(self, template: nn.Module, n: int, vectorize: str = "loop", shared: bool = False):
         if vectorize not in VECTORIZE:
             raise ValueError(f"vectorize={vectorize!r} must be one of {VECTORIZE}")
-        own = hasattr(template, "forward_workers")
+        _check_trainable(template)
+        own = has_workers_forward(template)
         if vectorize == "stacked" and not own:
             # the config refuses this by model name before anything runs (engine_checks)
-            raise ValueError(f"vectorize=stacked: {type(template).__name__} has no forward_workers")
+            raise ValueError(
+                f"vectorize=stacked: {type(template).__name__} has no forward_workers of its own"
+            )
         if vectorize == "auto":
             vectorize = "stacked" if own else "vmap"
         self.n, self.vectorize = n, vectorize

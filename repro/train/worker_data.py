@@ -28,8 +28,11 @@ class WorkerData:
         n = workload.arrays.n_train
         self.samplers = [ShardSampler(n, world, r, batch, seed) for r in ranks]
         self.gens = [torch.Generator().manual_seed(worker_seed(seed, r)) for r in ranks]
-        # The process-wide RNGs serve nothing a method computes; they are seeded per process
-        # (its first worker's seed) and checkpointed so a resumed run repeats them too.
+        # The process-wide RNGs serve nothing a method or a built-in model computes; they are
+        # seeded per process (its first worker's seed) and checkpointed so a resumed run
+        # repeats them too. A model's own random layers (dropout) draw from them: all of the
+        # simulated engine's workers from one, each worker process from its own, so the two
+        # engines draw other masks (the same in distribution, not bit for bit).
         first = worker_seed(seed, ranks[0])
         torch.manual_seed(first)
         np.random.seed(first % 2**32)

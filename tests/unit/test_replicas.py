@@ -130,3 +130,35 @@ def test_a_model_that_cannot_be_vectorized_is_refused_with_the_fix():
         replicas.forward_backward(x, y, F.cross_entropy)
     looped = Replicas(_DataDependent(), 2, "loop")
     assert looped.forward_backward(x, y, F.cross_entropy).shape == (2,)
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("vectorize", ["loop", "vmap"])
+def test_tied_and_frozen_parameters_are_refused_in_one_line(vectorize):
+    """Each worker's copy held a tied weight apart (a traceback at the first step or the
+    first evaluation), and a requires_grad=False parameter was trained and sent."""
+    from repro.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        Replicas(_Tied(), 2, vectorize)
+    assert str(err.value) == (
+        "model _Tied: b.weight is the same tensor as a.weight (tied weights), which each "
+        "worker's copy would hold apart; use one module in both places, or untie them"
+    )
+    frozen = build_model("mlp", 4, 16)
+    frozen.net[0].bias.requires_grad_(False)
+    with pytest.raises(UserError) as err:
+        Replicas(frozen, 2, vectorize)
+    assert str(err.value) == (
+        "model MLP: parameter net.0.bias has requires_grad=False, but every parameter is "
+        "trained and sent here; keep a fixed tensor as a buffer (register_buffer)"
+    )

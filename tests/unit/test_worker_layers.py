@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from repro.compress.memory import GradientTargets, sq_norms
 from repro.config import compose
 from repro.errors import UserError
-from repro.train.replicas import Replicas
+from repro.train.replicas import Replicas, has_workers_forward
 from repro.workload import worker_layers
 from repro.workload.config import MODELS, STACKED_MODELS
-from repro.workload.models import build_model
+from repro.workload.models import CNN1D, build_model
 
 WORKERS = 3
 
@@ -226,8 +226,24 @@ def test_weight_gradients_put_into_targets_have_the_bits_of_fresh_ones(add, meas
 
 def test_the_config_knows_which_models_have_their_own_forward():
     """`trainer.vectorize=stacked` is checked by model name before anything runs."""
-    own = [m for m in MODELS if hasattr(build_model(m, 10, 16), "forward_workers")]
+    own = [m for m in MODELS if has_workers_forward(build_model(m, 10, 16))]
     assert own == list(STACKED_MODELS)
+
+
+def test_a_subclass_that_rewrites_forward_alone_runs_under_vmap():
+    """Its inherited all-workers forward would skip the change (here: a scale), silently."""
+
+    class Scaled(CNN1D):
+        def forward(self, x):
+            return 3.0 * super().forward(x)
+
+    class Wider(CNN1D):  # forward and forward_workers both CNN1D's: still its own forward
+        pass
+
+    assert Replicas(Scaled(), 2, "auto").vectorize == "vmap"
+    assert Replicas(Wider(), 2, "auto").vectorize == "stacked"
+    with pytest.raises(ValueError, match="vectorize=stacked: Scaled has no forward_workers"):
+        Replicas(Scaled(), 2, "stacked")
 
 
 def test_auto_takes_the_models_own_forward_where_it_has_one():
