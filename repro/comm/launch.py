@@ -189,6 +189,19 @@ class WorkerFailed(UserError):
     """A worker died or stopped answering, so every worker of the run was ended."""
 
 
+def _end(procs: list, timeout_s: float, kill: bool = True) -> None:
+    """Wait for every process to exit, killing them first (`kill`) or once `timeout_s` is
+    up."""
+    if kill:
+        for p in procs:
+            p.kill()
+    for p in procs:
+        p.join(timeout=timeout_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def spawn(
     fn: Callable[..., Any],
     world_size: int,
@@ -224,8 +237,14 @@ def spawn(
         )
         for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
+    try:
+        for p in procs:
+            p.start()
+    except BaseException:
+        # a stop (Ctrl-C, kill) while they start: the started ones would start on after we
+        # are gone and fail on the results queue we took down, each with a traceback
+        _end([p for p in procs if p.pid is not None], collective_timeout_s)
+        raise
     watch = WorkerWatch(procs, results, beats, collective_timeout_s)
     fault: tuple[int, str] | None = None
     try:
@@ -242,15 +261,8 @@ def spawn(
                 watch.receive(0.1)
                 fault = watch.fault(collective_timeout_s / 2)
     finally:
-        if not watch.done():
-            # After a failure (or Ctrl-C here) survivors may be blocked in a collective.
-            for p in procs:
-                p.kill()
-        for p in procs:
-            p.join(timeout=collective_timeout_s)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        # After a failure (or Ctrl-C here) survivors may be blocked in a collective.
+        _end(procs, collective_timeout_s, kill=not watch.done())
     hint = f"; {resume_hint()}" if resume_hint is not None else ""
     if fault is not None:
         rank, cause = fault

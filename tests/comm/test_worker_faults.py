@@ -22,7 +22,7 @@ import pytest
 
 from repro.comm.launch import WorkerCrash, WorkerFailed, spawn
 from repro.train import checkpoint
-from tests.comm.fault_workers import raise_in_one, signal_one
+from tests.comm.fault_workers import loop_forever, raise_in_one, signal_one
 from tests.helpers import REPO, TINY
 
 TIMEOUT_S = 5.0
@@ -264,3 +264,26 @@ def test_suspending_the_whole_run_is_not_a_fault(tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     assert stdout.strip() == "[300, 300]"
+
+
+def test_a_stop_while_workers_start_ends_those_already_started(tmp_path, monkeypatch):
+    """Ctrl-C or kill between two workers' starts: the started one went on starting after
+    the launcher had taken down the results queue, and failed with a traceback."""
+    import multiprocessing
+    from multiprocessing.context import ForkServerProcess
+
+    (tmp_path / "out").mkdir()
+    start = ForkServerProcess.start
+    started = []
+
+    def start_then_stop(self):
+        if started:
+            raise KeyboardInterrupt
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(ForkServerProcess, "start", start_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        spawn(loop_forever, 2, str(tmp_path / "out"), collective_timeout_s=TIMEOUT_S)
+    assert len(started) == 1 and started[0].exitcode is not None
+    assert multiprocessing.active_children() == []
