@@ -32,7 +32,12 @@ from repro.storage import check_creatable, staged_folder
 
 
 def _paper_parser() -> argparse.ArgumentParser:
-    p = CommandParser(prog="repro report", description="one paper's reproduction report")
+    p = CommandParser(
+        prog="repro report",
+        description="one paper's reproduction report",
+        epilog="the other forms, each with its --help: repro report all | compare RUN_OR_GROUP "
+        "... | check [DIR] | publish PATH",
+    )
     p.add_argument("paper", help="a paper with a claims file, e.g. adacomm")
     p.add_argument("--runs", default="runs", help="root the runs are read from (default runs)")
     p.add_argument("--out", default="reports", help="reports directory (default reports)")

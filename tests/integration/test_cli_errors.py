@@ -227,6 +227,18 @@ def test_a_wrong_flag_is_one_line_naming_the_command_and_its_help(command, capsy
         assert f"`repro {' '.join(command)} --help`" in err, err
 
 
+def test_the_helps_name_every_report_form(capsys):
+    """`publish`, which the README uses, was in neither help."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["report", "--help"])
+    assert done.value.code == 0
+    form = capsys.readouterr().out
+    assert cli.main(["--help"]) == 0
+    usage = next(line for line in capsys.readouterr().out.splitlines() if "repro report" in line)
+    for sub in SUBCOMMANDS:
+        assert f" {sub}" in usage and f" {sub}" in form, sub
+
+
 REFUSED = [
     (["jobs", "--watch", "--interval", "0"], "--interval=0.0"),
     (["sweep", "dashboard", "sweeps/topk_cr_pareto.yaml", "--port", "99999"], "--port=99999"),
