@@ -135,7 +135,10 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
     cause = e if isinstance(e, OmegaConfBaseException) else e.__cause__
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.child_node is None:
-            root = cause.parent_node._get_root() if cause.parent_node is not None else None
+            parent = cause.parent_node
+            if parent is not None and OmegaConf.get_type(parent) is dict:
+                return _new_map_key(cause.full_key, overrides)
+            root = parent._get_root() if parent is not None else None
             return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
         if isinstance(cause, ValidationError) and cause.child_node is not None:
             return _wrong_value(cause)
@@ -158,6 +161,13 @@ def several_values(override: str, config_dir: Path) -> str:
         f"{override} gives several values: add --multirun to run one per value, "
         f"write {key}=[{values}] for one list value, or quote it ({key}='{values}') for a string"
     )
+
+
+def _new_map_key(key: str, overrides: list[str]) -> str:
+    """`key` would add an entry to a free map (cluster.sbatch_args, say): Hydra adds a key
+    only with a leading +."""
+    given = next((o for o in overrides if o.split("=", 1)[0] == key), f"{key}=VALUE")
+    return f"{key} is a new key of the map {key.rpartition('.')[0]}: add it with +{given}"
 
 
 def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Path) -> str:

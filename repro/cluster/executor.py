@@ -154,7 +154,8 @@ def make_executor(
         "srun_args": [KILL_ON_BAD_EXIT, *cluster.srun_args],
         "signal_delay_s": signal_delay_s(cluster.time_min),
         "array_parallelism": cluster.array_parallelism,
-        "additional_parameters": dict(cluster.sbatch_args),
+        # submitit writes a bare `--key` for True: sbatch refuses `--exclusive=true`
+        "additional_parameters": {k: v or True for k, v in cluster.sbatch_args.items()},
     }
     optional = {
         "partition": cluster.partition,

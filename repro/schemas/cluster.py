@@ -27,9 +27,10 @@ BACKENDS = ("auto", "nccl")
 @dataclass
 class ClusterConfig:
     """`setup` lines run in the batch script before srun (module loads, conda activate,
-    NCCL variables); `sbatch_args` are extra `#SBATCH --key=value` lines and `srun_args`
-    extra srun flags. `folder` holds submitit's job files and logs (empty: `<runs_root>/
-    slurm`); it must be on a file system the compute nodes share. `env_file` is a shell file
+    NCCL variables); `sbatch_args` are extra `#SBATCH --key=value` lines (an empty value
+    writes the bare flag, `--exclusive`) and `srun_args` extra srun flags. `folder` holds
+    submitit's job files and logs (empty: `<runs_root>/slurm`); it must be on a file
+    system the compute nodes share. `env_file` is a shell file
     of `export KEY='value'` lines applied before any SLURM command (the local test cluster
     keeps its SLURM_CONF there). `array_parallelism` caps how many array tasks of one run
     set or sweep run at once. `max_requeues` bounds how often a job that hit its time limit

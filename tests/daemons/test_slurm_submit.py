@@ -162,6 +162,22 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_an_sbatch_flag_without_a_value_is_written_bare(tmp_path, capsys) -> None:
+    """The template's example `exclusive: "true"` became `--exclusive=true`, which sbatch
+    refuses; an empty value is the bare flag. Without the + a free map's new key needs, the
+    line says to add it."""
+    base = ["train", *TINY, *_slurm_overrides(tmp_path)]
+    assert _cli_error(capsys, *base, "cluster.sbatch_args.exclusive=") == (
+        "error: cluster.sbatch_args.exclusive is a new key of the map cluster.sbatch_args: add "
+        "it with +cluster.sbatch_args.exclusive="
+    )
+    assert repro_main([*base, "+cluster.sbatch_args.exclusive="]) == 0
+    assert _wait(tmp_path / "runs") == {read_records(tmp_path / "runs")[0].job_id: "COMPLETED"}
+    (script,) = (tmp_path / "runs" / "slurm").rglob("*_submission.sh")
+    assert "#SBATCH --exclusive\n" in script.read_text()
+
+
+@pytest.mark.timeout(600)
 def test_a_run_with_a_job_queued_for_it_is_not_queued_again(tmp_path: Path) -> None:
     """The job holds no lock on its run directory until it starts: the same command again
     while it waited queued a second job on the same directory, which failed as "in use"
