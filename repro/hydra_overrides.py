@@ -374,8 +374,12 @@ def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[
     found: dict[str, dict] = {}
     for path in sorted((config_dir / group).glob("*.yaml")):
         cfg = None if path.stem == skip else _compose_quietly(config_dir, [f"{group}={path.stem}"])
+        # a field the choice's class inherits and refuses to have set is not one of its
+        # settings (`MethodConfig.unread`: AdaComm holds local SGD's method.tau)
+        unread = getattr(OmegaConf.get_type(cfg[group]), "unread", ()) if cfg is not None else ()
         for k in known_keys(cfg[group]) if cfg is not None else []:
-            found.setdefault(f"{group}.{k}", {})[path.stem] = node_at(cfg[group], k)
+            if k.split(".")[0] not in unread:
+                found.setdefault(f"{group}.{k}", {})[path.stem] = node_at(cfg[group], k)
     return found
 
 

@@ -11,20 +11,22 @@ picks the same next tau without any extra communication.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from repro.errors import UserError
 from repro.strategies.base import Metrics, StepInfo, register
-from repro.strategies.local_sgd import AveragingConfig, LocalSGDStrategy
+from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
 from repro.strategies.tau_schedule import TauSchedule
 
 RULES = ("loss", "loss_lr")
 
 
 @dataclass
-class AdaCommConfig(AveragingConfig):
+class AdaCommConfig(LocalSGDConfig):
     """`tau_max`: an upper bound on tau, or null (the default) for none, as published:
     with `rule=loss_lr` a learning-rate decay raises tau above tau0 by sqrt(lr_0 / lr_l)."""
 
+    unread: ClassVar[tuple[str, ...]] = ("tau",)  # the schedule sets tau
     name: str = "adacomm"
     tau0: int = 16
     interval_s: float = 1.0
@@ -36,6 +38,12 @@ class AdaCommConfig(AveragingConfig):
     search_window_s: float = 0.25
 
     def __post_init__(self):
+        if self.tau != LocalSGDConfig.tau:
+            raise UserError(
+                f"method.tau={self.tau} is local_sgd's fixed period; AdaComm's starts at "
+                "method.tau0 and follows its schedule: set method.tau0"
+                + (f"={self.tau}" if self.tau >= 1 else " (at least 1)")
+            )
         super().__post_init__()
         if self.tau0 < 1:
             raise UserError(f"method.tau0={self.tau0} must be at least 1")
@@ -71,8 +79,10 @@ class AdaCommStrategy(LocalSGDStrategy):
     cfg: AdaCommConfig
 
     def __init__(self, cfg: AdaCommConfig, world_size: int):
+        super().__init__(cfg, world_size)
         by_steps = cfg.interval_steps > 0
-        schedule = TauSchedule(
+        self.by_steps = by_steps
+        self.schedule = TauSchedule(
             tau0=cfg.tau0,
             interval=cfg.interval_steps if by_steps else cfg.interval_s,
             rule=cfg.rule,
@@ -80,8 +90,7 @@ class AdaCommStrategy(LocalSGDStrategy):
             candidates=list(cfg.tau0_candidates) if cfg.tau0_search else [],
             search_window=cfg.search_window_s,
         )
-        super().__init__(cfg, world_size, tau=schedule.tau)
-        self.by_steps, self.schedule = by_steps, schedule
+        self.tau = self.schedule.tau
 
     def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
         now = float(info.step) if self.by_steps else info.modeled_s

@@ -24,7 +24,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from hydra.core.config_store import ConfigStore
 
@@ -61,6 +61,11 @@ class MethodConfig:
     name: str = "sync"
     test_variants: list[list[str]] = field(default_factory=list)
     model_copies: int | None = None
+    # Fields inherited from a parent method's config that this method never reads and
+    # refuses to have set; `--help` and the unknown-key hints do not list them as its own.
+    # They stay fields so that a run's identity, and with it its run directory, checkpoints
+    # and studies, is the one runs made before keep.
+    unread: ClassVar[tuple[str, ...]] = ()
 
     def check_declared(self) -> None:
         """Refuse a method config that lacks either declaration, naming its file."""

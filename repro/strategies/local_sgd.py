@@ -29,31 +29,21 @@ MOMENTUM_MODES = ("local", "average")
 
 
 @dataclass
-class AveragingConfig(MethodConfig):
-    """How the workers' models are averaged, whatever decides when: local SGD's fixed period
-    or AdaComm's schedule, which has no fixed period to set."""
-
+class LocalSGDConfig(MethodConfig):
+    name: str = "local_sgd"
+    tau: int = 4
     momentum: str = "local"
     block_momentum: float = 0.0
 
     def __post_init__(self):
+        if self.tau < 1:
+            raise UserError(f"method.tau={self.tau} must be at least 1 (1 = synchronous SGD)")
         if self.momentum not in MOMENTUM_MODES:
             raise UserError(
                 f"method.momentum={self.momentum!r} must be one of {list(MOMENTUM_MODES)}"
             )
         if not 0 <= self.block_momentum < 1:
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
-
-
-@dataclass
-class LocalSGDConfig(AveragingConfig):
-    name: str = "local_sgd"
-    tau: int = 4
-
-    def __post_init__(self):
-        if self.tau < 1:
-            raise UserError(f"method.tau={self.tau} must be at least 1 (1 = synchronous SGD)")
-        super().__post_init__()
 
 
 class ModelAverager:
@@ -63,7 +53,7 @@ class ModelAverager:
     averaged over workers and local steps arrives with the model at no extra cost.
     """
 
-    def __init__(self, model, optimizer, comm: Collectives, cfg: AveragingConfig):
+    def __init__(self, model, optimizer, comm: Collectives, cfg: LocalSGDConfig):
         self.comm, self.optimizer, self.cfg = comm, optimizer, cfg
         self.tensors = model.float_tensors()
         self.params = model.parameters()
@@ -115,14 +105,13 @@ class ModelAverager:
 class LocalSGDStrategy(Strategy):
     """Fixed period: average every `tau` local steps."""
 
-    cfg: AveragingConfig
+    cfg: LocalSGDConfig
 
-    def __init__(self, cfg: AveragingConfig, world_size: int, tau: int | None = None):
-        """`tau`: the first period where a subclass schedules it, else `method.tau`."""
+    def __init__(self, cfg: LocalSGDConfig, world_size: int):
         super().__init__(cfg, world_size)
         import torch
 
-        self.tau = cfg.tau if tau is None else tau
+        self.tau = cfg.tau
         self.local_steps = 0
         self.loss_sum = torch.zeros(0, dtype=torch.float64)
         self.last_avg_loss = float("nan")

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, config_hash, registered
+from repro.config import (
+    CONFIG_DIR,
+    GROUPS,
+    as_dict,
+    compose,
+    compose_dict,
+    config_hash,
+    registered,
+)
 from repro.errors import UserError
 from repro.hydra_overrides import GRAMMAR_URL
 
@@ -265,3 +273,12 @@ def test_a_label_of_the_chosen_run_set_without_its_overrides_is_refused():
     # a label the set does not list (a method compared beside it) is left as given
     beside = compose(["experiment=adacomm_small", "method=powersgd", "experiment.label=mine"])
     assert beside.method.name == "powersgd"
+
+
+def test_a_field_a_method_inherits_and_never_reads_is_not_offered_as_its_setting():
+    """AdaComm holds local SGD's method.tau and refuses it: --help and the hints listed it
+    as AdaComm's. It stays a field, so AdaComm runs keep their identity and directories."""
+    from repro.hydra_overrides import choices_with
+
+    assert list(choices_with("method", CONFIG_DIR)["method.tau"]) == ["local_sgd"]
+    assert as_dict(compose(["method=adacomm"]))["method"]["tau"] == 4

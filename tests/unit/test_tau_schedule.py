@@ -111,12 +111,10 @@ def test_state_round_trip():
         (["method.interval_s=-1"], "method.interval_s"),
         (["method.tau0_search=true", "method.tau0_candidates=[]"], "tau0_candidates"),
         (["method.rule=magic"], "method.rule"),
-        # local SGD's fixed period, which the schedule replaces: AdaComm has no such setting
-        (
-            ["method.tau=64"],
-            r"^method.tau is not a setting of method=adacomm; it belongs to method=local_sgd: "
-            r".*; or did you mean method.tau0\?$",
-        ),
+        # local SGD's fixed period, which the schedule replaces: a run of it would be the
+        # default's, under another run directory
+        (["method.tau=64"], r"^method.tau=64 is local_sgd's .* set method.tau0=64$"),
+        (["method.tau=0"], r"^method.tau=0 is local_sgd's fixed period"),
         (["method.tau0=20", "method.tau_max=0"], r"method.tau_max=0 must be >= method.tau0 \(20\)"),
         (["method.tau0=20", "method.tau_max=19"], "method.tau_max=19"),
         (
