@@ -229,8 +229,9 @@ def record_run_dir(run_dir: Path, identity: dict) -> None:
     """Create `run_dir` and record the config that owns it (after check_run_dir passed).
 
     Also removes the step directories without a commit record: a checkpoint that a full
-    disk or a kill cut short would otherwise hold its space until the next commit. Every
-    process of a run calls this before the rendezvous, so no worker is saving yet."""
+    disk or a kill cut short would otherwise hold its space until the next commit. The
+    process holding the run's lock (the launcher, or rank 0 of an external launch) calls
+    this before the rendezvous, so no worker of the run is saving yet."""
     make_dir(run_dir, "run_dir")
     repair_config(run_dir, identity)
     from repro.train.checkpoint_pick import legacy_step

@@ -144,7 +144,10 @@ def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
     fallback = choose(run_dir, config_hash(cfg)).line(run_dir)  # refuses before any write
     if fallback and (external is None or external[0] == 0):
         print(fallback, file=sys.stderr, flush=True)
-    checkpoint.record_run_dir(run_dir, identity(cfg))
+    if external is None or external[0] == 0:
+        # the lock's holder alone: the other ranks of a second launch, whose rank 0 the lock
+        # refuses, would clear the live run's checkpoint in the making
+        checkpoint.record_run_dir(run_dir, identity(cfg))
     if cfg.trainer.engine == "simulated":
         return run_simulated(cfg, device)
     world = cfg.trainer.world_size

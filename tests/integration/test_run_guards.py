@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from repro.cluster.launcher import launch_runs
-from repro.config import compose, run_dir_of
+from repro.config import compose, identity, run_dir_of
 from repro.errors import UserError
 from repro.storage import NewDir
 from repro.train.run_lock import run_lock
@@ -270,3 +270,50 @@ def test_a_blowup_on_the_last_step_fails_the_run(tmp_path, engine):
     )
     _one_line(code, err, "training diverged at step 1: the evaluated model's test loss is nan")
     assert not (tmp_path / "run" / "final_model.pt").exists()
+
+
+def test_a_second_launchs_other_ranks_leave_the_live_runs_checkpoint(tmp_path):
+    """Rank 0 of an external launch holds the run's lock; the others skip it. Those of a
+    second launch (torchrun again on the same run) cleared the live run's step directory
+    still being written, and the live run died on its missing rank file."""
+    from repro.train import checkpoint
+
+    args = [*TINY, "trainer.world_size=2", "trainer.engine=processes", "tracking=disabled"]
+    args += [f"run_dir={tmp_path}/run", f"data.root={tmp_path}/data"]
+    cfg = compose(args)
+    checkpoint.record_run_dir(tmp_path / "run", identity(cfg))
+    writing = tmp_path / "run" / "checkpoints" / "step_00000005"
+    writing.mkdir(parents=True)
+    (writing / "rank0.pt").write_bytes(b"half")
+    with socket.socket() as closed:  # a port nobody listens on: rank 0 was refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {**_env(), "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank1 = subprocess.run(
+        [REPRO, "train", *args, "trainer.collective_timeout_s=3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rank1.returncode != 0
+    assert (writing / "rank0.pt").read_bytes() == b"half"
+
+
+def test_several_runs_under_an_external_launcher_are_refused(tmp_path, monkeypatch):
+    """Its one rendezvous serves one run: the second run's gloo met the first's stale
+    addresses and failed part-way through, with a traceback from every rank."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    code, _, err = cli(
+        "train",
+        "--multirun",
+        *TINY,
+        "seed=1,2",
+        "tracking=disabled",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/data",
+    )
+    _one_line(code, err, "2 runs under an external launcher (RANK and WORLD_SIZE set")
+    assert not (tmp_path / "runs").exists()
