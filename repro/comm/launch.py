@@ -189,6 +189,18 @@ class WorkerFailed(UserError):
     """A worker died or stopped answering, so every worker of the run was ended."""
 
 
+def lost_peer(err: BaseException) -> str | None:
+    """The transport's reason where `err` is a collective that failed in this process, as
+    when a peer process of the run is gone (gloo's pair errors, torch's DistError), in a
+    few words; None for any other error."""
+    text = str(err).strip()
+    if not (isinstance(err, dist.DistError) or "gloo/transport" in text):
+        return None
+    # gloo: "[.../pair.cc:545] Read error [127.0.0.1]:32399: Connection reset by peer. This..."
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first.split("] ", 1)[-1].split(". ", 1)[0]
+
+
 def _end(procs: list, timeout_s: float, kill: bool = True) -> None:
     """Wait for every process to exit, killing them first (`kill`) or once `timeout_s` is
     up."""

@@ -154,6 +154,15 @@ def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
     if external is not None:
         try:  # gloo's threads left running at exit abort the process (SIGABRT) now and then
             out = train_worker(external[0], world, cfg)  # rank 0's alone is the summary
+        except RuntimeError as err:
+            # the launcher names the worker that died; the others say why they stopped
+            cause = launch.lost_peer(err)
+            if cause is None:
+                raise
+            raise launch.WorkerFailed(
+                f"worker {external[0]} of {world}: a collective failed ({cause}), as when "
+                f"another worker of the run stops; {checkpoint.resume_hint(run_dir)}"
+            ) from None
         finally:
             launch.shutdown()
         return out if out is not None else {"run_dir": str(run_dir)}

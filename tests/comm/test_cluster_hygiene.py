@@ -106,3 +106,46 @@ def test_a_run_under_torchrun_is_the_process_engines_run(tmp_path):
         assert got[key] == want[key], key
     a, b = (torch.load(tmp_path / d / "final_model.pt") for d in ("torchrun", "own"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _rank_pid(run_dir: Path, rank: int) -> int:
+    """The pid of the process of rank `rank` training into `run_dir`."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode()
+            env = (proc / "environ").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        if f"run_dir={run_dir}" in cmd and f"RANK={rank}" in env and "torchrun" not in cmd:
+            return int(proc.name)
+    raise AssertionError(f"no rank {rank} training into {run_dir}")
+
+
+def test_a_peer_lost_under_torchrun_is_one_line_with_the_resume_step(tmp_path):
+    """The surviving rank printed gloo's traceback twice and no resume hint."""
+    run_dir = tmp_path / "run"
+    args = ["train", "trainer.world_size=2", "trainer.steps=100000", "tracking=disabled"]
+    args += ["trainer.checkpoint_every=20", "trainer.progress=false", f"data.root={tmp_path}/d"]
+    bin_dir = Path(sys.executable).parent
+    launched = subprocess.Popen(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}"]
+        + [str(bin_dir / "repro"), *args, f"run_dir={run_dir}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    latest = run_dir / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 240
+    while not latest.exists():
+        assert launched.poll() is None and time.monotonic() < deadline, launched.stderr.read()
+        time.sleep(0.2)
+    os.kill(_rank_pid(run_dir, 1), 9)
+    _, err = launched.communicate(timeout=240)
+    assert launched.returncode != 0
+    ours = [line for line in err.splitlines() if line.startswith(("error:", "[rank0]"))]
+    assert len(ours) == 1, err[-3000:]
+    assert ours[0].startswith("error: worker 0 of 2: a collective failed ("), ours
+    assert (
+        "as when another worker of the run stops; re-running the same command resumes " in ours[0]
+    )
