@@ -164,8 +164,7 @@ def several_values(override: str, config_dir: Path) -> str:
 
 
 def _new_map_key(key: str, overrides: list[str]) -> str:
-    """`key` would add an entry to a free map (cluster.sbatch_args, say): Hydra adds a key
-    only with a leading +."""
+    """`key` is new in a free map (cluster.sbatch_args): Hydra adds it only with a +."""
     given = next((o for o in overrides if o.split("=", 1)[0] == key), f"{key}=VALUE")
     return f"{key} is a new key of the map {key.rpartition('.')[0]}: add it with +{given}"
 
@@ -179,12 +178,9 @@ def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Pa
     elsewhere = choices_with(group, config_dir, skip=chosen) if chosen else {}
     if key in elsewhere:
         owners = list(elsewhere[key])
-        # the chosen one's own near name (AdaComm's method.tau0 beside local SGD's method.tau)
-        close = _closest(key, known)
         return (
             f"{key} is not a setting of {group}={chosen}; it belongs to "
             f"{' and '.join(f'{group}={c}' for c in owners)}: add one, e.g. {group}={owners[0]}"
-            + (f"; or did you mean {close}?" if close else "")
         )
     close = _closest(key, known)
     if close:
@@ -367,15 +363,13 @@ def group_options(group: str, config_dir: Path) -> list[str]:
 
 
 def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[str, dict]:
-    """key -> {each choice of `group` whose config has that key: the key's node there}, over
-    every choice but `skip` (the one selected now, already looked in)."""
+    """key -> {each choice of `group` with that setting (an inherited field it refuses,
+    `MethodConfig.unread`, is none): its node there}, over every choice but `skip`."""
     if group == "experiment" or not (config_dir / group).is_dir():
         return {}
     found: dict[str, dict] = {}
     for path in sorted((config_dir / group).glob("*.yaml")):
         cfg = None if path.stem == skip else _compose_quietly(config_dir, [f"{group}={path.stem}"])
-        # a field the choice's class inherits and refuses to have set is not one of its
-        # settings (`MethodConfig.unread`: AdaComm holds local SGD's method.tau)
         unread = getattr(OmegaConf.get_type(cfg[group]), "unread", ()) if cfg is not None else ()
         for k in known_keys(cfg[group]) if cfg is not None else []:
             if k.split(".")[0] not in unread:

@@ -35,7 +35,7 @@ from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.comm.capacity import usable_cores
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError
-from repro.schemas.cluster import ClusterConfig, env_rank_world
+from repro.schemas.cluster import ClusterConfig, check_launched_runs
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
 
@@ -141,15 +141,7 @@ def launch_runs(
     `also`. One run diverging fails the command unless it is `in_set` (a set's added seed)."""
     from repro.train.checkpoint_pick import finished_or_resumable
 
-    if len(runs) > 1 and env_rank_world() is not None:
-        # the launcher's one rendezvous serves one run: the next one's gloo met stale
-        # addresses of the last, and failed part-way through the list with tracebacks
-        raise UserError(
-            f"{title}: {len(runs)} runs under an external launcher (RANK and WORLD_SIZE set, "
-            "as torchrun and srun set them), which starts the workers of one run; launch "
-            "each run on its own, or without the launcher (repro starts the workers, and "
-            "cluster=slurm submits each run)"
-        )
+    check_launched_runs(len(runs), title)
     kinds = {cfg.cluster.kind for _, cfg in runs}
     if len(kinds) > 1:
         raise UserError(f"{title}: cluster differs between runs ({sorted(kinds)}); use one")

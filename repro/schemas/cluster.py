@@ -127,3 +127,15 @@ def env_rank_world() -> tuple[int, int] | None:
             "with torchrun"
         )
     return int(rank), int(world)
+
+
+def check_launched_runs(runs: int, title: str) -> None:
+    """Refuse several runs in a process an external launcher started: its one rendezvous
+    serves one run (the next run's gloo met the last one's stale addresses and failed
+    part-way through the list, with a traceback from every rank)."""
+    if runs > 1 and env_rank_world() is not None:
+        raise UserError(
+            f"{title}: {runs} runs under an external launcher (RANK and WORLD_SIZE set, as "
+            "torchrun and srun set them), which starts one run's workers; launch each run "
+            "alone, or without it (repro starts the workers; cluster=slurm submits each run)"
+        )
