@@ -2,7 +2,7 @@
 
   repro train [overrides] [--multirun] [--cfg job] [--help]   one training run (Hydra)
   repro reproduce PAPER [scale=..] [..]   a paper's run set, then its report
-  repro report PAPER | all | compare .. | check DIR | publish PATH   reports from runs on disk
+  repro report PAPER | all | compare | check | publish   reports from runs on disk
   repro runs ls | show RUN                offline wandb runs, read without a server
   repro cost ...                          the network cost model by hand
   repro calibrate ...                     fit latency/bandwidth to this machine's gloo

@@ -135,11 +135,10 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
     cause = e if isinstance(e, OmegaConfBaseException) else e.__cause__
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.child_node is None:
-            parent = cause.parent_node
-            if parent is not None and OmegaConf.get_type(parent) is dict:
-                return _new_map_key(cause.full_key, overrides)
-            root = parent._get_root() if parent is not None else None
-            return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
+            parent, key = cause.parent_node, cause.full_key
+            known = known_keys(parent._get_root() if parent is not None else None)
+            new = _new_map_key(parent, key, known, overrides)
+            return new or unknown_key(key, known, overrides, config_dir)
         if isinstance(cause, ValidationError) and cause.child_node is not None:
             return _wrong_value(cause)
         if isinstance(cause, ConfigTypeError) and "deletion" in str(cause):
@@ -163,8 +162,10 @@ def several_values(override: str, config_dir: Path) -> str:
     )
 
 
-def _new_map_key(key: str, overrides: list[str]) -> str:
-    """`key` is new in a free map (cluster.sbatch_args): Hydra adds it only with a +."""
+def _new_map_key(parent, key: str, known: list[str], overrides: list[str]) -> str | None:
+    """A new key of a free map (cluster.sbatch_args), not a typo of one: Hydra adds it with +."""
+    if parent is None or OmegaConf.get_type(parent) is not dict or _closest(key, known):
+        return None
     given = next((o for o in overrides if o.split("=", 1)[0] == key), f"{key}=VALUE")
     return f"{key} is a new key of the map {key.rpartition('.')[0]}: add it with +{given}"
 
@@ -210,9 +211,8 @@ def _set_by_file(key: str, file: str, overrides: list[str], config_dir: Path) ->
     typed = [o.partition("=")[2] for o in overrides if override_key(o) == group]
     chosen = typed[-1] if typed else None  # else config.yaml's default
     owners = list(choices_with(group, config_dir, skip=chosen).get(key, {}))
-    fix = f"drop {key} from {path}"
-    if owners:
-        fix = f"choose {' or '.join(f'{group}={c}' for c in owners)}, or {fix}"
+    choose = f"choose {' or '.join(f'{group}={c}' for c in owners)}, or " if owners else ""
+    fix = f"{choose}drop {key} from {path}"
     which = f"{group}={chosen}" if chosen else f"the {group} chosen"
     return f"{key} is set by {source} and is not a setting of {which}: {fix}"
 

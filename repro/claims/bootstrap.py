@@ -13,8 +13,9 @@ seeds a resample of one seed thrice (probability 1/27 each, above the 2.5% tail)
 interval's ends on the least and the greatest value: the interval is the range. The range
 of n independent draws misses the median of their distribution only when all n fall on one
 side of it, so it holds it with probability 1 - 2^(1 - n) whatever the distribution: 75% at
-3 seeds, 94% at 5. The method is the one the claims were fixed with (and the seed caps add
-seeds where an interval straddles an edge); the reports' rule text says this beside it.
+3 seeds (at 5, 94%, and the interval, narrower than the range, less). The method is the
+one the claims were fixed with (and the seed caps add seeds where an interval straddles an
+edge); the reports' rule text says this beside it.
 
 Values may be infinite ("never reached a target"): a resample holding one has an infinite
 mean, so an interval can end at inf, and a claim whose band it must lie inside is then

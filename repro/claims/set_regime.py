@@ -15,9 +15,9 @@ Settings that say where or how a run was computed, not what (`HOW_IT_RAN`), may 
 engine and its vectorization, the device, how often checkpoints are written and the
 evaluation's batch. The engines are held to the same decisions and
 parameters by the equivalence tests, a resume from a checkpoint ends as the uninterrupted
-run, and evaluation sums in float64. Unless the label itself sets one: a run whose claim
-reads what only that way of running measures (Adasum's cost pair, gloo's seconds between
-worker processes, `trainer.engine=processes`) departs when it ran another way. The seed is
+run, and evaluation sums in float64. Unless the label itself sets the engine
+(`PINNED_BY_LABEL`): a run whose claim reads what only that engine measures (Adasum's cost
+pair, gloo's seconds between worker processes) departs when it ran on another. The seed is
 each run's own (seeds are added one by one), and the settings no run's identity holds
 (`repro.config.NON_IDENTITY_KEYS`: tracking, cluster, the data's folder, the set's seed
 count) never count.
@@ -41,6 +41,10 @@ HOW_IT_RAN = (
     "workload.eval_batch_size",
     "seed",
 )
+# Of those, what a label may pin because a claim reads what only that way of running
+# measures (the engine: gloo's seconds between worker processes); a label's checkpoint
+# interval, say, stays how it ran.
+PINNED_BY_LABEL = ("trainer.engine",)
 
 
 def label_configs(experiment: str, extra: Sequence[str] = ()) -> dict[str, Config]:
@@ -73,7 +77,8 @@ def set_settings(experiment: str) -> dict[str, dict]:
         label: {
             k: v
             for k, v in _plain(identity(cfg)).items()
-            if k not in HOW_IT_RAN or k in _named(cfg.experiment.runs[label])
+            if k not in HOW_IT_RAN
+            or (k in PINNED_BY_LABEL and k in _named(cfg.experiment.runs[label]))
         }
         for label, cfg in label_configs(experiment).items()
     }

@@ -141,10 +141,11 @@ def launch_runs(
     `also`. One run diverging fails the command unless it is `in_set` (a set's added seed)."""
     from repro.train.checkpoint_pick import finished_or_resumable
 
-    check_launched_runs(len(runs), title)
     kinds = {cfg.cluster.kind for _, cfg in runs}
     if len(kinds) > 1:
         raise UserError(f"{title}: cluster differs between runs ({sorted(kinds)}); use one")
+    if runs_here(runs[0][1].cluster):  # a submitted job sets its own rendezvous
+        check_launched_runs(len(runs), title)
     launched = Launched()
     pending, damaged = [], []
     for label, cfg in runs:

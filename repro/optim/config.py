@@ -37,12 +37,6 @@ class OptimConfig:
         require_choice("optim.name", self.name, OPTIMIZERS)
         if not self.lr > 0:
             raise UserError(f"optim.lr={self.lr} must be positive")
-        if self.lr > FLOAT32_MAX:
-            # the optimizers scale float32 tensors by it: torch refuses, mid-step, in a traceback
-            raise UserError(
-                f"optim.lr={self.lr} is past the largest float32 ({FLOAT32_MAX:.4g}), the "
-                "parameters' type; give a rate below it"
-            )
         if self.momentum < 0 or self.momentum >= 1:
             raise UserError(f"optim.momentum={self.momentum} must be in [0, 1)")
         if self.weight_decay < 0:
@@ -50,6 +44,16 @@ class OptimConfig:
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise UserError(
                 f"optim.betas={self.betas} must be two values in [0, 1), e.g. [0.9,0.999]"
+            )
+        # the optimizers scale float32 tensors by their step size: torch refuses, mid-step, in
+        # a traceback, one past float32's range
+        adam = self.name == "adam"
+        if (self.lr / (1 - self.betas[0]) if adam else self.lr) > FLOAT32_MAX:
+            raise UserError(
+                f"optim.lr={self.lr} makes steps past the largest float32 ({FLOAT32_MAX:.4g}), "
+                "the parameters' type"
+                + (" (Adam's first is lr / (1 - betas[0]))" if adam else "")
+                + "; give a smaller rate"
             )
         if not self.eps >= 0:
             raise UserError(f"optim.eps={self.eps} must be >= 0 (e.g. 1e-8)")

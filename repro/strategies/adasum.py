@@ -197,8 +197,7 @@ class AdasumStrategy(Strategy):
             if self.world_size == 1:
                 # as the delta flow: a lone worker's combination is the identity
                 return []
-            trained = [p for p in self._params if p.requires_grad]
-            records = [allreduce_gradients(trained, self._comm, self.cfg.combiner == "mean")]
+            records = [allreduce_gradients(self._params, self._comm, self.cfg.combiner == "mean")]
             self._last_bytes = records[0].nbytes
             return records
         for s, p in zip(self._start, self._params, strict=True):

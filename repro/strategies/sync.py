@@ -39,7 +39,7 @@ class SyncStrategy(Strategy):
     identical_workers = True
 
     def setup(self, model, optimizer, comm: Collectives, rehearsal) -> None:
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = list(model.parameters())
         self.comm = comm
 
     def after_backward(self, info: StepInfo) -> list[CommRecord]:

@@ -101,9 +101,10 @@ class DivergenceGuard:
         epochs; `num_classes` 0 (regression) has no chance level and is never checked for it.
 
         A step's training loss is taken before its update, so an update that blows the model
-        up shows first in the next step's loss, and the last step's only here: a non-finite
-        test loss stops the run as a non-finite training loss does."""
-        if not math.isfinite(test_loss):
+        up shows first in the next step's loss, and the last step's only here: a NaN
+        test loss stops the run as a non-finite training loss does. NaN only: a huge finite
+        loss summed in float32 batches may overflow to inf on one engine and not the other."""
+        if math.isnan(test_loss):
             raise Diverged(
                 f"training diverged at step {step}: the evaluated model's test loss is "
                 f"{test_loss}; lower optim.lr",

@@ -142,9 +142,9 @@ def check_memory_of(cfg: Config, device: str) -> None:
 def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
     run_dir = run_dir_of(cfg)
     fallback = choose(run_dir, config_hash(cfg)).line(run_dir)  # refuses before any write
-    if fallback and (external is None or external[0] == 0):
-        print(fallback, file=sys.stderr, flush=True)
     if external is None or external[0] == 0:
+        if fallback:
+            print(fallback, file=sys.stderr, flush=True)
         # the lock's holder alone: the other ranks of a second launch, whose rank 0 the lock
         # refuses, would clear the live run's checkpoint in the making
         checkpoint.record_run_dir(run_dir, identity(cfg))

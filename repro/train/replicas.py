@@ -92,8 +92,8 @@ def _check_trainable(template: nn.Module) -> None:
         if id(p) in first:
             raise UserError(
                 f"model {model}: {name} is the same tensor as {first[id(p)]} (tied weights), "
-                "which each worker's copy would hold apart; use one module in both places, "
-                "or untie them"
+                "which each worker's copy would hold apart; register the shared module once "
+                "and call it twice, or untie them"
             )
         first[id(p)] = name
         if not p.requires_grad:

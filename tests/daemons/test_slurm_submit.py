@@ -178,6 +178,17 @@ def test_an_sbatch_flag_without_a_value_is_written_bare(tmp_path, capsys) -> Non
 
 
 @pytest.mark.timeout(600)
+def test_runs_submitted_from_under_a_launcher_are_not_refused(tmp_path, monkeypatch) -> None:
+    """Several runs under torchrun or srun are refused where they would run here, on the
+    launcher's one rendezvous; a submitted job sets its own."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    args = ["train", "--multirun", *TINY, "seed=1,2", *_slurm_overrides(tmp_path)]
+    assert repro_main(args) == 0
+    assert set(_wait(tmp_path / "runs").values()) == {"COMPLETED"}
+
+
+@pytest.mark.timeout(600)
 def test_a_run_with_a_job_queued_for_it_is_not_queued_again(tmp_path: Path) -> None:
     """The job holds no lock on its run directory until it starts: the same command again
     while it waited queued a second job on the same directory, which failed as "in use"

@@ -57,10 +57,8 @@ def test_interval_equals_the_exact_percentiles_of_the_enumerated_bootstrap():
     assert (interval.low, interval.high) == (low, high)
 
 
-def test_at_three_seeds_the_interval_is_the_range_which_holds_the_median_three_times_in_four():
-    # what the reports' rule text says of few seeds, measured: the interval is the seeds'
-    # range at 3 seeds and inside it at 5; ranges of n normal draws hold the median
-    # 1 - 2^(1 - n) of the time
+def test_at_three_seeds_the_interval_is_the_range_and_at_five_inside_it():
+    # what the reports' rule text says of few seeds
     rng = np.random.default_rng(7)
     for values in rng.normal(size=(20, 3)):
         interval = mean_interval(list(values))
@@ -68,10 +66,6 @@ def test_at_three_seeds_the_interval_is_the_range_which_holds_the_median_three_t
     five = rng.normal(size=5)
     interval = mean_interval(list(five))
     assert five.min() < interval.low < interval.high < five.max()
-    for n, held in ((3, 0.75), (5, 0.9375)):
-        draws = rng.normal(size=(40_000, n))
-        share = np.mean((draws.min(axis=1) < 0) & (draws.max(axis=1) > 0))
-        assert abs(share - held) < 0.01, (n, share)
 
 
 def test_never_reached_one_seed_and_identical_values():

@@ -101,7 +101,7 @@ def test_default_is_mnist1d_sync():
         ("trainer.world_size=0", "trainer.world_size"),
         ("trainer.batch_size=0", "trainer.batch_size"),
         ("optim.lr=-0.1", "optim.lr"),
-        ("optim.lr=1e39", "optim.lr=1e+39 is past the largest float32"),  # finite, no float32
+        ("optim.lr=1e39", "optim.lr=1e+39 makes steps past the largest float32"),  # finite
         ("method=nope", "method"),
         ("workload=nope", "workload"),
         ("trainer.world_size=100000", "trainer.world_size"),
@@ -282,3 +282,21 @@ def test_a_field_a_method_inherits_and_never_reads_is_not_offered_as_its_setting
 
     assert list(choices_with("method", CONFIG_DIR)["method.tau"]) == ["local_sgd"]
     assert as_dict(compose(["method=adacomm"]))["method"]["tau"] == 4
+
+
+def test_a_rate_whose_steps_leave_float32_is_refused_where_the_optimizer_forms_them():
+    """Adam's first step is lr / (1 - beta1): at lr 1e38 torch refused it mid-step."""
+    with pytest.raises(UserError, match=r"\(Adam's first is lr / \(1 - betas\[0\]\)\)"):
+        compose(["optim.name=adam", "optim.lr=1e38"])
+    assert compose(["optim.name=sgd", "optim.lr=1e38"]).optim.lr == 1e38  # steps of lr
+
+
+def test_a_typo_of_a_free_maps_key_is_named_and_a_new_key_needs_a_plus():
+    with pytest.raises(UserError, match=r"did you mean experiment.runs.sync\?"):
+        compose(["experiment=adacomm_small", "experiment.runs.sycn=[a]"])
+    with pytest.raises(UserError) as err:
+        compose(["cluster=slurm", "cluster.sbatch_args.constraint=a100"])
+    assert str(err.value) == (
+        "cluster.sbatch_args.constraint is a new key of the map cluster.sbatch_args: add it "
+        "with +cluster.sbatch_args.constraint=a100"
+    )

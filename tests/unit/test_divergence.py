@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import pickle
 
 import pytest
@@ -69,16 +70,17 @@ def test_a_nonfinite_loss_stops_at_once(bad):
     assert str(err.value) == f"training diverged at step 2: the loss is {bad}; lower optim.lr"
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_nonfinite_test_loss_stops_at_any_evaluation(bad):
+def test_a_nan_test_loss_stops_at_any_evaluation():
     # the last step's update is judged by nothing else: its training loss came before it
     guard = DivergenceGuard(DivergenceConfig())
     with pytest.raises(Diverged) as err:
-        guard.check_point(step=1, epoch=0.01, test_acc=0.1, test_loss=bad, num_classes=10)
+        guard.check_point(step=1, epoch=0.01, test_acc=0.1, test_loss=math.nan, num_classes=10)
     assert err.value.reason == "nonfinite" and err.value.step == 1
     assert str(err.value) == (
-        f"training diverged at step 1: the evaluated model's test loss is {bad}; lower optim.lr"
+        "training diverged at step 1: the evaluated model's test loss is nan; lower optim.lr"
     )
+    # a huge finite loss overflows a float32 batch sum at some batch sizes and not others
+    guard.check_point(step=1, epoch=0.01, test_acc=0.1, test_loss=math.inf, num_classes=0)
 
 
 def _feed(guard: DivergenceGuard, losses: list, first_step: int = 1) -> int | None:
@@ -147,13 +149,10 @@ def test_still_at_chance_past_the_point():
         "chance_after_steps=200); change optim.lr, or raise those if this run learns late"
     )
     guard.check_point(step=800, epoch=3.2, test_acc=0.121, test_loss=1.0, num_classes=10)
-    guard.check_point(
-        step=700, epoch=2.8, test_acc=0.1, test_loss=1.0, num_classes=10
-    )  # before 3 epochs
-    guard.check_point(
-        step=150, epoch=19.0, test_acc=0.1, test_loss=1.0, num_classes=10
-    )  # before 200 steps
-    guard.check_point(step=800, epoch=3.2, test_acc=0.0, test_loss=1.0, num_classes=0)  # regression
+    # before 3 epochs, before 200 steps, a regression
+    guard.check_point(step=700, epoch=2.8, test_acc=0.1, test_loss=1.0, num_classes=10)
+    guard.check_point(step=150, epoch=19.0, test_acc=0.1, test_loss=1.0, num_classes=10)
+    guard.check_point(step=800, epoch=3.2, test_acc=0.0, test_loss=1.0, num_classes=0)
     off = DivergenceGuard(DivergenceConfig(chance_after_epochs=0))
     off.check_point(step=10_000, epoch=100.0, test_acc=0.1, test_loss=1.0, num_classes=10)
     with pytest.raises(Diverged):  # 2 classes: at chance up to 0.52

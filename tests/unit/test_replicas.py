@@ -152,7 +152,8 @@ def test_tied_and_frozen_parameters_are_refused_in_one_line(vectorize):
         Replicas(_Tied(), 2, vectorize)
     assert str(err.value) == (
         "model _Tied: b.weight is the same tensor as a.weight (tied weights), which each "
-        "worker's copy would hold apart; use one module in both places, or untie them"
+        "worker's copy would hold apart; register the shared module once and call it twice, or "
+        "untie them"
     )
     frozen = build_model("mlp", 4, 16)
     frozen.net[0].bias.requires_grad_(False)

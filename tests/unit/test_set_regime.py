@@ -117,3 +117,9 @@ def test_a_way_of_running_the_label_itself_sets_departs():
     # labels that leave the engine to the default may run on either
     others = [c for c in simulated if not c.experiment.label.endswith("_b128")]
     assert others and changed_by("adasum_tiny", others) == []
+
+
+def test_a_checkpoint_interval_a_label_sets_stays_how_it_ran():
+    # topk_small's c = 0.001 labels set trainer.checkpoint_every; only the engine is pinned
+    made = [cfg for _, cfg in run_set("topk", "small", ["trainer.checkpoint_every=100"])]
+    assert changed_by("topk_small", made) == []
