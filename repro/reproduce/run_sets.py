@@ -38,6 +38,16 @@ def run_set(
     composed = list(label_configs(experiment, extra).items())
     if not composed:
         raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
+    made = composed[0][1].experiment
+    if (made.name, made.paper, made.group) != (experiment, paper, experiment):
+        # a set copied from another paper's wrote its runs into that paper's group, where
+        # that paper's report read them, and this one's found none
+        raise UserError(
+            f"experiment={experiment} makes its runs as experiment.name={made.name}, "
+            f"paper={made.paper}, group={made.group}, where {paper}'s report at {scale} does "
+            f"not look; set name: {experiment}, paper: {paper}, group: {experiment} "
+            f"(configs/experiment/{experiment}.yaml)"
+        )
     n = composed[0][1].experiment.seeds if seeds is None else seeds
     for _, cfg in composed:
         cfg.experiment.seeds = n  # what this set ran, recorded beside each run

@@ -9,6 +9,7 @@ import pytest
 from repro.claims.set_regime import changed_by, departures, label_configs, set_settings
 from repro.claims.verdicts import evaluate
 from repro.config import CONFIG_DIR, as_dict
+from repro.errors import UserError
 from repro.report.build import select_runs
 from repro.report.summary import plain_verdict
 from repro.reproduce.run_sets import run_set
@@ -123,3 +124,16 @@ def test_a_checkpoint_interval_a_label_sets_stays_how_it_ran():
     # topk_small's c = 0.001 labels set trainer.checkpoint_every; only the engine is pinned
     made = [cfg for _, cfg in run_set("topk", "small", ["trainer.checkpoint_every=100"])]
     assert changed_by("topk_small", made) == []
+
+
+def test_a_set_that_names_another_papers_group_is_refused_before_any_run():
+    """A set copied from another paper's wrote its runs into that paper's group, where that
+    paper's report read them as its own, and its own report found none."""
+    with pytest.raises(UserError) as err:
+        run_set("adacomm", "tiny", ["experiment.group=adasum_tiny"])
+    assert str(err.value) == (
+        "experiment=adacomm_tiny makes its runs as experiment.name=adacomm_tiny, "
+        "paper=adacomm, group=adasum_tiny, where adacomm's report at tiny does not look; set "
+        "name: adacomm_tiny, paper: adacomm, group: adacomm_tiny "
+        "(configs/experiment/adacomm_tiny.yaml)"
+    )
