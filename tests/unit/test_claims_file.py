@@ -49,6 +49,39 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
             },
             "smooth=0 must be an integer >= 1",
         ),
+        # a wrong type or pattern failed in a traceback after every run had finished
+        (
+            {
+                "metric": {
+                    "calculator": "time_to_target_ratio",
+                    "params": {"run": "a", "reference": "b", "metric": "m", "target": "abc"},
+                }
+            },
+            "params for 'time_to_target_ratio': target='abc' must be a number or null",
+        ),
+        (
+            {
+                "metric": {
+                    "calculator": "trend",
+                    "params": {
+                        "where": "a.b",
+                        "key": "k",
+                        "metric": "m",
+                        "direction": "increasing",
+                    },
+                }
+            },
+            "where='a.b' must be a mapping",
+        ),
+        (
+            {
+                "metric": {
+                    "calculator": "step_time_ratio",
+                    "params": {"pattern": "((x", "reference": "b"},
+                }
+            },
+            r"pattern='\(\(x': missing \)",
+        ),
         ({"verdict": {"partly": {"at_most": "0.4"}}}, "at_most='0.4' must be a number"),
         (
             {"band": {"at_most": "0.4", "reason": "r"}},

@@ -19,7 +19,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Callable, Mapping
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,11 +84,52 @@ def check_params(name: str, params: Mapping[str, Any]) -> None:
     for key, allowed in CHOICES.items():
         if key in params and params[key] not in allowed:
             raise UserError(f"{key}={params[key]!r} must be one of {', '.join(allowed)}")
+    hints = typing.get_type_hints(calculators[name])
+    for key, value in params.items():
+        if not _fits(value, hints.get(key, Any)):
+            raise UserError(f"params for '{name}': {key}={value!r} must be {_kind(hints[key])}")
+    if isinstance(params.get("pattern"), str):
+        try:
+            re.compile(params["pattern"])
+        except re.error as err:
+            raise UserError(f"params for '{name}': pattern={params['pattern']!r}: {err}") from None
     if not isinstance(params.get("interpolate", False), bool):
         raise UserError(f"interpolate={params['interpolate']!r} must be true or false")
     smooth = params.get("smooth", 1)
     if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
         raise UserError(f"smooth={smooth!r} must be an integer >= 1")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a value read from YAML fits a calculator parameter's annotation (an int is a
+    float; a bool is neither), so that a claims file's wrong type fails when it is loaded
+    and not in a traceback after every run has finished."""
+    if hint is Any:
+        return True
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, int | float if hint is float else int) and not isinstance(
+            value, bool
+        )
+    base = typing.get_origin(hint) or hint
+    if base is Sequence:
+        item = typing.get_args(hint)[0]
+        return isinstance(value, list | tuple) and all(_fits(v, item) for v in value)
+    return isinstance(value, base)
+
+
+def _kind(hint: Any) -> str:
+    """A parameter's annotation in a claims file's words."""
+    words = {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_kind(arm) for arm in typing.get_args(hint))
+    base = typing.get_origin(hint) or hint
+    if base is Sequence:
+        return f"a list of {_kind(typing.get_args(hint)[0]).split(' ', 1)[1]}s"
+    return {Mapping: "a mapping (key: value)", type(None): "null"}.get(base) or words[base]
 
 
 def run_labelled(runs: Mapping[str, Run], label: str) -> Run:
