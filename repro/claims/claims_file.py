@@ -192,6 +192,13 @@ class ClaimsFile:
         object.__setattr__(self, "choices", stated)
         found = [build(Finding, f, f"findings[{i}]") for i, f in enumerate(self.findings)]
         check_findings(found, [c.id for c in claims])
+        stated_at = {c.id: c.scales for c in claims}
+        for i, f in enumerate(found):
+            if f.scale not in stated_at[f.claim]:  # its page would never show it
+                raise UserError(
+                    f"findings[{i}]: scale {f.scale!r} is not one claim '{f.claim}' is stated "
+                    f"at ({', '.join(stated_at[f.claim])})"
+                )
         object.__setattr__(self, "findings", found)
 
     def order_key(self, label: str) -> tuple[int, list]:

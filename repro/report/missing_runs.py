@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from repro.claims.claims_file import ClaimsFile
+from repro.claims.claims_file import SCALES, ClaimsFile
 from repro.claims.reads import labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import OffSet
@@ -31,7 +31,12 @@ from repro.track.series import Seeded, any_seed
 
 def reproduce_command(paper: str, scale: str | None, runs_root: str, seeds: int = 0) -> str:
     """The `repro reproduce` command that makes a paper's runs under `runs_root` (for
-    `seeds` seeds, where more than the set's own)."""
+    `seeds` seeds, where more than the set's own). A scale the paper has no set at (or
+    none, `repro reproduce`'s small) becomes the first it has: a paper of one's own may
+    have a tiny set alone."""
+    sets = [s for s in SCALES if (CONFIG_DIR / "experiment" / f"{paper}_{s}.yaml").is_file()]
+    if sets and (scale or "small") not in sets:
+        scale = sets[0]
     command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
     command += [f"seeds={seeds}"] if seeds else []
     if Path(runs_root) != Path("runs"):

@@ -12,7 +12,8 @@ WHY = "too few updates per parameter"
 
 
 def claims_file(findings) -> ClaimsFile:
-    claims = [claim_dict(id="a"), claim_dict(id="b"), claim_dict(id="c"), claim_dict(id="d")]
+    c = claim_dict(id="c", scales=["small", "paper"])
+    claims = [claim_dict(id="a"), claim_dict(id="b"), c, claim_dict(id="d")]
     return ClaimsFile(
         paper="adacomm", title="t", citation="c", seed_cap=10, claims=claims, findings=findings
     )
@@ -53,6 +54,11 @@ def test_rows_for_outcomes_that_ask_for_a_reason():
         ({"claim": "a", "scale": "small", "verdicts": ["reproduced"], "why": WHY}, "verdicts="),
         ({"claim": "a", "scale": "small", "verdicts": [], "why": WHY}, "verdicts="),
         ({"claim": "a", "scale": "small", "verdicts": ["partly"], "why": " "}, "why must be"),
+        # a scale its claim is not stated at: never shown, and said nowhere
+        (
+            {"claim": "a", "scale": "tny", "verdicts": ["partly"], "why": WHY},
+            r"findings\[0\]: scale 'tny' is not one claim 'a' is stated at \(small\)",
+        ),
     ],
 )
 def test_bad_findings_are_refused_when_loaded(finding, message):
