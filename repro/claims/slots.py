@@ -59,7 +59,19 @@ def check_values(values: object) -> None:
 
 
 def check_slots(text: str, values: Mapping, claim_ids: list[str]) -> None:
-    """Refuse a slot that names no computed value (one line naming it and the fix)."""
+    """Refuse a slot that names no computed value or formats none, and braces that are no
+    slot (`{Mean}`, left in the page as typed), each in one line naming it and the fix."""
+    for braces in re.finditer(r"\{[^{}]*\}", text):
+        slot = SLOT.fullmatch(braces.group(0))
+        try:
+            format(1.0, slot.group(3) or "") if slot else None
+        except ValueError as err:
+            raise UserError(f"slot {braces.group(0)}: {err} (a float's format, e.g. .3g)") from None
+        if slot is None:
+            raise UserError(
+                f"{braces.group(0)} is no slot: a slot is {{ref}} or {{ref.field}} in lower "
+                "case, with an optional :format"
+            )
     for shown, ref, name in references(text):
         known = ref == "" or ref in claim_ids or ref in values
         if not known or name not in FIELDS:

@@ -102,16 +102,8 @@ def test_a_named_value_lines_up_with_the_seeds_its_claim_was_judged_on():
     assert row[2] == f"0.30 / 0.35 / 0.45 against {expected} (3)"
 
 
-@pytest.mark.parametrize(
-    ("why", "named"),
-    [
-        ("{median}", "{median}"),
-        ("{steps.median}", "{steps.median}"),
-        ("{nobody.mean}", "{nobody.mean}"),
-        ("{headline.per_seed} then {typo}", "{typo}"),
-    ],
-)
-def test_a_slot_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, named):
+def _load_with_why(tmp_path: Path, why: str) -> ClaimsFile:
+    """A claims file whose one finding's text is `why`, loaded as a report loads it."""
     cf = claims("fine", {"steps": STEPS})
     data = {
         "paper": "adacomm",
@@ -122,14 +114,41 @@ def test_a_slot_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, na
         "findings": [{**vars(cf.findings[0]), "why": why}],
     }
     (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    return load_claims("adacomm", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("why", "named"),
+    [
+        ("{median}", "{median}"),
+        ("{steps.median}", "{steps.median}"),
+        ("{nobody.mean}", "{nobody.mean}"),
+        ("{headline.per_seed} then {typo}", "{typo}"),
+    ],
+)
+def test_a_slot_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, named):
     with pytest.raises(UserError) as err:
-        load_claims("adacomm", tmp_path)
+        _load_with_why(tmp_path, why)
     assert str(err.value) == (
         f"{tmp_path / 'adacomm.yaml'}: claim 'headline': finding at scale small: slot "
         f"{named} names no computed value; use {{FIELD}} for the claim's own, "
         "{CLAIM_ID.FIELD} or {NAME.FIELD} for a name under values, FIELD one of per_seed, "
         "mean, low, high, ci, min, max, seeds"
     )
+
+
+@pytest.mark.parametrize(
+    ("why", "says"),
+    [
+        # a format no float has failed the report; braces no slot matched stayed as typed
+        ("{mean:.3q}", "slot {mean:.3q}: Unknown format code 'q'"),
+        ("{Mean:.3f} of it", "{Mean:.3f} is no slot: a slot is {ref} or {ref.field} in lower"),
+        ("{local-loss}", "{local-loss} is no slot"),
+    ],
+)
+def test_a_slot_that_formats_nothing_or_braces_that_are_none_are_refused(tmp_path, why, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        _load_with_why(tmp_path, why)
 
 
 def test_shipped_findings_load_and_refer_to_nothing_outside_the_project():
