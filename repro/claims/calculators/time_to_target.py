@@ -59,7 +59,10 @@ def time_to_target_ratio(
             0.0 if reached else math.nan,
             f"{metric} {goal:.4g} never reached by {reference}; {got} ({clock} clock)",
         )
-    note = f"{metric} {goal:.4g} reached by {run} at {_g(t_run)}, by {reference} at {t_ref:.4g}"
+    ran = (
+        f"reached by {run} at {t_run:.4g}," if math.isfinite(t_run) else f"never reached by {run};"
+    )
+    note = f"{metric} {goal:.4g} {ran} by {reference} at {t_ref:.4g}"
     how = ", interpolated between evaluations" if interpolate else ""
     return Measurement(t_run / t_ref, f"{note} ({clock} clock{how})")
 
