@@ -29,6 +29,8 @@ from repro.track.series import NotMeasurable, Seeded, at_seed
 
 FIELDS = ("per_seed", "mean", "low", "high", "ci", "min", "max", "seeds")
 SLOT = re.compile(r"\{([a-z0-9_]+)(?:\.([a-z_]+))?(?::([^{}]*))?\}")
+# braces that look meant as a slot (one word, maybe dotted or formatted) but are none
+ATTEMPT = re.compile(r"\{[\w.\-]+(?::[^{}\s]*)?\}")
 
 
 def references(text: str) -> list[tuple[str, str, str]]:
@@ -62,16 +64,17 @@ def check_slots(text: str, values: Mapping, claim_ids: list[str]) -> None:
     """Refuse a slot that names no computed value or formats none, and braces that are no
     slot (`{Mean}`, left in the page as typed), each in one line naming it and the fix."""
     for braces in re.finditer(r"\{[^{}]*\}", text):
-        slot = SLOT.fullmatch(braces.group(0))
-        try:
-            format(1.0, slot.group(3) or "") if slot else None
-        except ValueError as err:
-            raise UserError(f"slot {braces.group(0)}: {err} (a float's format, e.g. .3g)") from None
-        if slot is None:
+        shown, slot = braces.group(0), SLOT.fullmatch(braces.group(0))
+        if slot is None and ATTEMPT.fullmatch(shown):  # prose braces ({a, b}) are left alone
             raise UserError(
-                f"{braces.group(0)} is no slot: a slot is {{ref}} or {{ref.field}} in lower "
-                "case, with an optional :format"
+                f"{shown} is no slot: a slot is {{ref}} or {{ref.field}} in lower case, with "
+                "an optional :format"
             )
+        if slot and slot.group(3) and "seeds" not in (slot.group(1), slot.group(2)):
+            try:
+                format(1.0, slot.group(3))
+            except ValueError as err:
+                raise UserError(f"slot {shown}: {err} (a number's format, e.g. .3g)") from None
     for shown, ref, name in references(text):
         known = ref == "" or ref in claim_ids or ref in values
         if not known or name not in FIELDS:

@@ -31,11 +31,11 @@ from repro.track.series import Seeded, any_seed
 
 def reproduce_command(paper: str, scale: str | None, runs_root: str, seeds: int = 0) -> str:
     """The `repro reproduce` command that makes a paper's runs under `runs_root` (for
-    `seeds` seeds, where more than the set's own). A scale the paper has no set at (or
-    none, `repro reproduce`'s small) becomes the first it has: a paper of one's own may
-    have a tiny set alone."""
+    `seeds` seeds, where more than the set's own). The small scale (`repro reproduce`'s
+    default) of a paper without a small set becomes the first it has: a paper of one's own
+    may have a tiny set alone."""
     sets = [s for s in SCALES if (CONFIG_DIR / "experiment" / f"{paper}_{s}.yaml").is_file()]
-    if sets and (scale or "small") not in sets:
+    if sets and (scale or "small") == "small" and "small" not in sets:
         scale = sets[0]
     command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
     command += [f"seeds={seeds}"] if seeds else []

@@ -19,6 +19,7 @@ import copy
 from repro.claims.set_regime import label_configs
 from repro.config import CONFIG_DIR, Config, papers
 from repro.errors import UserError
+from repro.track.naming import run_identity
 
 
 def run_set(
@@ -38,16 +39,18 @@ def run_set(
     composed = list(label_configs(experiment, extra).items())
     if not composed:
         raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")
-    made = composed[0][1].experiment
-    if (made.name, made.paper, made.group) != (experiment, paper, experiment):
+    for label, cfg in composed:
         # a set copied from another paper's wrote its runs into that paper's group, where
         # that paper's report read them, and this one's found none
-        raise UserError(
-            f"experiment={experiment} makes its runs as experiment.name={made.name}, "
-            f"paper={made.paper}, group={made.group}, where {paper}'s report at {scale} does "
-            f"not look; set name: {experiment}, paper: {paper}, group: {experiment} "
-            f"(configs/experiment/{experiment}.yaml)"
-        )
+        made = (cfg.experiment.paper, cfg.experiment.scale, run_identity(cfg).group)
+        if made != (paper, scale, experiment):
+            raise UserError(
+                f"experiment={experiment} makes its run {label} as paper {made[0]}, scale "
+                f"{made[1]}, group {made[2]}, where {paper}'s report at {scale} does not look; "
+                f"make it paper {paper}, scale {scale}, group {experiment} (experiment.paper, "
+                f".scale, .group or tracking.group, in configs/experiment/{experiment}.yaml "
+                "or the overrides)"
+            )
     n = composed[0][1].experiment.seeds if seeds is None else seeds
     for _, cfg in composed:
         cfg.experiment.seeds = n  # what this set ran, recorded beside each run

@@ -151,6 +151,10 @@ def test_a_slot_that_formats_nothing_or_braces_that_are_none_are_refused(tmp_pat
         _load_with_why(tmp_path, why)
 
 
+def test_braces_of_prose_and_the_seed_counts_format_are_left_alone(tmp_path):
+    assert _load_with_why(tmp_path, "the sets {sync, local_sgd} ran {seeds:d} seeds").findings
+
+
 def test_shipped_findings_load_and_refer_to_nothing_outside_the_project():
     for paper in ("adacomm", "topk", "adasum"):
         for finding in load_claims(paper, CLAIMS_DIR).findings:

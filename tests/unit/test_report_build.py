@@ -241,5 +241,9 @@ def test_the_command_that_makes_a_papers_runs_names_a_scale_it_has(tmp_path, mon
     assert missing_runs.reproduce_command("mine", "small", "r") == (
         "repro reproduce mine scale=tiny runs_root=r"
     )
+    # a scale asked for by name stays: repro reproduce then lists the scales the paper has
+    assert missing_runs.reproduce_command("mine", "paper", "runs") == (
+        "repro reproduce mine scale=paper"
+    )
     monkeypatch.undo()
     assert missing_runs.reproduce_command("adacomm", None, "runs") == "repro reproduce adacomm"

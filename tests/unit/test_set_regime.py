@@ -129,11 +129,16 @@ def test_a_checkpoint_interval_a_label_sets_stays_how_it_ran():
 def test_a_set_that_names_another_papers_group_is_refused_before_any_run():
     """A set copied from another paper's wrote its runs into that paper's group, where that
     paper's report read them as its own, and its own report found none."""
-    with pytest.raises(UserError) as err:
-        run_set("adacomm", "tiny", ["experiment.group=adasum_tiny"])
-    assert str(err.value) == (
-        "experiment=adacomm_tiny makes its runs as experiment.name=adacomm_tiny, "
-        "paper=adacomm, group=adasum_tiny, where adacomm's report at tiny does not look; set "
-        "name: adacomm_tiny, paper: adacomm, group: adacomm_tiny "
-        "(configs/experiment/adacomm_tiny.yaml)"
-    )
+    for override in ("experiment.group=adasum_tiny", "tracking.group=adasum_tiny"):
+        with pytest.raises(UserError) as err:
+            run_set("adacomm", "tiny", [override])
+        assert str(err.value) == (
+            "experiment=adacomm_tiny makes its run sync as paper adacomm, scale tiny, group "
+            "adasum_tiny, where adacomm's report at tiny does not look; make it paper "
+            "adacomm, scale tiny, group adacomm_tiny (experiment.paper, .scale, .group or "
+            "tracking.group, in configs/experiment/adacomm_tiny.yaml or the overrides)"
+        )
+    with pytest.raises(UserError, match="as paper adacomm, scale small, group adacomm_tiny"):
+        run_set("adacomm", "tiny", ["experiment.scale=small"])
+    # no group of its own: the runs take the set's name as their group, where the report looks
+    assert run_set("adacomm", "tiny", ["experiment.group="])
