@@ -42,6 +42,7 @@ from repro.workload.config import STACKED_MODELS, DataConfig, WorkloadConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 GROUPS = ("workload", "method", "network", "tracking", "cluster", "experiment")
+SCALES = ("tiny", "small", "paper")
 # Keys that do not change what a run computes: left out of the run's identity hash, so that
 # a resumed run may change them (e.g. turn the progress bar off) without being refused.
 # `trainer.deterministic` changes nothing on the CPU and only the rounding on a GPU. Where
@@ -101,7 +102,7 @@ class ExperimentConfig:
     search_minutes: float = 0.0
 
     def __post_init__(self):
-        if self.scale not in ("tiny", "small", "paper"):
+        if self.scale not in SCALES:
             raise UserError(f"experiment.scale={self.scale!r} must be tiny, small or paper")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
             raise UserError(
@@ -173,6 +174,11 @@ ConfigStore.instance().store(name="base_config", node=Config)
 def papers() -> list[str]:
     """The papers with a run set (configs/experiment/<paper>_<scale>.yaml)."""
     return sorted({p.stem.rsplit("_", 1)[0] for p in (CONFIG_DIR / "experiment").glob("*_*.yaml")})
+
+
+def set_scales(paper: str) -> list[str]:
+    """The scales `paper` has a run set at, tiny to paper."""
+    return [s for s in SCALES if (CONFIG_DIR / "experiment" / f"{paper}_{s}.yaml").is_file()]
 
 
 def simulated_by_default(cfg: Config) -> bool:

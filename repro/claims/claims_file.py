@@ -30,13 +30,13 @@ from repro.claims.figure_specs import FigureSpec, SweepFrontSpec
 from repro.claims.findings import Finding, check_findings
 from repro.claims.published import PublishedTable
 from repro.claims.verdict_rules import Rule, band_rule
+from repro.config import SCALES
 from repro.errors import UserError
 from repro.spec_loader import build, load, read_yaml
 from repro.track.series import Run, natural_key
 
 # `tiny` is the seconds-long smoke scale of the tests: claims rarely apply to it, but its
 # reports are built like any other.
-SCALES = ("tiny", "small", "paper")
 
 
 # outcome: a training result that could have come out otherwise, judged on the seeds'

@@ -30,6 +30,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from repro.config import CONFIG_DIR, Config, as_dict, compose, flat, identity
+from repro.errors import override_key
 from repro.pages.writer import fmt
 from repro.sweep.tuned import run_overrides
 
@@ -78,15 +79,10 @@ def set_settings(experiment: str) -> dict[str, dict]:
             k: v
             for k, v in _plain(identity(cfg)).items()
             if k not in HOW_IT_RAN
-            or (k in PINNED_BY_LABEL and k in _named(cfg.experiment.runs[label]))
+            or (k in PINNED_BY_LABEL and k in map(override_key, cfg.experiment.runs[label]))
         }
         for label, cfg in label_configs(experiment).items()
     }
-
-
-def _named(overrides: Sequence[str]) -> set[str]:
-    """The dotted keys a label's overrides set (`key=value`, `+key=value`)."""
-    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
 def changed_by(experiment: str, configs: Iterable[Config]) -> list[str]:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import yaml
 
-from repro.claims.claims_file import SCALES, ClaimsFile
+from repro.claims.claims_file import ClaimsFile
 from repro.claims.reads import labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult
 from repro.claims.verdicts import OffSet
-from repro.config import CONFIG_DIR
+from repro.config import CONFIG_DIR, set_scales
 from repro.pages.writer import Code, Para
 from repro.track.runs import unfinished, untracked_run_dirs
 from repro.track.series import Seeded, any_seed
@@ -34,7 +34,7 @@ def reproduce_command(paper: str, scale: str | None, runs_root: str, seeds: int 
     `seeds` seeds, where more than the set's own). The small scale (`repro reproduce`'s
     default) of a paper without a small set becomes the first it has: a paper of one's own
     may have a tiny set alone."""
-    sets = [s for s in SCALES if (CONFIG_DIR / "experiment" / f"{paper}_{s}.yaml").is_file()]
+    sets = set_scales(paper)
     if sets and (scale or "small") == "small" and "small" not in sets:
         scale = sets[0]
     command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 
 from repro.claims.set_regime import label_configs
-from repro.config import CONFIG_DIR, Config, papers
+from repro.config import Config, papers, set_scales
 from repro.errors import UserError
 from repro.track.naming import run_identity
 
@@ -31,11 +31,10 @@ def run_set(
     if paper not in papers():
         raise UserError(f"unknown paper {paper!r}; choose one of {papers()}")
     experiment = f"{paper}_{scale}"
-    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").exists():
-        scales = sorted(
-            p.stem.rsplit("_", 1)[1] for p in (CONFIG_DIR / "experiment").glob(f"{paper}_*.yaml")
+    if scale not in set_scales(paper):
+        raise UserError(
+            f"scale={scale} does not exist for {paper}; choose one of {set_scales(paper)}"
         )
-        raise UserError(f"scale={scale} does not exist for {paper}; choose one of {scales}")
     composed = list(label_configs(experiment, extra).items())
     if not composed:
         raise UserError(f"experiment={experiment} lists no runs (experiment.runs is empty)")

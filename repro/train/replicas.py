@@ -74,13 +74,12 @@ def has_workers_forward(model: nn.Module) -> bool:
     """Whether `model`'s all-workers forward computes its `forward`: both written by one
     class. A subclass that rewrites `forward` alone (a dropout added, say) inherits a
     `forward_workers` that skips the change; it runs under vmap."""
-    definer = {
-        name: next((c for c in type(model).__mro__ if name in vars(c)), None)
-        for name in ("forward", "forward_workers")
-    }
-    return (
-        definer["forward_workers"] is not None and definer["forward"] is definer["forward_workers"]
-    )
+
+    def definer(name: str) -> type | None:
+        return next((c for c in type(model).__mro__ if name in vars(c)), None)
+
+    own = definer("forward_workers")
+    return own is not None and definer("forward") is own
 
 
 def _check_trainable(template: nn.Module) -> None:

@@ -232,11 +232,12 @@ def test_a_report_of_another_scale_goes_beside_the_small_one_not_over_it(tmp_pat
 def test_the_command_that_makes_a_papers_runs_names_a_scale_it_has(tmp_path, monkeypatch):
     """A paper of one's own with a tiny set alone was told to run `repro reproduce mine`,
     whose default scale, small, it does not have."""
+    import repro.config
     from repro.report import missing_runs
 
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "mine_tiny.yaml").write_text("experiment: {}\n")
-    monkeypatch.setattr(missing_runs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(repro.config, "CONFIG_DIR", tmp_path)
     assert missing_runs.reproduce_command("mine", None, "runs") == "repro reproduce mine scale=tiny"
     assert missing_runs.reproduce_command("mine", "small", "r") == (
         "repro reproduce mine scale=tiny runs_root=r"

@@ -93,11 +93,8 @@ def check_params(name: str, params: Mapping[str, Any]) -> None:
             re.compile(params["pattern"])
         except re.error as err:
             raise UserError(f"params for '{name}': pattern={params['pattern']!r}: {err}") from None
-    if not isinstance(params.get("interpolate", False), bool):
-        raise UserError(f"interpolate={params['interpolate']!r} must be true or false")
-    smooth = params.get("smooth", 1)
-    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
-        raise UserError(f"smooth={smooth!r} must be an integer >= 1")
+    if params.get("smooth", 1) < 1:  # its type is the annotation's, checked above
+        raise UserError(f"smooth={params['smooth']!r} must be an integer >= 1")
 
 
 def _fits(value: Any, hint: Any) -> bool:
@@ -111,9 +108,7 @@ def _fits(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
     if hint in (int, float):
-        return isinstance(value, int | float if hint is float else int) and not isinstance(
-            value, bool
-        )
+        return isinstance(value, hint | int) and not isinstance(value, bool)
     base = typing.get_origin(hint) or hint
     if base is Sequence:
         item = typing.get_args(hint)[0]
