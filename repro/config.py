@@ -29,7 +29,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from repro import hydra_overrides
+from repro import config_keys, hydra_overrides
 from repro.errors import UserError, override_key, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
@@ -248,9 +248,9 @@ def to_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> Config:
     for key, value in _floats(schema):
         if not math.isfinite(value):  # nan passes every range check (its comparisons fail)
             raise UserError(f"{key}={value} must be a finite number")
-    extra = hydra_overrides.extra_keys(cfg, schema)
+    extra = config_keys.extra_keys(cfg, schema)
     if extra:
-        known = hydra_overrides.known_keys(schema)
+        known = config_keys.known_keys(schema, config_keys.unread_keys(cfg))
         raise UserError(
             hydra_overrides.unknown_key(extra[0], known, list(overrides), CONFIG_DIR)
             + " (an added key no config has would be ignored)"
@@ -276,7 +276,7 @@ def _check_group_choices(overrides: list[str]) -> None:
         if key in GROUPS and value and value != "null":
             for choice in value.split(","):
                 if not (CONFIG_DIR / key / f"{choice}.yaml").exists():
-                    known = hydra_overrides.group_options(key, CONFIG_DIR)
+                    known = config_keys.group_options(key, CONFIG_DIR)
                     if (key, choice) == ("network", "calibrated"):  # written by a command
                         raise UserError(
                             "network=calibrated is this machine's fit, not measured yet: "

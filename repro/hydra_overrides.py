@@ -6,7 +6,8 @@ why; the reason and the config node involved sit on the cause. The functions her
 that node to say which setting is wrong, what it expects (its type and an example value),
 and the fix (the closest known key, the group choice that has the key, `--multirun`).
 `expand_sweep` turns the comma lists of a `--multirun` into the runs they stand for.
-Composition lives in `repro.config`; this module only explains, so it never imports it.
+Composition lives in `repro.config` and the config tree's keys in `repro.config_keys`;
+this module only explains, so it never imports the first.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
@@ -33,6 +32,15 @@ from omegaconf.errors import (
 )
 from omegaconf.nodes import BooleanNode, BytesNode, EnumNode, FloatNode, IntegerNode, PathNode
 
+from repro.config_keys import (
+    choices_with,
+    compose_quietly,
+    group_choices,
+    group_options,
+    known_keys,
+    node_at,
+    unread_keys,
+)
 from repro.errors import UserError, override_key
 
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic"
@@ -91,7 +99,7 @@ def _undeletable(key: str, others: list[str], config_dir: Path) -> str | None:
     if (config_dir / key).is_dir():
         choices = ", ".join(group_options(key, config_dir))
         return f"~{key}: every run has a {key}; choose one instead: {key}=CHOICE, one of {choices}"
-    cfg = _compose_quietly(config_dir, others)
+    cfg = compose_quietly(config_dir, others)
     node = node_at(cfg, key) if cfg is not None else None
     if isinstance(node, DictConfig) and len(node):
         first = next(iter(node))
@@ -140,6 +148,9 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
             new = _new_map_key(parent, key, known, overrides)
             return new or unknown_key(key, known, overrides, config_dir)
         if isinstance(cause, ValidationError) and cause.child_node is not None:
+            root = cause.child_node._get_root()
+            if cause.full_key in unread_keys(root):  # `method.tau=` under AdaComm
+                return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
             return _wrong_value(cause)
         if isinstance(cause, ConfigTypeError) and "deletion" in str(cause):
             key = cause.full_key
@@ -175,7 +186,7 @@ def unknown_key(key: str, known: list[str], overrides: list[str], config_dir: Pa
     that has it."""
     group = key.split(".")[0]
     is_group = group != "experiment" and (config_dir / group).is_dir()
-    chosen = _choices(overrides, config_dir).get(group) if is_group else None
+    chosen = group_choices(overrides, config_dir).get(group) if is_group else None
     elsewhere = choices_with(group, config_dir, skip=chosen) if chosen else {}
     if key in elsewhere:
         owners = list(elsewhere[key])
@@ -217,21 +228,6 @@ def _set_by_file(key: str, file: str, overrides: list[str], config_dir: Path) ->
     return f"{key} is set by {source} and is not a setting of {which}: {fix}"
 
 
-def known_keys(tree) -> list[str]:
-    """Every dotted key of a composed config or a plain dict, sections included, without
-    Hydra's own `hydra.` node."""
-    if isinstance(tree, DictConfig):
-        tree = OmegaConf.to_container(tree, resolve=False, throw_on_missing=False)
-    return [k for k in _dotted(tree, "") if k != "hydra" and not k.startswith("hydra.")]
-
-
-def extra_keys(composed: DictConfig, built: dict) -> list[str]:
-    """Keys in the composed tree that the dataclasses dropped: added with `+key=` or `++key=`
-    where the schema has no such setting, so they would be ignored without a word."""
-    tree = OmegaConf.to_container(composed, resolve=False)
-    return sorted(_extra(tree, built, ""))
-
-
 def _one_line(e: Exception) -> str:
     """The first line of an error that needs no translation, with the key it concerns."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -271,8 +267,8 @@ def _missing_value(raw: str, others: list[str], config_dir: Path) -> str:
     if (config_dir / key).is_dir():
         known = group_options(key, config_dir)
         return f"{key} has no value: write {key}=CHOICE, one of {', '.join(known)}"
-    cfg = _compose_quietly(config_dir, others)
-    node = node_at(cfg, key) if cfg is not None else None
+    cfg = compose_quietly(config_dir, others)
+    node = node_at(cfg, key) if cfg is not None and key not in unread_keys(cfg) else None
     if node is not None and not isinstance(node, DictConfig | ListConfig):
         return f"{key} has no value: expected {_expects(node)}, e.g. {_example(key, node)}"
     group = key.split(".")[0]
@@ -316,75 +312,6 @@ def _closest(key: str, known: list[str]) -> str | None:
     elsewhere = [k for k in known if k.rpartition(".")[0] != section]
     close = difflib.get_close_matches(key, elsewhere, n=1, cutoff=0.85)
     return close[0] if close else None
-
-
-def _dotted(tree, prefix: str):
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            yield f"{prefix}{k}"
-            yield from _dotted(v, f"{prefix}{k}.")
-
-
-def _extra(tree, built, prefix: str):
-    if not isinstance(tree, dict) or not isinstance(built, dict):
-        return
-    for k, v in tree.items():
-        if k not in built:
-            yield f"{prefix}{k}"
-        else:
-            yield from _extra(v, built[k], f"{prefix}{k}.")
-
-
-def _compose_quietly(config_dir: Path, overrides: list[str], hydra: bool = False):
-    try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
-    except (HydraException, OmegaConfBaseException, UserError, ValueError):
-        return None
-
-
-def _group_overrides(overrides: list[str], config_dir: Path) -> list[str]:
-    return [
-        o for o in overrides if "=" in o and (config_dir / o.lstrip("+").split("=")[0]).is_dir()
-    ]
-
-
-def _choices(overrides: list[str], config_dir: Path) -> dict[str, str]:
-    """Each group's choice for these overrides (an experiment may pick some itself)."""
-    cfg = _compose_quietly(config_dir, _group_overrides(overrides, config_dir), hydra=True)
-    return dict(cfg.hydra.runtime.choices) if cfg is not None else {}
-
-
-def group_options(group: str, config_dir: Path) -> list[str]:
-    """Every choice of `group`, the presets in its subfolders included as Hydra names them
-    (`method=compressed/topk_c0.1`), so that an error or the help lists them all."""
-    folder = config_dir / group
-    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
-
-
-def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[str, dict]:
-    """key -> {each choice of `group` with that setting (an inherited field it refuses,
-    `MethodConfig.unread`, is none): its node there}, over every choice but `skip`."""
-    if group == "experiment" or not (config_dir / group).is_dir():
-        return {}
-    found: dict[str, dict] = {}
-    for path in sorted((config_dir / group).glob("*.yaml")):
-        cfg = None if path.stem == skip else _compose_quietly(config_dir, [f"{group}={path.stem}"])
-        unread = getattr(OmegaConf.get_type(cfg[group]), "unread", ()) if cfg is not None else ()
-        for k in known_keys(cfg[group]) if cfg is not None else []:
-            if k.split(".")[0] not in unread:
-                found.setdefault(f"{group}.{k}", {})[path.stem] = node_at(cfg[group], k)
-    return found
-
-
-def node_at(cfg: DictConfig, key: str):
-    """The node (not the value) at a dotted key, or None: its type says what it accepts."""
-    node = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
-            return None
-        node = node._get_node(part)
-    return node
 
 
 def expand_sweep(overrides: list[str]) -> list[list[str]]:

@@ -17,7 +17,7 @@ import textwrap
 
 from omegaconf import OmegaConf
 
-from repro import hydra_overrides
+from repro import config_keys, hydra_overrides
 from repro.cluster.slurm_env import join_srun_step
 from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
 from repro.errors import UserError, override_key, say_stopped, sigterm_stops
@@ -131,18 +131,18 @@ def help_text() -> str:
         "config groups (GROUP=CHOICE; * = default):",
     ]
     for group in GROUPS:
-        names = hydra_overrides.group_options(group, CONFIG_DIR)
+        names = config_keys.group_options(group, CONFIG_DIR)
         marked = [f"{n}*" if n == chosen.get(group) else n for n in names]
         lines += textwrap.wrap(
             ", ".join(marked), 90, initial_indent=f"  {group:<11} ", subsequent_indent=" " * 14
         )
     lines += ["", "most used settings (KEY=DEFAULT):"]
     for key, what in MOST_USED:
-        node = hydra_overrides.node_at(cfg, key)
+        node = config_keys.node_at(cfg, key)
         if node is None:  # a setting of some choices of its group only, e.g. method.tau
             group = key.split(".")[0]
             # the chosen config lacks the key, so only the other choices are composed
-            owners = hydra_overrides.choices_with(group, CONFIG_DIR, skip=chosen.get(group))
+            owners = config_keys.choices_with(group, CONFIG_DIR, skip=chosen.get(group))
             owners = owners.get(key, {})
             node = next(iter(owners.values()), None)
             what += f" ({', '.join(f'{group}={c}' for c in owners)})"

@@ -278,7 +278,7 @@ def test_a_label_of_the_chosen_run_set_without_its_overrides_is_refused():
 def test_a_field_a_method_inherits_and_never_reads_is_not_offered_as_its_setting():
     """AdaComm holds local SGD's method.tau and refuses it: --help and the hints listed it
     as AdaComm's. It stays a field, so AdaComm runs keep their identity and directories."""
-    from repro.hydra_overrides import choices_with
+    from repro.config_keys import choices_with
 
     assert list(choices_with("method", CONFIG_DIR)["method.tau"]) == ["local_sgd"]
     assert as_dict(compose(["method=adacomm"]))["method"]["tau"] == 4
@@ -300,3 +300,20 @@ def test_a_typo_of_a_free_maps_key_is_named_and_a_new_key_needs_a_plus():
         "cluster.sbatch_args.constraint is a new key of the map cluster.sbatch_args: add it "
         "with +cluster.sbatch_args.constraint=a100"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        # a typo near the unread field: the method that has it, not AdaComm
+        (["method=adacomm", "method.tua=8"], r"did you mean method.tau \(with method=local_sgd\)"),
+        # no value, or a value of the wrong type, for the unread field: it is not AdaComm's
+        (["method=adacomm", "method.tau="], r"^method.tau is not a setting of method=adacomm"),
+        (["method=adacomm", "method.tau=x"], r"^method.tau is not a setting of method=adacomm"),
+        # a key added with + close to it: AdaComm's own setting
+        (["method=adacomm", "+method.tauu=3"], r"did you mean method.tau0\?"),
+    ],
+)
+def test_hints_never_offer_a_field_a_method_never_reads(overrides, expected):
+    with pytest.raises(UserError, match=expected):
+        compose(overrides)

@@ -1,0 +1,122 @@
+"""The keys a composed config has, and which choice of a config group has a key.
+
+The one-line errors of `repro.hydra_overrides` and the `--help` of `repro train` both ask
+these questions of the config tree: every dotted key a composition holds, the keys a
+`+key=` added that no schema reads, the fields a method inherits and never reads (so no
+hint offers them as its settings), and for a key the chosen group member lacks, the other
+members that have it. Composition for these questions is quiet: a choice that fails to
+compose simply has no keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from repro.errors import UserError
+
+
+def known_keys(tree, unread: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Every dotted key of a composed config or a plain dict, sections included, without
+    Hydra's own `hydra.` node or the fields a method inherits and never reads (`unread`,
+    found in a composed config itself: `unread_keys`)."""
+    if isinstance(tree, DictConfig):
+        unread = unread_keys(tree)
+        tree = OmegaConf.to_container(tree, resolve=False, throw_on_missing=False)
+    return [
+        k
+        for k in _dotted(tree, "")
+        if k != "hydra" and not k.startswith("hydra.") and k not in unread
+    ]
+
+
+def unread_keys(tree: DictConfig | None, prefix: str = "") -> set[str]:
+    """The dotted keys of every inherited field a typed section never reads and refuses
+    (`MethodConfig.unread`): settings in the schema that are no settings of the choice."""
+    if tree is None:
+        return set()
+    found = {f"{prefix}{k}" for k in getattr(OmegaConf.get_type(tree), "unread", ())}
+    for k in tree:
+        node = tree._get_node(k)
+        if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
+            found |= unread_keys(node, f"{prefix}{k}.")
+    return found
+
+
+def extra_keys(composed: DictConfig, built: dict) -> list[str]:
+    """Keys in the composed tree that the dataclasses dropped: added with `+key=` or `++key=`
+    where the schema has no such setting, so they would be ignored without a word."""
+    tree = OmegaConf.to_container(composed, resolve=False)
+    return sorted(_extra(tree, built, ""))
+
+
+def _dotted(tree, prefix: str):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield f"{prefix}{k}"
+            yield from _dotted(v, f"{prefix}{k}.")
+
+
+def _extra(tree, built, prefix: str):
+    if not isinstance(tree, dict) or not isinstance(built, dict):
+        return
+    for k, v in tree.items():
+        if k not in built:
+            yield f"{prefix}{k}"
+        else:
+            yield from _extra(v, built[k], f"{prefix}{k}.")
+
+
+def compose_quietly(config_dir: Path, overrides: list[str], hydra: bool = False):
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
+    except (HydraException, OmegaConfBaseException, UserError, ValueError):
+        return None
+
+
+def _group_overrides(overrides: list[str], config_dir: Path) -> list[str]:
+    return [
+        o for o in overrides if "=" in o and (config_dir / o.lstrip("+").split("=")[0]).is_dir()
+    ]
+
+
+def group_choices(overrides: list[str], config_dir: Path) -> dict[str, str]:
+    """Each group's choice for these overrides (an experiment may pick some itself)."""
+    cfg = compose_quietly(config_dir, _group_overrides(overrides, config_dir), hydra=True)
+    return dict(cfg.hydra.runtime.choices) if cfg is not None else {}
+
+
+def group_options(group: str, config_dir: Path) -> list[str]:
+    """Every choice of `group`, the presets in its subfolders included as Hydra names them
+    (`method=compressed/topk_c0.1`), so that an error or the help lists them all."""
+    folder = config_dir / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+
+
+def choices_with(group: str, config_dir: Path, skip: str | None = None) -> dict[str, dict]:
+    """key -> {each choice of `group` with that setting (an inherited field it refuses,
+    `unread_keys`, is none): its node there}, over every choice but `skip`."""
+    if group == "experiment" or not (config_dir / group).is_dir():
+        return {}
+    found: dict[str, dict] = {}
+    for path in sorted((config_dir / group).glob("*.yaml")):
+        cfg = None if path.stem == skip else compose_quietly(config_dir, [f"{group}={path.stem}"])
+        for k in known_keys(cfg[group]) if cfg is not None else []:
+            found.setdefault(f"{group}.{k}", {})[path.stem] = node_at(cfg[group], k)
+    return found
+
+
+def node_at(cfg: DictConfig, key: str):
+    """The node (not the value) at a dotted key, or None: its type says what it accepts."""
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None
+        node = node._get_node(part)
+    return node
