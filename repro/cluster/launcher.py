@@ -35,7 +35,7 @@ from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.comm.capacity import usable_cores
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError
-from repro.schemas.cluster import ClusterConfig, check_launched_runs
+from repro.schemas.cluster import ClusterConfig, check_launched_runs, env_rank_world
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
 
@@ -210,7 +210,7 @@ def _run_here(runs: list[tuple[str, Config]], title: str, alone: bool) -> list[d
                 if alone:
                     raise diverged
                 tqdm.write(f"diverged {label}: {diverged}")
-            else:
+            elif (env_rank_world() or (0,))[0] == 0:  # a launcher's other ranks: rank 0 says it
                 tqdm.write(f"done {label}: {describe(summary)}")
             summaries.append(summary)
             bar.update(1)
