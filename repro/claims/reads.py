@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from repro.claims.calculators.by_setting import select_where
 from repro.claims.calculators.registry import registered
+from repro.errors import UserError
 from repro.track.series import Run, Seeded, any_seed, seeds_of
+
+if TYPE_CHECKING:
+    from repro.claims.claims_file import Claim
 
 
 def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Run]) -> set[str]:
@@ -74,3 +78,22 @@ def _lacking(
 def _short(read: int, lacking: dict[int, list[str]]) -> dict[int, list[str]]:
     """The seeds at which some, not all, of the `read` labels lack a run."""
     return {seed: labels for seed, labels in lacking.items() if 0 < len(labels) < read}
+
+
+def check_labels_made(
+    claims: Sequence[Claim], scale: str, made: Collection[str], experiment: str, path: str
+) -> None:
+    """Refuse a claim of `scale` that names a run label (`run`, `reference`, `families`,
+    `include`) the run set `experiment` does not make: its report could only say the run is
+    missing, after every other run of the set. Selections by `pattern` or `where` match
+    whatever runs exist, so they are judged on the runs."""
+    for claim in claims:
+        if scale not in claim.scales:
+            continue
+        named = labels_read(claim.metric["calculator"], claim.metric.get("params") or {}, {})
+        if lacking := sorted(named - set(made)):
+            raise UserError(
+                f"{path}: claim '{claim.id}' reads {', '.join(lacking)}, which run set "
+                f"{experiment} does not make (it makes {', '.join(sorted(made))}); name its "
+                f"runs among those, or add them to configs/experiment/{experiment}.yaml"
+            )

@@ -92,6 +92,7 @@ def main(argv: list[str]) -> int:
     away = changed_by(name, [cfg for _, cfg in runs]) if extra else []
     if not args.no_report:
         from repro.claims.claims_file import load_claims
+        from repro.claims.reads import check_labels_made
         from repro.claims.seed_caps import check_seed_caps
         from repro.report.build import default_claims_dir, report_subdir
         from repro.reproduce.more_seeds import most_added
@@ -101,7 +102,11 @@ def main(argv: list[str]) -> int:
         claims = load_claims(args.paper, claims_dir)
         base = [f"experiment={name}", *extra]
         default = experiment if seeds is None else compose(base).experiment
-        check_seed_caps(claims, default.seeds, name, str(claims_dir / f"{args.paper}.yaml"))
+        path = str(claims_dir / f"{args.paper}.yaml")
+        check_seed_caps(claims, default.seeds, name, path)
+        # the set as its file makes it: runs a command line drops are the user's choice
+        made = compose([f"experiment={name}"]).experiment.runs
+        check_labels_made(claims.claims, scale, made, name, path)
         also = most_added(claims, runs, scale, minutes) if seeds is None and not away else ""
     if away:
         print(

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from repro.claims.claims_file import ClaimsFile
+from repro.claims.reads import check_labels_made
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time
@@ -106,6 +107,27 @@ def test_a_seed_cap_below_the_default_seeds_is_one_line_before_any_run(tmp_path)
     proc = repro_cli("reproduce", "adacomm", f"runs_root={runs}", "--claims", str(tmp_path))
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", "")
     assert not runs.exists()
+
+
+def test_a_claim_naming_a_run_its_set_does_not_make_is_one_line_before_any_run(tmp_path):
+    """A claim reading label `synk` (a typo of sync): its report could only say the run is
+    missing, after all the set's runs. Runs the command line drops are the user's choice."""
+    data = yaml.safe_load((REPO / "reports" / "claims" / "adacomm.yaml").read_text())
+    data["claims"][0]["metric"]["params"]["reference"] = "synk"
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    runs = tmp_path / "runs"
+    proc = repro_cli("reproduce", "adacomm", f"runs_root={runs}", "--claims", str(tmp_path))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.startswith(
+        f"error: {tmp_path / 'adacomm.yaml'}: claim 'headline_time_to_sync_loss' reads synk, "
+        "which run set adacomm_small does not make (it makes adacomm, adacomm_lrdecay, "
+    ) and proc.stderr.endswith("add them to configs/experiment/adacomm_small.yaml\n")
+    assert not runs.exists()
+    # only a label a claim names is checked here: a typo of a where-selection is the report's
+    claims = ClaimsFile(**data).claims
+    check_labels_made(claims, "tiny", ["adacomm", "sync"], "x", "f")  # no claim at this scale
+    with pytest.raises(UserError, match="reads synk"):
+        check_labels_made(claims, "small", ["adacomm", "adacomm_lrdecay", "sync"], "x", "f")
 
 
 def test_a_report_refuses_a_seed_cap_below_its_scales_default_seeds():
