@@ -180,7 +180,8 @@ def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
 
     A config.yaml that is damaged, or disagrees with the hash its run's intact commit
     records were written for (which only damage or a hand edit makes), is not taken for
-    another config's: `record_run_dir` writes it again, saying so."""
+    another config's: `record_run_dir` writes it again, saying so. One that is intact and
+    another intact commit's is that config's, whatever checkpoint of this one was copied in."""
     from repro.config import hash_of
 
     existing = _nearest_existing(run_dir)
@@ -197,10 +198,13 @@ def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
                 f"{path} is a {found} where the run keeps its {name} {kind}; move it away, "
                 "or use a new run_dir"
             )
-    cfg_file = run_dir / CONFIG_FILE
-    if not cfg_file.exists() or hash_of(identity) in committed_hashes(run_dir):
+    cfg_file, mine, hashes = run_dir / CONFIG_FILE, hash_of(identity), committed_hashes(run_dir)
+    if not cfg_file.exists():
+        _check_unrecorded(run_dir, mine, hashes)
         return
     recorded, why = recorded_identity(run_dir)
+    if mine in hashes and (recorded is None or hash_of(recorded) not in hashes):
+        return  # config.yaml damaged or edited: its run's commit records say it is ours
     if recorded is None:
         raise UserError(
             f"{cfg_file} is damaged ({why}) and no intact checkpoint says whose run this is; "
@@ -211,6 +215,23 @@ def check_run_dir(run_dir: Path, identity: dict, writing: bool = True) -> None:
         raise UserError(
             f"run_dir={run_dir} holds a run of another config ({'; '.join(diff[:3])}"
             f"{' ...' if len(diff) > 3 else ''}); use a new run_dir or delete that one"
+        )
+
+
+def _check_unrecorded(run_dir: Path, mine: str, hashes: set[str]) -> None:
+    """A run directory without config.yaml is this run's only where its intact commit
+    records say so, or where it holds nothing of a run: another config's checkpoints, or a
+    finished summary no record vouches for, would be taken for this run's."""
+    others = sorted(hashes - {mine})
+    if others:
+        raise UserError(
+            f"run_dir={run_dir} has no {CONFIG_FILE} and holds checkpoints of another config "
+            f"(hash {others[0]}, this one's is {mine}); use a new run_dir or delete that one"
+        )
+    if not hashes and (run_dir / "summary.json").exists():
+        raise UserError(
+            f"run_dir={run_dir} holds a finished run's summary.json but no {CONFIG_FILE} or "
+            "checkpoint says whose; use a new run_dir, or delete that one"
         )
 
 

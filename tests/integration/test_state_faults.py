@@ -284,6 +284,34 @@ def test_no_good_checkpoint_is_one_line_and_removing_them_starts_over(base, tmp_
     assert kept == ["latest.json", "step_00000020", "step_00000030"]
 
 
+def test_another_configs_run_is_never_taken_for_this_ones(base, tmp_path):
+    """Without its config.yaml, seed 0's finished run was returned as seed 1's and its
+    config.yaml written as seed 1's; and a seed-1 checkpoint copied into seed 0's intact
+    run made seed 1 call that config.yaml damaged and take the run over."""
+    seed1 = [f"data.root={base / 'data'}", "seed=1", "tracking=disabled"]
+    run_dir = _copy(base, tmp_path / "unrecorded", finished=True)
+    (run_dir / "config.yaml").unlink()
+    code, out, err = cli(*ARGS, *seed1, f"run_dir={run_dir}")
+    assert (code, out) == (2, "") and err.startswith(f"error: run_dir={run_dir} has no "), err
+    assert "holds checkpoints of another config" in err and len(err.splitlines()) == 1
+    shutil.rmtree(run_dir / "checkpoints")
+    code, _, err = cli(*ARGS, *seed1, f"run_dir={run_dir}")
+    assert code == 2 and "holds a finished run's summary.json but no config.yaml" in err, err
+    assert not (run_dir / "config.yaml").exists()
+    # seed 0's own run without its config.yaml is still its own, and the file written again
+    run_dir = _copy(base, tmp_path / "own", finished=True)
+    (run_dir / "config.yaml").unlink()
+    assert train(run_dir, base / "data")[0] == 0
+    same_run(run_dir, base / "run")
+
+    run_dir = _copy(base, tmp_path / "mixed", finished=False)
+    shutil.copytree(base / "other/checkpoints/step_00000030", run_dir / "checkpoints/step_00000035")
+    before = (run_dir / "config.yaml").read_text()
+    code, _, err = cli(*ARGS, *seed1, f"run_dir={run_dir}")
+    assert code == 2 and "holds a run of another config (seed: 0 -> 1)" in err, err
+    assert (run_dir / "config.yaml").read_text() == before
+
+
 def test_a_checkpoint_written_before_checksums_still_resumes(base, tmp_path):
     """The earlier layout: one step directory and a latest.json without a checksum."""
     run_dir = _copy(base, tmp_path, finished=False)
