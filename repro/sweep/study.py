@@ -55,13 +55,16 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
 
 def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
     """`sampler_class(**kwargs)` whose independent draws are random and fixed by (`draws`,
-    trial number, key) alone.
+    point number, key) alone.
 
     Optuna's own draws come from one generator per sampler, so which worker asked for
     which trial, and in what order, decided the points: two runs of the same search (the
     Top-k set's Pareto search, 2 workers) sampled different ratios and found different
-    knees. Drawn from the trial's number instead, trial n has the same point whichever
-    worker runs it, after a resume too, and every report of the search is the same.
+    knees. Drawn from the point's number instead, the n-th point is the same whichever
+    worker draws it, and every report of the search is the same. A point's number is its
+    trial's less the trials before it that run a stopped or lost trial's point again
+    (`failed_trial`): keyed on the trial's own, every interruption moved the rest of the
+    design along, and an interrupted search tried other points than an uninterrupted one.
     """
     import zlib
 
@@ -70,7 +73,13 @@ def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
 
     class Numbered(sampler_class):
         def sample_independent(self, study, trial, param_name, param_distribution):
-            key = np.random.SeedSequence([draws, trial.number, zlib.crc32(param_name.encode())])
+            again = sum(
+                "failed_trial" in t.system_attrs
+                for t in study.get_trials(deepcopy=False)
+                if t.number < trial.number
+            )
+            point = trial.number - again
+            key = np.random.SeedSequence([draws, point, zlib.crc32(param_name.encode())])
             drawn = RandomSampler(seed=int(key.generate_state(1)[0]))
             return drawn.sample_independent(study, trial, param_name, param_distribution)
 

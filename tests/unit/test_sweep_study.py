@@ -99,6 +99,34 @@ def test_random_grid_and_first_generation_points_follow_the_trial_number_not_the
     assert points([other_seed], [0] * 6) != first  # the spec's seed still chooses the points
 
 
+@pytest.mark.parametrize("name", ["random", "nsga2"])
+def test_a_stopped_trials_point_run_again_does_not_move_the_rest_of_the_design(name):
+    """Trial 1 stopped and its point queued again (`mark_stopped`, as Ctrl-C or a kill does):
+    the search still tries the uninterrupted search's points, each once. Keyed on the trial
+    number, the re-run used up a number and point 2 was never drawn."""
+    import signal
+
+    from repro.sweep.stops import Stopped, mark_stopped
+
+    spec = make_spec(name)
+
+    def points(stop_at: int | None):
+        study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec))
+        storage = study._storage
+        while sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) < 4:
+            trial = study.ask()
+            for s in spec.space:
+                suggest(trial, s)
+            if trial.number == stop_at:
+                mark_stopped(study, storage, trial.number, Stopped(signal.SIGINT), requeue=True)
+            else:
+                study.tell(trial, [0.5, 1.0])
+        done = optuna.trial.TrialState.COMPLETE
+        return [tuple(t.params.values()) for t in study.trials if t.state == done]
+
+    assert points(stop_at=1) == points(stop_at=None)
+
+
 def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
     spec = spec_from_dict(
         {
