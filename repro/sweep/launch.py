@@ -97,8 +97,10 @@ def check_config_keys(spec: SweepSpec) -> None:
             try:
                 compose([*base, override])
             except UserError as err:
+                fix = "; make its type int" if p.type == "float" and "an int" in str(err) else ""
                 raise UserError(
-                    f"{where}: space key {p.key} ({override}) is not a valid config setting: {err}"
+                    f"{where}: space key {p.key} ({override}) is not a valid config setting: "
+                    f"{err}{fix}"
                 ) from None
 
 

@@ -93,8 +93,12 @@ class ParamSpec:
                 raise UserError(f"{where}: log and step cannot be combined (Optuna refuses it)")
 
     def probe_values(self) -> list[Any]:
-        """Values that exercise the config schema: every choice, or both ends of the range."""
-        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
+        """Values that exercise the config schema: every choice, or both ends of the range,
+        as the sampler draws them (a float range written with whole ends draws floats)."""
+        if self.type == "categorical":
+            return list(self.choices)
+        ends = [self.low, self.high]
+        return [float(v) for v in ends] if self.type == "float" else ends
 
     def grid_values(self) -> list[Any]:
         """The points a grid sampler visits; a float without a step has none."""

@@ -141,10 +141,11 @@ def check_study(spec: SweepSpec, study: Any) -> None:
             f"study {spec.name} in {spec.storage_label} has directions {have}, the spec "
             f"{spec.directions}; rename the study or remove the old one"
         )
-    made_by, this = study.user_attrs.get("search"), sweep_search(spec)
-    if made_by is not None and made_by != this:
-        old = json.loads(made_by)
-        changed = [k for k, v in json.loads(this).items() if old.get(k) != v]
+    made_by, this = study.user_attrs.get("search"), json.loads(sweep_search(spec))
+    # compared as values: `high: 1` and `high: 1.0` are one space, though not one text
+    old = json.loads(made_by) if made_by is not None else this
+    changed = [k for k, v in this.items() if old.get(k) != v]
+    if changed:
         which = " and ".join([", ".join(changed[:-1]), changed[-1]] if changed[1:] else changed)
         remove = f"remove {spec.study_dir}" if spec.storage is None else "delete the old study"
         raise UserError(

@@ -265,6 +265,20 @@ def test_search_key_that_is_not_a_config_field_is_refused_before_any_trial(tmp_p
     assert not (tmp_path / "out").exists()  # no journal, hence no study and no trial
 
 
+def test_a_float_range_over_a_whole_number_setting_is_refused_before_any_trial(tmp_path):
+    """`low: 2, high: 10` passed as written, but the sampler draws floats: every trial
+    failed, the sweep exited 0, and its journal held a study the fixed spec refused."""
+    space = [{"key": "trainer.eval_every", "type": "float", "low": 2, "high": 10}]
+    spec = spec_from_dict(tiny(tmp_path, space=space), "t.yaml")
+    with pytest.raises(UserError) as info:
+        run_sweep(spec, workers=1)
+    assert str(info.value).startswith(
+        "t.yaml: space key trainer.eval_every (trainer.eval_every=2.0) is not a valid config "
+        "setting: trainer.eval_every=2.0: expected an int"
+    ) and str(info.value).endswith("; make its type int")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_base_override_the_config_rejects_is_refused_naming_the_spec_file(tmp_path):
     raw = tiny(tmp_path)
     spec = spec_from_dict({**raw, "overrides": [*raw["overrides"], "trainer.steps=0"]}, "t.yaml")

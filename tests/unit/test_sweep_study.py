@@ -233,6 +233,10 @@ def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
         replace(spec, n_trials=9, sampler=replace(spec.sampler, name="random")), storage
     )
     assert again.user_attrs["search"] == sweep_search(spec)
+    # a whole bound written as 1 rather than 1.0 is the same space: the same study
+    assert SPACE[0]["high"] == 1.0 and sweep_search(spec).count('"high": 1.0') == 1
+    whole = [{**SPACE[0], "high": 1}, *SPACE[1:]]
+    open_study(replace(make_spec("tpe", space=whole), overrides=spec.overrides), storage)
     narrower = [{**SPACE[0], "low": 0.01}, *SPACE[1:]]
     for other, changed in (
         (replace(make_spec("tpe", space=narrower), overrides=spec.overrides), "space"),
