@@ -149,7 +149,7 @@ def _adaptive_points(
     import optuna
 
     heartbeat_grace_s = None if spec.storage is None else spec.grace_s
-    asked = False
+    asked = waiting = False
     while True:
         stops.check()
         with take(spec.study_dir / "ask.lock") as lock:
@@ -163,10 +163,29 @@ def _adaptive_points(
             if done >= spec.n_trials or late:
                 return
             if done + running < spec.n_trials:
-                asked = True
+                asked, waiting = True, False
                 yield functools.partial(_sampled, spec, study, storage, me, lock.release)
                 continue
+            if not waiting:
+                waiting = True
+                _say_waiting(spec, study)
         yield None
+
+
+def _say_waiting(spec: SweepSpec, study: Any) -> None:
+    """Why a worker starts nothing while the budget is spoken for: the last trials run in
+    another worker, or in a dead one whose trial storage fails only once its heartbeat is
+    `grace_s` old (a killed sweep's, resumed on PostgreSQL, waited so without a word)."""
+    from optuna.trial import TrialState
+
+    numbers = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    which = ", ".join(map(str, numbers)) or "the last trials"
+    lapse = f"; a dead worker's runs again once its heartbeat is {spec.grace_s} s old"
+    print(
+        f"sweep {spec.name}: waiting for trial {which}, running in another worker"
+        + ("" if spec.storage is None else lapse),
+        flush=True,
+    )
 
 
 def _sampled(

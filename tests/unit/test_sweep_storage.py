@@ -4,6 +4,7 @@ SIGKILL); lost points are queued again by Optuna's `RetryHeartbeatStaleTrialCall
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -125,3 +126,41 @@ def test_a_point_is_retried_at_most_max_retry_times():
         lost = waiting[-1]
     assert all(t.params == {"x": 0.5} for t in waiting)
     assert waiting[-1].system_attrs["retry_history"] == [0, 1]
+
+
+def test_a_worker_with_nothing_to_start_says_which_trials_it_waits_for(tmp_path, capsys):
+    """The budget spoken for by a trial another (live) worker runs: the worker says so once
+    and looks again. A killed sweep resumed on PostgreSQL waited out grace_s without a word
+    for its dead trial's heartbeat to lapse."""
+    import yaml
+
+    from repro.sweep.spec import spec_from_dict
+    from repro.sweep.stops import StopSignals
+    from repro.sweep.worker import _adaptive_points
+
+    raw = yaml.safe_load((Path(__file__).parents[2] / "sweeps" / "tiny.yaml").read_text())
+    spec = spec_from_dict({**raw, "out": str(tmp_path), "n_trials": 1}, "t.yaml")
+    spec.study_dir.mkdir(parents=True)
+    storage = JournalStorage(JournalFileBackend(str(spec.study_dir / "journal.log")))
+    study = optuna.create_study(study_name="s", storage=storage)
+    live, _ = start_worker(spec.study_dir, "ask")
+    try:
+        locks = WorkerLocks(spec.study_dir)
+        points = _adaptive_points(
+            spec, study, storage, locks, locks.register(), None, StopSignals()
+        )
+        assert next(points) is None and next(points) is None
+        assert capsys.readouterr().out == (
+            "sweep tiny: waiting for trial 0, running in another worker\n"
+        )
+        # where trials beat their heartbeat, a dead worker's is failed only once it lapses
+        pg = dataclasses.replace(spec, storage="postgresql://u@127.0.0.1:1/x", grace_s=60)
+        assert next(_adaptive_points(pg, study, storage, locks, "me", None, StopSignals())) is None
+        assert capsys.readouterr().out == (
+            "sweep tiny: waiting for trial 0, running in another worker; a dead worker's runs "
+            "again once its heartbeat is 60 s old\n"
+        )
+        study.tell(0, 1.0)  # its trial done: the budget is spent
+        assert list(_adaptive_points(spec, study, storage, locks, "me", None, StopSignals())) == []
+    finally:
+        kill(live)
