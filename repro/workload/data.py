@@ -14,7 +14,6 @@ first takes the lock and fetches, the others wait and then read what it left.
 from __future__ import annotations
 
 import functools
-import shutil
 import sys
 import zipfile
 import zlib
@@ -221,15 +220,16 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
 
     cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[name]
     missing = missing_folders(Path(root))
-    made = missing[-1] if missing else None  # the outermost folder this attempt makes
     try:
         # With download, one process of the node fetches; the others find the files verified.
         with node_lock(root, name) if download else nullcontext():
-            train = cls(root=root, train=True, download=download)
-            test = cls(root=root, train=False, download=download)
+            try:
+                train = cls(root=root, train=True, download=download)
+                test = cls(root=root, train=False, download=download)
+            except (OSError, RuntimeError):
+                _take_back(missing, [f".{name}.lock", cls.filename])
+                raise
     except (OSError, RuntimeError) as e:
-        if made is not None:  # the lock and the download's folders: a refused run leaves none
-            shutil.rmtree(made, ignore_errors=True)
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         if not download:
             raise UserError(
@@ -250,6 +250,23 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
         len(train.classes),
         _CIFAR_STATS[name],
     )
+
+
+def _take_back(made: list[Path], own: list[str]) -> None:
+    """After a failed fetch into a `data.root` this attempt made (`made`, the root first,
+    then each missing parent), remove this attempt's own files there (its lock, the
+    download's partial archive), then each of those folders left empty: a refused run
+    leaves none, and never takes what another run wrote there meanwhile (an MNIST-1D cache,
+    a live run's directory), as a removal of the whole outermost folder did."""
+    if not made:
+        return
+    for name in own:
+        (made[0] / name).unlink(missing_ok=True)
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:  # another's files: it and the folders above it stay
+            return
 
 
 def check_root(root: str) -> None:

@@ -1,6 +1,8 @@
 """Generated data sets: a long generation says so first, one this machine cannot hold is
 refused before it starts."""
 
+from pathlib import Path
+
 import pytest
 
 from repro.comm import devices
@@ -40,3 +42,36 @@ def test_a_data_set_too_large_for_free_memory_is_refused_before_anything_is_writ
     )
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
     data.load(dataset, str(tmp_path / "data"), False, 1000, seed=0)  # what fits is made
+
+
+def test_a_failed_cifar_fetch_takes_back_only_what_it_made(tmp_path, monkeypatch):
+    """A download that fails into a data.root it made removed its outermost new folder
+    whole: another run's MNIST-1D cache, and a live run's directory, written there while the
+    download stalled, went with it. Its own lock and partial archive, and the folders they
+    leave empty, are all it takes back."""
+    from torchvision import datasets
+
+    class Stalled(datasets.CIFAR10):
+        others = True
+
+        def __init__(self, root, train, download):
+            project = Path(root).parent
+            if self.others:  # other runs, meanwhile
+                (project / "runs" / "live").mkdir(parents=True)
+                (Path(root) / "mnist1d_n200_s0.npz").write_bytes(b"another run's cache")
+            (Path(root) / self.filename).write_bytes(b"the first bytes")
+            raise OSError("Connection reset by peer")
+
+    monkeypatch.setattr(datasets, "CIFAR10", Stalled)
+    for others, left in (
+        (True, ["data", "data/mnist1d_n200_s0.npz", "runs", "runs/live"]),
+        (False, None),
+    ):
+        Stalled.others = others
+        project = tmp_path / f"project_{others}"
+        with pytest.raises(UserError, match="could not be downloaded"):
+            data.cifar("cifar10", str(project / "data"), download=True)
+        if left is None:  # alone in the folders it made: it leaves none of them
+            assert not project.exists()
+        else:
+            assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*")) == left
