@@ -30,7 +30,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from repro import config_keys, hydra_overrides
-from repro.errors import UserError, override_key, require_path, require_seed
+from repro.errors import UserError, override_key, require_folder_name, require_path, require_seed
 from repro.netmodel.compute import ComputeConfig
 from repro.netmodel.schedule import NetworkConfig
 from repro.optim.config import OptimConfig, check_schedule
@@ -109,15 +109,13 @@ class ExperimentConfig:
                 f"experiment.seeds={self.seeds!r} must be an integer >= 1 "
                 "(how many seeds each run of the set runs)"
             )
-        if not self.expected_minutes >= 0:
-            raise UserError(
-                f"experiment.expected_minutes={self.expected_minutes} must be >= 0 "
-                "(0: not measured)"
-            )
-        if not self.search_minutes >= 0:
-            raise UserError(
-                f"experiment.search_minutes={self.search_minutes} must be >= 0 (0: not measured)"
-            )
+        for key in ("expected_minutes", "search_minutes"):
+            if not getattr(self, key) >= 0:
+                raise UserError(
+                    f"experiment.{key}={getattr(self, key)} must be >= 0 (0: not measured)"
+                )
+        require_folder_name("experiment.name", self.name)
+        require_folder_name("experiment.label", self.label)
 
 
 @dataclass
@@ -138,7 +136,7 @@ class Config:
 
     def __post_init__(self):
         require_seed("seed", self.seed)
-        require_path("run_dir", self.run_dir)
+        require_path("run_dir", self.run_dir, empty="the default")
         require_path("runs_root", self.runs_root)
         n_train = self.workload.train_size()
         if (n_train // self.trainer.world_size) // self.trainer.batch_size < 1:

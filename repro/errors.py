@@ -55,15 +55,30 @@ def require_seed(setting: str, value: int) -> None:
         raise UserError(f"{setting}={value} must be in 0 .. {2**32 - 1}")
 
 
-def require_path(setting: str, value: str) -> None:
+def require_path(setting: str, value: str, empty: str = "") -> None:
     """Refuse a path that starts with `~`: nothing expands it on its way here (the shell
     leaves it alone after `key=`, Hydra takes it as written, a YAML file as text), so it
-    would name a folder called `~` inside the current one."""
+    would name a folder called `~` inside the current one. An empty one is refused unless
+    `empty` says what it means (`run_dir`: the default directory): `data.root=`, or an
+    environment variable that was not set, wrote into whatever folder the command ran in."""
+    if not value and not empty:
+        raise UserError(f"{setting}= is empty; name a folder (. for the current one)")
     if value.startswith("~"):
         raise UserError(
             f"{setting}={value} starts with ~, which is not expanded here (it would make a "
             f"folder named ~ in this one); write the path out: {setting}="
             f"{os.path.expanduser(value)}"
+        )
+
+
+def require_folder_name(setting: str, value: str) -> None:
+    """Refuse a setting that names one folder of a run's directory (its experiment, its
+    label) but would name others: a `/` nests folders, and `..` climbed out of runs_root,
+    where `repro runs ls` and the reports never looked."""
+    if "/" in value or value in (".", ".."):
+        raise UserError(
+            f"{setting}={value!r} names one folder of the run's directory under runs_root: "
+            "write it without / and not as . or .."
         )
 
 

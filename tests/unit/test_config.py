@@ -213,6 +213,25 @@ def test_a_quoted_path_starting_with_a_tilde_is_refused_with_the_path_written_ou
     )
 
 
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        # an empty folder (an unset environment variable, say) wrote into the current one
+        ("data.root=", "data.root= is empty; name a folder (. for the current one)"),
+        ("runs_root=", "runs_root= is empty; name a folder (. for the current one)"),
+        # one folder of the run's directory: .. climbed out of runs_root, / nested folders
+        ("experiment.label=../../out", "experiment.label='../../out' names one folder of the"),
+        ("experiment.label=a/b", "experiment.label='a/b' names one folder of the run's"),
+        ("experiment.name=..", "experiment.name='..' names one folder of the run's directory"),
+    ],
+)
+def test_a_path_setting_that_would_write_elsewhere_is_refused(override, expected):
+    with pytest.raises(UserError) as err:
+        compose([override])
+    assert str(err.value).startswith(expected)
+    compose(["run_dir="])  # empty: the default run directory
+
+
 @pytest.mark.parametrize("method", sorted(registered()))
 def test_method_name_cannot_rename_the_method_the_group_chose(method):
     """Every method: `method.name` of another would run one method's strategy under the
