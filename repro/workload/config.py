@@ -57,9 +57,10 @@ class WorkloadConfig:
     tolerance: float = 0.1
 
     def train_size(self) -> int:
-        """Training samples this workload yields (MNIST-1D keeps 80% for training)."""
+        """Training samples this workload yields (MNIST-1D makes num_samples // 10 signals
+        of each of its 10 classes and keeps 80% of them for training)."""
         sizes = {
-            "mnist1d": int(self.num_samples * 0.8),
+            "mnist1d": int(self.num_samples // 10 * 10 * 0.8),
             "synthetic": self.num_samples,
             "synthetic_images": self.num_samples,
             "toy_quadratic": self.num_samples,
@@ -71,6 +72,11 @@ class WorkloadConfig:
         require_choice("workload.model", self.model, MODELS)
         if self.num_samples < 2:
             raise UserError(f"workload.num_samples={self.num_samples} must be at least 2")
+        if self.dataset == "mnist1d" and self.num_samples < 10:
+            raise UserError(
+                f"workload.num_samples={self.num_samples} must be at least 10 for MNIST-1D, "
+                "which makes num_samples // 10 signals of each of its 10 classes"
+            )
         if self.eval_batch_size < 1:
             raise UserError(f"workload.eval_batch_size={self.eval_batch_size} must be at least 1")
         if self.task not in TASKS:

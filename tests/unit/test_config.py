@@ -336,3 +336,15 @@ def test_a_typo_of_a_free_maps_key_is_named_and_a_new_key_needs_a_plus():
 def test_hints_never_offer_a_field_a_method_never_reads(overrides, expected):
     with pytest.raises(UserError, match=expected):
         compose(overrides)
+
+
+def test_mnist1d_sizes_follow_its_generator(tmp_path):
+    """MNIST-1D makes num_samples // 10 signals of each of its 10 classes: below 10 it made
+    none (numpy's traceback), and 19 samples train on 8, as its generator splits them."""
+    with pytest.raises(UserError, match=r"^workload.num_samples=9 must be at least 10 for MNIST"):
+        compose(["workload.num_samples=9"])
+    from repro.workload.data import mnist1d
+
+    for n in (10, 19, 2000):
+        cfg = compose([f"workload.num_samples={n}", "trainer.batch_size=1"])
+        assert cfg.workload.train_size() == len(mnist1d(str(tmp_path), n, 0).y_train)
