@@ -88,7 +88,13 @@ def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Cache `arrays` at `path` via a temporary file and a rename, so concurrent readers
     never see a torn file; a full or read-only `data.root` ends with one line and leaves
     no temporary file."""
-    atomic_write(path, lambda f: np.savez(f, **arrays), "data.root", suffix=".npz.tmp")
+    atomic_write(path, lambda f: np.savez(f, **arrays), "data.root", *_temporary(path))
+
+
+def _temporary(path: Path) -> tuple[str, str]:
+    """(prefix, suffix) of the temporary files of the cache at `path`: its own, so that under
+    its lock those a killed writer left are known as its and removed (`mnist1d`)."""
+    return f".{path.stem}-", ".npz.tmp"
 
 
 @contextmanager
@@ -120,6 +126,9 @@ def mnist1d(root: str, num_samples: int, seed: int) -> Arrays:
         with node_lock(root, path.stem):
             d = _read_cache(path, note=True)
             if d is None:
+                prefix, suffix = _temporary(path)
+                for left in path.parent.glob(f"{prefix}*{suffix}"):  # a killed writer's
+                    left.unlink(missing_ok=True)
                 d = _generate_mnist1d(path, num_samples, seed)
     as_x = lambda a: torch.from_numpy(a.astype(np.float32)).unsqueeze(1)  # noqa: E731
     as_y = lambda a: torch.from_numpy(a.astype(np.int64))  # noqa: E731
@@ -134,6 +143,11 @@ def _read_cache(path: Path, note: bool) -> dict[str, np.ndarray] | None:
     cache is only ever written whole (`_save_atomic`), but a copy cut short, a bad sector
     or a stray file of that name is met at load; it is derived data, generated again from
     its seed, so such a file is replaced, with a note, rather than ending the run."""
+    if path.is_dir():
+        raise UserError(
+            f"{path} is a folder where the MNIST-1D cache file belongs; move it away, or set "
+            "data.root elsewhere"
+        )
     try:
         with np.load(path, allow_pickle=False) as d:
             return {k: d[k] for k in _CACHED}
