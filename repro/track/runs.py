@@ -66,6 +66,7 @@ class _Segment:
     file: Path
     run_id: str
     name: str = ""
+    project: str = ""
     group: str | None = None
     job_type: str | None = None
     tags: list[str] = field(default_factory=list)
@@ -131,7 +132,7 @@ def _read_segment(file: Path) -> _Segment | None:
         if kind == "run":
             run = record.run
             seg = seg or _Segment(file=file, run_id=run.run_id)
-            seg.name, seg.tags = run.display_name, list(run.tags)
+            seg.name, seg.tags, seg.project = run.display_name, list(run.tags), run.project
             seg.group, seg.job_type = run.run_group or None, run.job_type or None
             seg.start = run.start_time.seconds + run.start_time.nanos * 1e-9
             _update(seg.config, run.config)
@@ -286,6 +287,19 @@ def _relog_fix(file: Path) -> str:
         f"remove {file.parent}, and if it was the run's last segment also "
         f"{run_dir / 'summary.json'}, then run the run again to log it anew"
     )
+
+
+def logged_to(run_dir: Path) -> tuple[str, str, str | None] | None:
+    """(run id, project, group) of the wandb run that `run_dir`'s newest segment logs to;
+    None where it logged none, or its files cannot be read (the run's own start says so)."""
+    try:
+        runs = _grouped(_unique(run_dir.glob("wandb/*/run-*.wandb")))
+    except UserError:
+        return None
+    if not runs:
+        return None
+    last = max((seg for segs in runs.values() for seg in segs), key=lambda seg: seg.start)
+    return last.run_id, last.project, last.group
 
 
 def read_run(path: str | Path) -> RunData:

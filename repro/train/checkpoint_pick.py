@@ -164,6 +164,7 @@ def finished_summary(cfg: Config) -> dict | None:
     path = run_dir / "summary.json"
     if not path.exists():
         check_writable(run_dir)  # the run is still to make there
+        _check_tracking(cfg, run_dir)
         return None
     try:
         done = read_checked_json(path)
@@ -177,6 +178,29 @@ def finished_summary(cfg: Config) -> dict | None:
         return None
     repair_config(run_dir, identity(cfg))
     return {**done, "run_dir": str(run_dir)}  # where it is now, not where it was made from
+
+
+def _check_tracking(cfg: Config, run_dir: Path) -> None:
+    """A cut-short run resumes the wandb run it logged to, or is refused: resumed untracked
+    its history ended where it was cut short while its summary said it finished (and `repro
+    runs ls` called the file damaged); resumed under another project or group, its one run
+    id was split between two."""
+    from repro.track.naming import run_identity
+    from repro.track.runs import logged_to
+
+    logged = logged_to(run_dir)
+    if logged is None:
+        return
+    run_id, project, group = logged
+    if cfg.tracking.resolved_mode() == "disabled":
+        fix = "resume it tracked (tracking=wandb_offline), or use a new run_dir"
+    elif (project, group) != (cfg.tracking.project, run_identity(cfg).group):
+        fix = f"resume it there (tracking.project={project} tracking.group={group})"
+    else:
+        return
+    raise UserError(
+        f"run_dir={run_dir} logs to wandb run {run_id} (project {project}, group {group}); {fix}"
+    )
 
 
 def finished_or_resumable(cfg: Config) -> dict | None:

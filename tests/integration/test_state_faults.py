@@ -150,10 +150,14 @@ def base(tmp_path_factory):
     return root
 
 
-def _copy(base: Path, to: Path, finished: bool) -> Path:
-    """The run as it was left: finished, or cut short after its step-30 checkpoint."""
+def _copy(base: Path, to: Path, finished: bool, tracked: bool = False) -> Path:
+    """The run as it was left: finished, or cut short after its step-30 checkpoint; without
+    its wandb run unless `tracked` (a tracked run resumes tracked: `train`'s default is not)."""
     run_dir = to / "run"
     shutil.copytree(base / "run", run_dir, symlinks=True)
+    if not tracked:
+        shutil.rmtree(run_dir / "wandb")
+        (run_dir / "run_id").unlink()
     if not finished:
         (run_dir / "summary.json").unlink()
         (run_dir / "final_model.pt").unlink()
@@ -204,7 +208,7 @@ def test_an_entry_of_the_wrong_kind_in_a_run_is_named_before_anything_runs(
     where its folder belongs was found only at the first checkpoint, after a restart from
     step 0 that lost the run's progress, naming the wrong path (checkpoints), or in wandb's
     traceback (wandb)."""
-    run_dir = _copy(base, tmp_path, finished)
+    run_dir = _copy(base, tmp_path, finished, tracked=True)
     path = run_dir / name
     shutil.rmtree(path) if path.is_dir() else path.unlink()
     path.mkdir() if found == "folder" else path.write_text("x")
@@ -227,7 +231,7 @@ def test_damaged_wandb_file_is_named_and_logged_again(base, tmp_path):
     (other,) = find_runs(base / "other")
     for kind, seed in trials():
         root = tmp_path / f"{kind}{seed}"
-        run_dir = _copy(base, root, finished=True)
+        run_dir = _copy(base, root, finished=True, tracked=True)
         shutil.copytree(base / "other", root / "other", symlinks=True)
         (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
         damage(log, kind, random.Random(f"wandb{kind}{seed}"))
@@ -332,6 +336,29 @@ def test_another_configs_run_is_never_taken_for_this_ones(base, tmp_path):
     code, _, err = cli(*ARGS, *seed1, f"run_dir={run_dir}")
     assert code == 2 and "holds a run of another config (seed: 0 -> 1)" in err, err
     assert (run_dir / "config.yaml").read_text() == before
+
+
+def test_a_tracked_run_resumes_its_own_wandb_run_or_is_refused(base, tmp_path):
+    """Resumed untracked, a tracked run's history ended where it was cut short while its
+    summary said it finished, and `repro runs ls` called its file damaged; resumed under
+    another project or group, its one run id was split between two."""
+    run_dir = _copy(base, tmp_path, finished=False, tracked=True)
+    (run_id,) = {r.run_id for r in find_runs(run_dir)}
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    for extra, fix in (
+        (["tracking=disabled"], "resume it tracked (tracking=wandb_offline), or use a new run_dir"),
+        (["tracking=wandb_offline", "tracking.project=other"], "resume it there (tracking."),
+        (["tracking=wandb_offline", "tracking.group=g2"], "resume it there (tracking.project="),
+    ):
+        code, out, err = cli(*ARGS, f"run_dir={run_dir}", f"data.root={base / 'data'}", *extra)
+        assert (code, out) == (2, ""), err
+        assert err.startswith(
+            f"error: run_dir={run_dir} logs to wandb run {run_id} (project repro, group default); "
+            + fix
+        ), err
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+    assert train(run_dir, base / "data", "wandb_offline")[0] == 0
+    same_run(run_dir, base / "run")
 
 
 def test_a_checkpoint_written_before_checksums_still_resumes(base, tmp_path):
