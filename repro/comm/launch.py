@@ -46,6 +46,8 @@ DEFAULT_TIMEOUT_S = 60.0
 # When a worker reports a failure, how long the parent keeps looking for its cause: a killed
 # worker's peers see the closed connection before the parent can reap the dead process.
 SETTLE_S = 1.0
+# How long the workers of a stopped run may take to stop (their tracker's last records).
+STOP_WAIT_S = 10.0
 # Workers are forked from one server process that loaded `repro.train.worker_preload` once
 # (multiprocessing's forkserver): torch, the trainer and the compiled CPU loops, which a
 # worker would otherwise load itself, seconds of CPU each. Each worker takes the caller's
@@ -141,6 +143,7 @@ def _heartbeat(beats, rank: int, interval_s: float) -> None:
 
 
 def _worker(rank, world, port, fn, args, results, beats, beat_s, environ, launcher):
+    signal.signal(signal.SIGINT, _stop_once)
     die_with_launcher(launcher)
     os.environ.clear()
     os.environ.update(environ)
@@ -199,6 +202,25 @@ def lost_peer(err: BaseException) -> str | None:
     # gloo: "[.../pair.cc:545] Read error [127.0.0.1]:32399: Connection reset by peer. This..."
     first = text.splitlines()[0] if text else type(err).__name__
     return first.split("] ", 1)[-1].split(". ", 1)[0]
+
+
+def _stop(procs: list) -> None:
+    """Stop every worker as a Ctrl-C stops a run in this process, before they are ended: the
+    first worker's tracker then records the run as stopped (killed at once, it read as cut
+    short). One that has not ended within `STOP_WAIT_S` is killed by `_end`."""
+    for p in procs:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGINT)  # a worker takes only its first (`_stop_once`)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+
+
+def _stop_once(signum, frame) -> None:
+    """A worker's SIGINT: the first stops its run, those after (a Ctrl-C to the whole
+    process group, then the launcher's own) leave the stop to end in peace."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _end(procs: list, timeout_s: float, kill: bool = True) -> None:
@@ -272,6 +294,9 @@ def spawn(
             while fault is None and time.monotonic() < deadline:
                 watch.receive(0.1)
                 fault = watch.fault(collective_timeout_s / 2)
+    except KeyboardInterrupt:  # Ctrl-C or a kill (`Terminated`) of this command
+        _stop(procs)
+        raise
     finally:
         # After a failure (or Ctrl-C here) survivors may be blocked in a collective.
         _end(procs, collective_timeout_s, kill=not watch.done())

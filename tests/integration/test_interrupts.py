@@ -268,12 +268,15 @@ def test_a_killed_training_run_says_so_and_the_rerun_resumes(tmp_path):
     assert (run / "summary.json").exists() and len([*(run / "wandb").glob("offline-run-*")]) == 2
 
 
+@pytest.mark.parametrize("engine", ["simulated", "processes"])
 @pytest.mark.parametrize("how", ["ctrl_c", "kill"])
-def test_a_stopped_run_reads_back_as_stopped_not_failed(tmp_path, how):
-    """A simulated run stopped by Ctrl-C or `kill` logs that it stopped, so `repro runs ls`
-    tells it from a failure (it read `failed(1)`); resumed, the same run reads finished."""
+def test_a_stopped_run_reads_back_as_stopped_not_failed(tmp_path, how, engine):
+    """A run stopped by Ctrl-C or `kill` logs that it stopped, so `repro runs ls` tells it
+    from a failure (it read `failed(1)`); resumed, the same run reads finished. On worker
+    processes the command killed them at once, so the run read as cut short (incomplete)."""
     run = tmp_path / "run"
     args = ["train", "experiment=adacomm_tiny", f"run_dir={run}", "tracking=wandb_offline"]
+    args += [f"trainer.engine={engine}"]
     args += [f"data.root={tmp_path / 'data'}", "trainer.steps=4000", "trainer.time_budget_s=0"]
     args += [f"trainer.checkpoint_every={EVERY}", f"trainer.eval_every={EVERY}"]
 
