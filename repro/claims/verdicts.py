@@ -171,11 +171,12 @@ def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
 
 
 def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
-    """What the claim's magnitude claims say where one of them is not reproduced."""
+    """What the claim's magnitude claims say where one of them is not reproduced; one not
+    judged (a run or metric missing, or not the set's) says nothing of the magnitude."""
     failed = []
     for other in result.claim.magnitude:
         r = by_id[other]
-        if r.verdict in ("reproduced", "not assessed"):
+        if r.verdict in ("reproduced", "not assessed", "not run", "not measured"):
             continue
         failed.append(
             f"{other} {r.verdict_text()}: {r.ours_text(r.claim.unit)}, band "

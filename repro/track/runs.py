@@ -232,14 +232,17 @@ def _grouped(files: list[Path], damaged: list[str] | None = None) -> dict[str, l
     (which only damage does: the run waits for its exit record), is flagged and left out."""
     by_id: dict[str, list[_Segment]] = {}
     for file in files:
+        # asked first: a run that finishes while its file is read is read as still running,
+        # not as a finished run cut short
+        finished = _finished_last(file)
         try:
             seg = _read_segment(file)
         except DamagedLog as e:
             _flag(f"{e}; {_relog_fix(file)}", damaged)
             continue
-        if seg is not None and (seg.exit_code is not None or not _finished_last(file)):
+        if seg is not None and (seg.exit_code is not None or not finished):
             by_id.setdefault(seg.run_id, []).append(seg)
-        elif seg is not None or _finished_last(file):
+        elif seg is not None or finished:
             summary = _run_dir(file) / "summary.json"
             _flag(
                 f"{file} ends before its exit record though {summary} says the run finished: "
@@ -264,16 +267,23 @@ def _check_logged(root: Path, by_id: dict, damaged: list[str] | None) -> None:
             )
 
 
-def untracked_run_dirs(root: str | Path) -> list[Path]:
-    """The training run directories under `root` (a run's lock beside its config) that
-    never opened a tracker run: no `run_id`, which the run writes when it opens one (a
-    tracked run whose log is gone is damage, `_check_logged`). Made with
-    tracking=disabled, they have no log for `find_runs` to list."""
+def run_dirs(root: str | Path) -> list[Path]:
+    """The training run directories under `root`: a run's lock beside its config."""
     return sorted(
         lock.parent
         for lock in Path(root).rglob(RUN_LOCK)
-        if (lock.parent / "config.yaml").is_file() and not (lock.parent / "run_id").exists()
+        if (lock.parent / "config.yaml").is_file()
     )
+
+
+def untracked_run_dirs(root: str | Path) -> list[Path]:
+    """The finished training runs under `root` that never opened a tracker run: no
+    `run_id`, which a run writes when it opens one (a tracked run whose log is gone is
+    damage, `_check_logged`). Made with tracking=disabled, they have no log for `find_runs`
+    to list, and a run set skips them as finished."""
+    return [
+        d for d in run_dirs(root) if (d / "summary.json").is_file() and not (d / "run_id").exists()
+    ]
 
 
 def _relog_fix(file: Path) -> str:

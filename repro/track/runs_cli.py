@@ -20,11 +20,19 @@ from typing import Any
 
 from repro.errors import CommandParser, UserError
 from repro.locks import RUN_LOCK, held
-from repro.track.runs import STOPPED, RunData, find_runs, read_run, untracked_run_dirs
+from repro.track.runs import (
+    STOPPED,
+    RunData,
+    find_runs,
+    read_run,
+    run_dirs,
+    untracked_run_dirs,
+)
 
 DEFAULT_ROOT = "runs"  # the trainer's default `runs_root`
 LS_METRICS = ("train/loss", "test/acc")
 UNTRACKED = "{} no wandb log (made with tracking=disabled) and {} not listed"
+UNLOGGED = "{} not finished and logged no points (stopped early, or tracking=disabled): {}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,11 +85,12 @@ def _last_step(run: RunData) -> str:
     return str(run.history[-1]["step"]) if run.history else "-"
 
 
-def _ls(root: str, group: str | None, damaged: list[str]) -> str:
+def _ls(root: str, group: str | None, damaged: list[str]) -> tuple[str, set[Path]]:
+    """The table of the runs under `root`, and their directories."""
     runs = find_runs(root, group, damaged)
     if not runs:
         where = f" in group {group!r}" if group else ""
-        return f"no runs under {root}{where}"
+        return f"no runs under {root}{where}", set()
     header = ["run id", "name", "group", "job type", "state", "steps", *LS_METRICS, "path"]
     rows = [
         [
@@ -96,7 +105,19 @@ def _ls(root: str, group: str | None, damaged: list[str]) -> str:
         ]
         for run in runs
     ]
-    return _table(header, rows)
+    return _table(header, rows), {run.path.absolute() for run in runs}
+
+
+def _note(dirs: list[Path], root: str, words: str, one: tuple[str, str], many: tuple[str, str]):
+    """One note line for the run directories `dirs` that `runs ls` could not list."""
+    if len(dirs) == 1:
+        print(f"note: {dirs[0]} {words.format(*one)}", file=sys.stderr)
+    elif dirs:
+        said = words.format(*many)
+        print(
+            f"note: {len(dirs)} run directories under {root} {said}, {dirs[0]} the first",
+            file=sys.stderr,
+        )
 
 
 def _find(run: str, root: str) -> RunData:
@@ -156,15 +177,22 @@ def main(argv: list[str]) -> int:
         raise UserError(f"repro runs show: --last={args.last} must be >= 0")
     if args.command == "ls":
         damaged: list[str] = []
-        print(_ls(args.root, args.group, damaged))
+        table, listed = _ls(args.root, args.group, damaged)
+        print(table)
         sys.stdout.flush()  # the table first, then what was left out of it
-        untracked = [] if args.group else untracked_run_dirs(args.root)
-        if len(untracked) == 1:
-            print(f"note: {untracked[0]} {UNTRACKED.format('has', 'is')}", file=sys.stderr)
-        elif untracked:
-            what = f"{len(untracked)} run directories under {args.root}"
-            said = UNTRACKED.format("have", "are")
-            print(f"note: {what} {said}, {untracked[0]} the first", file=sys.stderr)
+        if not args.group:
+            _note(
+                untracked_run_dirs(args.root), args.root, UNTRACKED, ("has", "is"), ("have", "are")
+            )
+            quiet = [
+                d
+                for d in run_dirs(args.root)
+                if d.absolute() not in listed
+                and not (d / "summary.json").exists()
+                and not held(d / RUN_LOCK)  # a live run yet to log its first point
+            ]
+            resumes = ("is", "the same command resumes it"), ("are", "their commands resume them")
+            _note(quiet, args.root, UNLOGGED, *resumes)
         for line in damaged:
             print(f"error: {line}", file=sys.stderr)
         return 2 if damaged else 0

@@ -404,3 +404,41 @@ def test_runs_ls_says_which_run_directories_it_cannot_list(base, tmp_path):
     shutil.rmtree(tmp_path / "tracked" / "wandb")
     code, _, err = cli("runs", "ls", str(tmp_path / "tracked"))
     assert code == 2 and "holds no log of run" in err and "tracking=disabled" not in err, err
+
+
+def test_runs_ls_names_a_run_stopped_before_it_logged_and_reads_a_finishing_run_whole(
+    base, tmp_path, monkeypatch
+):
+    """A run stopped before its first point reached its log (its wandb file a header, or
+    gone) was left out without a word, or called made with tracking=disabled, which the
+    report said a run set skips as finished. And a run that finished while its file was
+    read was called a finished run cut short, its data to be removed."""
+    import repro.track.runs as runs
+
+    cut = _copy(base, tmp_path / "cut", finished=False, tracked=True)
+    shutil.rmtree(cut / "wandb")
+    never = _copy(base, tmp_path / "never", finished=False)  # no tracker opened yet
+    for kept in ("config.yaml", ".lock"):
+        shutil.copy(cut / kept, never / kept)
+    code, out, err = cli("runs", "ls", str(tmp_path))
+    assert (code, out.strip()) == (0, f"no runs under {tmp_path}"), err
+    assert err.strip() == (
+        f"note: 2 run directories under {tmp_path} are not finished and logged no points "
+        "(stopped early, or tracking=disabled): their commands resume them, "
+        f"{tmp_path / 'cut' / 'run'} the first"
+    )
+
+    done = _copy(base, tmp_path / "finishing", finished=False, tracked=True)
+    (log,) = {p.resolve() for p in done.glob("wandb/*/run-*.wandb")}
+    log.write_bytes(log.read_bytes()[: log.stat().st_size * 2 // 3])  # cut before its exit
+    read = runs._read_segment
+
+    def finishing(file):
+        seg = read(file)  # read before its exit record; then the run finishes
+        shutil.copy(base / "run" / "summary.json", done / "summary.json")
+        return seg
+
+    monkeypatch.setattr(runs, "_read_segment", finishing)
+    damaged: list[str] = []
+    (run,) = runs.find_runs(done, damaged=damaged)
+    assert damaged == [] and run.exit_code is None  # read as still running

@@ -10,7 +10,7 @@ import pytest
 
 from repro.claims.claims_file import ClaimsFile, load_claims
 from repro.claims.figure_specs import FigureSpec
-from repro.claims.verdicts import evaluate
+from repro.claims.verdicts import evaluate, magnitude_text
 from repro.report.build import render_parts, select_runs
 from repro.report.compare import curves, figure
 from repro.report.plots import draw_figure, seeds_sentence
@@ -278,6 +278,10 @@ def test_a_direction_claim_row_names_a_failed_magnitude_claim():
     )
     decided = evaluate(cf.claims, three_seeds([60, 70, 80]), "small")[1]
     assert decided.verdict_text() == "reproduced"  # the magnitude claim reproduced: nothing
+    # not judged (its run missing): it says nothing of the magnitude, not "not reproduced"
+    for unjudged in ("not run", "not measured", "not assessed"):
+        missing = dataclasses.replace(headline, verdict=unjudged)
+        assert magnitude_text(faster, {"headline": missing}) == ""
 
 
 def test_a_model_check_is_judged_on_its_worst_seed_and_lists_each_seeds_verdict():
