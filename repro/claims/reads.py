@@ -31,9 +31,7 @@ def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Ru
     """The labels `calculator` with params `given` (its defaults filling the rest) reads
     among `runs` (label -> a run of that label, for its config), plus the labels it names
     that have no run yet."""
-    signature = inspect.signature(registered()[calculator]).parameters.values()
-    params = {p.name: p.default for p in signature if p.default is not inspect.Parameter.empty}
-    params.update(given)
+    params = _params(calculator, given)
     labels = {str(params[key]) for key in ("run", "reference") if key in params}
     if "pattern" in params:
         labels |= {label for label in runs if re.fullmatch(params["pattern"], label)}
@@ -43,6 +41,32 @@ def labels_read(calculator: str, given: Mapping[str, Any], runs: Mapping[str, Ru
         labels |= set(select_where(runs, params["where"]))
     labels |= set(params.get("include") or {})
     return labels
+
+
+def labels_made(calculator: str, given: Mapping[str, Any], made: Mapping[str, Mapping]) -> set[str]:
+    """The labels of a run set (`made`: label -> the settings, dotted keys, that make its
+    run: `repro.claims.set_regime.set_settings`) that a selection by `pattern` or `where`
+    takes: what the claim reads where every run of the set exists. Judged on the runs that
+    do, a claim over the tau ladder with one rung missing was judged on the others."""
+    params = _params(calculator, given)
+    labels = {label for label in made if re.fullmatch(params.get("pattern") or "(?!)", label)}
+    if "where" in params:
+        labels |= {
+            label
+            for label, settings in made.items()
+            if all(
+                settings.get(path) in (want if isinstance(want, list) else [want])
+                for path, want in params["where"].items()
+            )
+        }
+    return labels
+
+
+def _params(calculator: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A calculator's params: its defaults, then those `given`."""
+    signature = inspect.signature(registered()[calculator]).parameters.values()
+    params = {p.name: p.default for p in signature if p.default is not inspect.Parameter.empty}
+    return {**params, **given}
 
 
 def seeds_read(calculator: str, params: Mapping[str, Any], runs: Seeded) -> list[int]:

@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from repro.claims.bootstrap import mean_interval
 from repro.claims.claims_file import Claim
-from repro.claims.reads import labels_read, seeds_read, seeds_short
+from repro.claims.reads import labels_made, labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult, Interval
 from repro.track.runs import unfinished
 from repro.track.series import MissingRun, NotMeasurable, Seeded, any_seed, at_seed
@@ -108,6 +108,8 @@ def left_out(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
 
 
 OffSet = Mapping[str, Mapping[int, list[str]]]
+Made = Mapping[str, Mapping]
+"""A run set's labels -> the settings that make each (`repro.claims.set_regime.set_settings`)."""
 
 
 def departed(claim: Claim, runs: Seeded, seeds: list[int], off: OffSet) -> str:
@@ -139,7 +141,20 @@ def cut_short(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
     )
 
 
-def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet) -> ClaimResult:
+def rungs_missing(claim: Claim, runs: Seeded, made: Made) -> list[str]:
+    """The labels of the run set that the claim's selection (`pattern`, `where`) takes and
+    that have no run, where others it takes have one: a ladder with a rung missing, which
+    judged on the rungs there would be another claim. Where none of them has a run, the
+    claim reads runs beside the set (a comparison of one's own) and is judged on those."""
+    params = claim.metric.get("params") or {}
+    takes = labels_made(claim.metric["calculator"], params, made)
+    return sorted(takes - set(runs)) if takes & set(runs) else []
+
+
+def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, made: Made) -> ClaimResult:
+    if absent := rungs_missing(claim, runs, made):
+        missing = f"no {', '.join(absent)} run, which its run set makes"
+        return ClaimResult(claim, None, "not run", missing)
     seeds = claim_seeds(claim, runs)
     if cut := cut_short(claim, runs, seeds):
         # a curve cut short would be judged as if whole: its last value, its time to a target
@@ -186,12 +201,17 @@ def magnitude_text(result: ClaimResult, by_id: dict[str, ClaimResult]) -> str:
 
 
 def evaluate(
-    claims: list[Claim], runs: Seeded, scale: str, off: OffSet | None = None
+    claims: list[Claim],
+    runs: Seeded,
+    scale: str,
+    off: OffSet | None = None,
+    made: Made | None = None,
 ) -> list[ClaimResult]:
     """Evaluate every claim on the runs of one reproduction at `scale` (never raises); a
     claim reading a run that `off` lists, or one that has not run to its end, is not
-    assessed."""
-    results = [_one(claim, runs, scale, off or {}) for claim in claims]
+    assessed; one whose selection takes a run of its set (`made`, `labels_made`) that is
+    missing is not run."""
+    results = [_one(claim, runs, scale, off or {}, made or {}) for claim in claims]
     by_id = {r.claim.id: r for r in results}
     return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
 

@@ -160,7 +160,7 @@ def render_parts(
     refers only to files that exist.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    results = evaluate(claims.claims, runs, scale, off)
+    results = evaluate(claims.claims, runs, scale, off, set_settings(f"{claims.paper}_{scale}"))
     with staged_folder(out_dir, "--out") as stage:
         figures = draw_figures(claims, runs, stage)
         regenerate = [*notes, f"Regenerate: {command}"]

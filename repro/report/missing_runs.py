@@ -20,9 +20,10 @@ from pathlib import Path
 import yaml
 
 from repro.claims.claims_file import ClaimsFile
-from repro.claims.reads import labels_read, seeds_read, seeds_short
+from repro.claims.reads import labels_made, labels_read, seeds_read, seeds_short
 from repro.claims.result import ClaimResult
-from repro.claims.verdicts import OffSet
+from repro.claims.set_regime import set_settings
+from repro.claims.verdicts import OffSet, rungs_missing
 from repro.config import CONFIG_DIR, set_scales
 from repro.pages.writer import Code, Para
 from repro.track.runs import unfinished, untracked_run_dirs
@@ -72,10 +73,11 @@ def needed_missing(
     """(label, None) -> what reads it ("claim x", "figure f", "table t", by id), for every
     label a claim, figure or table names that has no run; (label, N) for a label a claim is
     judged on at seed N that has no run there (a seed between two of the claim's whole
-    seeds); in the order first named. A claim that reads the runs a pattern matches, where
-    no run matches it, reads the labels of the set at `scale` that it matches."""
+    seeds); in the order first named. A claim that reads the runs a pattern or a `where`
+    selects, and finds some of the set's labels it selects, reads the others too
+    (`rungs_missing`); one whose pattern matches none, the labels of the set it matches."""
     present = any_seed(runs)
-    listed = run_set_labels(claims.paper, scale) or []
+    made = set_settings(f"{claims.paper}_{scale}")
     needs: Needs = {}
 
     def need(label: str, reader: str, seed: int | None = None) -> None:
@@ -86,9 +88,11 @@ def needed_missing(
 
     for r in results:
         calculator, params = r.claim.metric["calculator"], r.claim.metric.get("params") or {}
+        # a ladder with a rung missing; or, where nothing matches a pattern, what it names
         pattern = params.get("pattern")
         unmatched = pattern is not None and not any(re.fullmatch(pattern, x) for x in present)
-        expected = [x for x in listed if re.fullmatch(pattern, x)] if unmatched else []
+        selected = sorted(labels_made(calculator, params, made)) if unmatched else []
+        expected = rungs_missing(r.claim, runs, made) or selected
         for label in [*sorted(labels_read(calculator, params, present)), *expected]:
             need(label, f"claim {r.claim.id}")
         judged = seeds_read(calculator, params, runs)

@@ -37,6 +37,7 @@ from repro.claims.claims_file import ClaimsFile, load_claims
 from repro.claims.figure_specs import FigureSpec
 from repro.claims.findings import findings_table
 from repro.claims.result import ClaimResult
+from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import VERDICTS_TEXT, evaluate, model_checks, summary
 from repro.pages.writer import Table, counted, fmt, markdown_table
 from repro.report.build import ordered, select_runs
@@ -208,6 +209,6 @@ def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, ou
     first = every_run(runs)[0][2]
     project = cfg(first, "tracking.project") or "repro"
     entity = cfg(first, "tracking.entity") or None
-    results = evaluate(claims.claims, runs, chosen, off)
+    results = evaluate(claims.claims, runs, chosen, off, set_settings(f"{paper}_{chosen}"))
     spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
     return publish_spec(spec, out_dir)

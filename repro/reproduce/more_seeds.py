@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from repro.claims.claims_file import ClaimsFile
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
+from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import evaluate
 from repro.cluster.launcher import expected_time, launch_runs
 from repro.config import Config, as_dict
@@ -113,7 +114,7 @@ def extend(
     while True:
         found = find_runs(root) if root.is_dir() else []
         _, runs, _, off = select_runs(found, paper, scale, str(root))
-        results = evaluate(claims.claims, runs, scale, off)
+        results = evaluate(claims.claims, runs, scale, off, set_settings(f"{paper}_{scale}"))
         pairs, why = wanted(results, runs)
         if not pairs:
             return

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from repro.claims.claims_file import Claim, load_claims
 from repro.claims.result import ClaimResult
+from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import evaluate
 from repro.locks import RUN_LOCK
 from repro.pages.writer import FigureOut, Page, Table, fmt, md_cell, to_html, to_markdown
@@ -17,7 +18,7 @@ from repro.report.page import CHECKS_TITLE, WANDB_URL, assemble, metrics_table
 from repro.report.summary import SUMMARY_HEADERS, plain_verdict
 from repro.spec_loader import build
 from repro.track.runs import STOPPED
-from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run
+from tests.unit.report_data import adacomm_set, claim_dict, in_directories, make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
 URL = "https://wandb.ai/me/repro/runs/id-sync"
@@ -375,6 +376,26 @@ def test_a_missing_run_is_named_with_the_pattern_claims_and_the_front_that_read_
     assert "figure cr_pareto_front" in readers
 
 
+def test_a_ladder_claim_with_a_rung_missing_is_not_run_and_names_the_rung():
+    """The tau ladder's claims (`where: {method.name: local_sgd}`, a pattern) with one rung
+    deleted were judged on the rungs left, one reproduced, and no run was named missing."""
+    claims = load_claims("adacomm", CLAIMS_DIR)
+    made = set_settings("adacomm_tiny")
+    full = seeded(adacomm_set("tiny"))
+    assert all(r.verdict != "not run" for r in evaluate(claims.claims, full, "tiny", made=made))
+    runs = {label: by_seed for label, by_seed in full.items() if label != "local_sgd_tau16"}
+    results = evaluate(claims.claims, runs, "tiny", made=made)
+    ladder = [r for r in results if r.note == "no local_sgd_tau16 run, which its run set makes"]
+    assert {r.claim.id for r in ladder} >= {"larger_tau_faster_per_step"}
+    assert all(r.verdict == "not run" for r in ladder)
+    readers = needed_missing(claims, runs, results, "tiny")[("local_sgd_tau16", None)]
+    assert "claim larger_tau_faster_per_step" in readers
+    # runs beside the set alone (a comparison of one's own): judged on those
+    assert evaluate(claims.claims, runs, "small", made=set_settings("adacomm_small")) == (
+        evaluate(claims.claims, runs, "small")
+    )
+
+
 def test_a_missing_run_made_without_a_tracker_is_named_with_what_to_remove(tmp_path):
     """The run exists but logged no curves (tracking=disabled), and `repro reproduce` skips
     it as finished: the note says which directory to remove, or the page never fills in."""
@@ -383,6 +404,10 @@ def test_a_missing_run_made_without_a_tracker_is_named_with_what_to_remove(tmp_p
     (untracked / "config.yaml").write_text("seed: 0\n")
     (untracked / RUN_LOCK).write_text("")
     needs = {("sync", None): ["claim headline_time_to_sync_loss"]}
+    # not finished (stopped before it logged): the command resumes it, nothing to remove
+    (note,) = missing_notes("adacomm", "small", needs, runs_root=str(tmp_path / "runs"))
+    assert "tracking=disabled" not in to_markdown(Page("p", [note]))
+    (untracked / "summary.json").write_text("{}")
     (note,) = missing_notes("adacomm", "small", needs, runs_root=str(tmp_path / "runs"))
     assert (
         to_markdown(Page("p", [note]))
