@@ -42,7 +42,7 @@ from typing import Any
 
 from repro.cluster.jobs import JobRecord
 from repro.cluster.launcher import Workers, runs_here
-from repro.comm.capacity import refuse_past_per_core, usable_cores
+from repro.comm.capacity import WORKERS_PER_CORE, refuse_past_per_core, usable_cores
 from repro.errors import UserError
 from repro.pages.writer import counted
 from repro.schemas.cluster import ClusterConfig
@@ -128,14 +128,18 @@ def check_workers(workers: int | None) -> None:
         raise UserError(f"--workers={workers} must be at least 1")
 
 
-def check_cores(workers: int, elsewhere: str = "") -> None:
+def check_cores(workers: int, elsewhere: str = "", per_trial: int = 1) -> None:
     """Refuse more workers than this machine's usable cores hold (`refuse_past_per_core`),
-    where they run: each is a process of its own (torch loaded, about 0.3 GiB), and past that
-    its trials only take turns on the cores. `elsewhere`: the fix that runs them on other
+    where they run: each is a process of its own (torch loaded, about 0.3 GiB), or starts
+    `per_trial` worker processes for a trial on the process engine, and past that its
+    trials only take turns on the cores. `elsewhere`: the fix that runs them on other
     machines, if the command has one."""
-    refuse_past_per_core(
-        f"--workers={workers}", workers, "lower --workers to at most {limit}" + elsewhere
-    )
+    subject = f"--workers={workers}"
+    if per_trial > 1:
+        subject += f" trials of trainer.world_size={per_trial} worker processes each"
+    most = WORKERS_PER_CORE * usable_cores() // per_trial
+    fix = f"lower --workers to at most {most}" if most else "lower trainer.world_size"
+    refuse_past_per_core(subject, workers * per_trial, fix + elsewhere)
 
 
 def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> list[JobRecord]:
@@ -147,7 +151,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     check_config_keys(spec)
     cfg = compose([*base_overrides(spec), *([f"cluster={cluster}"] if cluster else [])])
     if runs_here(cfg.cluster):
-        check_cores(workers, ", or run them as jobs (--cluster NAME)")
+        spawned = cfg.trainer.world_size if cfg.trainer.engine == "processes" else 1
+        check_cores(workers, ", or run them as jobs (--cluster NAME)", spawned)
     check_storage_for(spec, cfg.cluster)
     database = open_storage(spec) if spec.storage is not None else None
     cpus = cfg.cluster.cpus_per_task * cfg.trainer.world_size  # a trial spawns its workers

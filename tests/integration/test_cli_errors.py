@@ -317,6 +317,25 @@ def test_workers_are_counted_on_the_cores_this_command_may_use(argv, capsys, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_sweeps_workers_are_counted_with_the_processes_their_trials_start(capsys, tmp_path):
+    """Each trial on the process engine starts trainer.world_size worker processes: three
+    sweep workers of 4-worker trials are 12 processes on the core, where 3 were counted."""
+    spec = yaml.safe_load((REPO / "sweeps" / "tiny.yaml").read_text())
+    spec["overrides"] += ["trainer.engine=processes", "trainer.world_size=4"]
+    spec["out"] = str(tmp_path / "out")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with on_one_core():
+        rc = cli.main(["sweep", str(path), "--workers", "3"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == (
+        "error: --workers=3 trials of trainer.world_size=4 worker processes each on the 1 core "
+        "this command may use is more than 4 per core; lower --workers to at most 1, or run "
+        "them as jobs (--cluster NAME)"
+    ), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_path):
     spec = yaml.safe_load((REPO / "sweeps" / "topk_cr_pareto.yaml").read_text())
     path = tmp_path / "spec.yaml"
