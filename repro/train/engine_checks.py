@@ -34,11 +34,10 @@ _ACTIVATION_FACTOR = 3
 
 
 def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
-    """Elements of every module output for one worker's batch `sample`: one sample's
-    forward on the CPU, in eval mode (BatchNorm then needs no batch statistics), times the
-    batch size. (The meta device would give the shapes without computing, but its kernels
-    import torch._dynamo, 1.7 s of CPU per run, where one sample's forward takes
-    milliseconds.)"""
+    """Elements of every module output for one sample of the batch `sample`: one sample's
+    forward on the CPU, in eval mode (BatchNorm then needs no batch statistics). (The meta
+    device would give the shapes without computing, but its kernels import torch._dynamo,
+    1.7 s of CPU per run, where one sample's forward takes milliseconds.)"""
     import torch
 
     total = 0
@@ -56,47 +55,80 @@ def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
     finally:
         for h in hooks:
             h.remove()
-    return total * len(sample)
+    return total
 
 
-def estimate_bytes(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) -> int:
-    """Bytes the simulated engine needs for `trainer.world_size` workers of `model`, whose
-    one-worker batch looks like `sample` (model and sample on any device; the model is
-    consumed)."""
+def _footprint(
+    cfg: Config, model: torch.nn.Module, sample: torch.Tensor, eval_samples: int
+) -> tuple[int, int, int]:
+    """Bytes of one worker's state (its model, gradients, optimizer slots and the method's
+    copies), of its training activations for the batch `sample`, and of one evaluation
+    batch of `eval_samples` (a forward alone: no activations kept for a backward)."""
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
     per_param = 1 + 1 + _OPTIMIZER_SLOTS[cfg.optim.name] + cfg.method.model_copies
-    activations = _activation_numel(model, sample) * _ACTIVATION_FACTOR
-    per_worker = (params * per_param + buffers + activations) * 4
-    return per_worker * cfg.trainer.world_size
+    per_sample = _activation_numel(model, sample)
+    train = per_sample * len(sample) * _ACTIVATION_FACTOR
+    return (params * per_param + buffers) * 4, train * 4, per_sample * eval_samples * 4
 
 
-def check_process_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor) -> None:
-    """Refuse local worker processes that the machine's memory or cores cannot hold: each
-    one's interpreter and libraries (`PROCESS_BYTES`) plus its model, gradients, optimizer
-    state and activations (`estimate_bytes` for one worker), times the workers."""
+def estimate_bytes(
+    cfg: Config, model: torch.nn.Module, sample: torch.Tensor, eval_samples: int = 0
+) -> int:
+    """Bytes the simulated engine needs for `trainer.world_size` workers of `model`, whose
+    one-worker batch looks like `sample`, evaluated `eval_samples` at a time (the averaged
+    model, once the workers' activations are freed; model and sample on any device; the
+    model is consumed). An evaluation batch of a whole large test set (eval_batch_size
+    10000) passed the estimate and ran out of memory at the first evaluation."""
+    state, train, evaluation = _footprint(cfg, model, sample, eval_samples)
+    world = cfg.trainer.world_size
+    return world * state + max(world * train, evaluation)
+
+
+def check_process_cores(cfg: Config) -> None:
+    """Refuse more local worker processes than the usable cores hold (`refuse_past_per_core`):
+    from the config alone, so before its data is generated or downloaded."""
     world = cfg.trainer.world_size
     refuse_past_per_core(
         f"trainer.world_size={world} worker processes",
         world,
         "lower trainer.world_size or use trainer.engine=simulated (every worker in one process)",
     )
-    per_worker = PROCESS_BYTES + estimate_bytes(cfg, model, sample) // world
+
+
+def check_process_memory(
+    cfg: Config, model: torch.nn.Module, sample: torch.Tensor, eval_samples: int
+) -> None:
+    """Refuse local worker processes that the machine's memory cannot hold: each one's
+    interpreter and libraries (`PROCESS_BYTES`, but for a lone worker, which runs in this
+    process) plus its model, gradients, optimizer state and the larger of its training
+    activations and an evaluation batch of its slice of the test set (`eval_samples`)."""
+    world = cfg.trainer.world_size
+    state, train, evaluation = _footprint(cfg, model, sample, eval_samples)
+    per_worker = PROCESS_BYTES * (world > 1) + state + max(train, evaluation)
+    each = f" (about {per_worker / 2**30:.2f} GiB each)" if world > 1 else ""
     require_free_memory(
-        f"trainer.world_size={world} worker processes need",
+        f"trainer.world_size={world} worker processes need"
+        if world > 1
+        else "one worker (trainer.world_size=1) needs",
         per_worker * world,
-        f" (about {per_worker / 2**30:.2f} GiB each)",
-        "lower trainer.world_size or use trainer.engine=simulated",
+        each,
+        "lower trainer.batch_size or workload.eval_batch_size"
+        + (", or trainer.world_size, or use trainer.engine=simulated" if world > 1 else ""),
     )
 
 
-def check_memory(cfg: Config, model: torch.nn.Module, sample: torch.Tensor, device: str) -> None:
+def check_memory(
+    cfg: Config, model: torch.nn.Module, sample: torch.Tensor, eval_samples: int, device: str
+) -> None:
     """Refuse a world size whose estimate exceeds the free memory, before allocating."""
-    need, have = estimate_bytes(cfg, model, sample), available_bytes(device)
+    need, have = estimate_bytes(cfg, model, sample, eval_samples), available_bytes(device)
     if need > have:
         gib = 2**30
         raise UserError(
             f"trainer.world_size={cfg.trainer.world_size} needs about {need / gib:.1f} GiB "
             f"under the simulated engine and {device} has {have / gib:.1f} GiB free; lower "
-            f"trainer.world_size or trainer.batch_size {_FIX}"
+            + ("trainer.world_size, " if cfg.trainer.world_size > 1 else "")
+            + "trainer.batch_size or workload.eval_batch_size"
+            + (f", {_FIX}" if cfg.trainer.world_size > 1 else "")
         )

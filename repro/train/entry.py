@@ -28,7 +28,7 @@ from repro.storage import NewDir
 from repro.train import checkpoint
 from repro.train.checkpoint_pick import choose, finished_summary
 from repro.train.divergence import Diverged
-from repro.train.engine_checks import check_memory, check_process_memory
+from repro.train.engine_checks import check_memory, check_process_cores, check_process_memory
 from repro.train.run_lock import run_lock
 from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
@@ -63,7 +63,8 @@ def check_simulated_memory(cfg: Config, device: str) -> None:
     """Refuse, before the run directory is written, workers that would not fit in memory."""
     workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), device)
     sample = workload.sample(cfg.trainer.batch_size)
-    check_memory(cfg, workload.model_factory(), sample, device)
+    evaluated = min(cfg.workload.eval_batch_size, len(workload.arrays.y_test))
+    check_memory(cfg, workload.model_factory(), sample, evaluated, device)
 
 
 def run_simulated(cfg: Config, device: str) -> dict:
@@ -89,6 +90,8 @@ def run_training(cfg: Config) -> dict:
             file=sys.stderr,
             flush=True,
         )
+    if cfg.trainer.engine == "processes" and env_rank_world() is None:
+        check_process_cores(cfg)  # the config says it all: before any data is made
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = env_rank_world()
@@ -133,10 +136,12 @@ def check_memory_of(cfg: Config, device: str) -> None:
     """Refuse, before the run directory is written, workers that would not fit here."""
     if cfg.trainer.engine == "simulated":
         check_simulated_memory(cfg, device)
-    elif cfg.trainer.world_size > 1 and env_rank_world() is None:
+    elif env_rank_world() is None:
         workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), "cpu")
         sample = workload.sample(cfg.trainer.batch_size)
-        check_process_memory(cfg, workload.model_factory(), sample)
+        shard = -(-len(workload.arrays.y_test) // cfg.trainer.world_size)  # its test slice
+        evaluated = min(cfg.workload.eval_batch_size, shard)
+        check_process_memory(cfg, workload.model_factory(), sample, evaluated)
 
 
 def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:

@@ -60,6 +60,31 @@ CASES = [
         ],
         ("trainer.world_size=1024", "GiB", "trainer.engine=processes"),
     ),
+    (
+        # one worker on the process engine, as a plain `repro train` runs: it was never
+        # checked, and ran out of memory in its first forward
+        [
+            "trainer.engine=processes",
+            "workload=cifar100_resnet18",
+            "workload.dataset=synthetic_images",
+            "workload.num_samples=5000",
+            "trainer.batch_size=4096",
+        ],
+        ("one worker (trainer.world_size=1) needs about", "lower trainer.batch_size or"),
+    ),
+    (
+        # an evaluation batch of the whole test set: the estimate counted the training batch
+        [
+            "trainer.engine=simulated",
+            "compute.mode=sampled",
+            "workload=cifar100_resnet18",
+            "workload.dataset=synthetic_images",
+            "workload.num_samples=50000",
+            "workload.eval_batch_size=50000",
+            "trainer.batch_size=2",
+        ],
+        ("trainer.world_size=1 needs about", "workload.eval_batch_size"),
+    ),
 ]
 
 
@@ -144,3 +169,7 @@ def test_memory_estimate_counts_parameters_slots_copies_and_activations(method):
     activations = 5 * (32 + 32 + 4 + 4 + 4)
     want = 8 * 4 * (params * (1 + 1 + 2 + copies) + activations * 3)
     assert estimate_bytes(cfg, model, torch.zeros(5, 16)) == want
+    # evaluated 1000 at a time: one forward of the averaged model, once training's are freed
+    evaluation = 4 * 1000 * activations // 5
+    want = 8 * 4 * params * (1 + 1 + 2 + copies) + max(8 * 4 * activations * 3, evaluation)
+    assert estimate_bytes(cfg, model, torch.zeros(5, 16), eval_samples=1000) == want
