@@ -135,15 +135,17 @@ def test_every_scale_composes_its_run_set():
 
 @pytest.mark.slow
 def test_paper_scale_starts_and_stops_at_missing_data(tmp_path):
-    proc = repro_cli(
-        "reproduce",
-        "adasum",
-        "scale=paper",
-        f"runs_root={tmp_path}/runs",
-        f"data.root={tmp_path}/cifar",
-        "tracking=disabled",
-        cwd=tmp_path,
-    )
+    """Its 16 worker processes past what the cores hold are refused from the config alone,
+    before CIFAR is fetched (they were refused once it had been); where they fit, the set
+    stops at the data it cannot fetch offline."""
+    args = ["reproduce", "adasum", "scale=paper", f"runs_root={tmp_path}/runs"]
+    args += [f"data.root={tmp_path}/cifar", "tracking=disabled"]
+    proc = repro_cli(*args, cwd=tmp_path, under=("taskset", "-c", "0"))
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert err[-1].startswith("error: trainer.world_size=16 worker processes on the 1 core")
+    assert not (tmp_path / "cifar").exists()
+    proc = repro_cli(*args, "trainer.world_size=4", cwd=tmp_path)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert err[-1].startswith("error:") and "data.root" in err[-1], err[-3:]
