@@ -31,21 +31,26 @@ _OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2, "lamb": 2}
 # Activations are kept for the backward pass; their gradients and the kernels' work space
 # take about as much again.
 _ACTIVATION_FACTOR = 3
+# A forward without gradients frees each output once the next layers have read it: its
+# input, its output and a residual branch's are alive at once, about three of the largest.
+_EVAL_LAYERS = 3
 
 
-def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
-    """Elements of every module output for one sample of the batch `sample`: one sample's
-    forward on the CPU, in eval mode (BatchNorm then needs no batch statistics). (The meta
-    device would give the shapes without computing, but its kernels import torch._dynamo,
-    1.7 s of CPU per run, where one sample's forward takes milliseconds.)"""
+def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> tuple[int, int]:
+    """Elements of every module output for one sample of the batch `sample`, and of the
+    largest one: one sample's forward on the CPU, in eval mode (BatchNorm then needs no
+    batch statistics). (The meta device would give the shapes without computing, but its
+    kernels import torch._dynamo, 1.7 s of CPU per run, where one sample's forward takes
+    milliseconds.)"""
     import torch
 
-    total = 0
+    total = largest = 0
 
     def count(_module, _inputs, output):
-        nonlocal total
+        nonlocal total, largest
         if isinstance(output, torch.Tensor):
             total += output.numel()
+            largest = max(largest, output.numel())
 
     model = model.to("cpu").eval()
     hooks = [m.register_forward_hook(count) for m in model.modules()]
@@ -55,7 +60,7 @@ def _activation_numel(model: torch.nn.Module, sample: torch.Tensor) -> int:
     finally:
         for h in hooks:
             h.remove()
-    return total
+    return total, largest
 
 
 def _footprint(
@@ -63,13 +68,15 @@ def _footprint(
 ) -> tuple[int, int, int]:
     """Bytes of one worker's state (its model, gradients, optimizer slots and the method's
     copies), of its training activations for the batch `sample`, and of one evaluation
-    batch of `eval_samples` (a forward alone: no activations kept for a backward)."""
+    batch of `eval_samples`: a forward without gradients, which holds a few layers' outputs
+    at once (`_EVAL_LAYERS` of the largest), not every layer's as a backward needs."""
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for b in model.buffers())
     per_param = 1 + 1 + _OPTIMIZER_SLOTS[cfg.optim.name] + cfg.method.model_copies
-    per_sample = _activation_numel(model, sample)
+    per_sample, largest = _activation_numel(model, sample)
     train = per_sample * len(sample) * _ACTIVATION_FACTOR
-    return (params * per_param + buffers) * 4, train * 4, per_sample * eval_samples * 4
+    evaluation = min(per_sample, largest * _EVAL_LAYERS) * eval_samples
+    return (params * per_param + buffers) * 4, train * 4, evaluation * 4
 
 
 def estimate_bytes(

@@ -136,7 +136,8 @@ def check_memory_of(cfg: Config, device: str) -> None:
     """Refuse, before the run directory is written, workers that would not fit here."""
     if cfg.trainer.engine == "simulated":
         check_simulated_memory(cfg, device)
-    elif env_rank_world() is None:
+    elif env_rank_world() is None and (cfg.trainer.world_size > 1 or device == "cpu"):
+        # a lone worker runs in this process: on a GPU its activations are not the host's
         workload = Workload(cfg.workload, prepare(cfg.workload, cfg.data, cfg.seed), "cpu")
         sample = workload.sample(cfg.trainer.batch_size)
         shard = -(-len(workload.arrays.y_test) // cfg.trainer.world_size)  # its test slice

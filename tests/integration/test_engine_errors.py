@@ -77,7 +77,7 @@ CASES = [
         [
             "trainer.engine=simulated",
             "compute.mode=sampled",
-            "workload=cifar100_resnet18",
+            "workload=cifar10_resnet50",
             "workload.dataset=synthetic_images",
             "workload.num_samples=50000",
             "workload.eval_batch_size=50000",
@@ -169,7 +169,8 @@ def test_memory_estimate_counts_parameters_slots_copies_and_activations(method):
     activations = 5 * (32 + 32 + 4 + 4 + 4)
     want = 8 * 4 * (params * (1 + 1 + 2 + copies) + activations * 3)
     assert estimate_bytes(cfg, model, torch.zeros(5, 16)) == want
-    # evaluated 1000 at a time: one forward of the averaged model, once training's are freed
-    evaluation = 4 * 1000 * activations // 5
+    # evaluated 1000 at a time: one forward of the averaged model, once training's are freed,
+    # holding three of its largest outputs (32) at once, or every output (76) if fewer
+    evaluation = 4 * 1000 * min(3 * 32, activations // 5)
     want = 8 * 4 * params * (1 + 1 + 2 + copies) + max(8 * 4 * activations * 3, evaluation)
     assert estimate_bytes(cfg, model, torch.zeros(5, 16), eval_samples=1000) == want
