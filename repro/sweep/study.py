@@ -53,6 +53,11 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     return _numbered(samplers.NSGAIISampler, spec.sampler.seed, population_size=size, seed=seed)
 
 
+# A study made since its draws are keyed on the point's number carries this mark; one made
+# before keeps the trial's number, so that its later draws repeat none of its earlier ones.
+BY_POINT = ("draws", "by point")
+
+
 def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
     """`sampler_class(**kwargs)` whose independent draws are random and fixed by (`draws`,
     point number, key) alone.
@@ -65,6 +70,7 @@ def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
     trial's less the trials before it that run a stopped or lost trial's point again
     (`failed_trial`): keyed on the trial's own, every interruption moved the rest of the
     design along, and an interrupted search tried other points than an uninterrupted one.
+    A re-run draws only what its lost trial had not recorded, by a key of its own.
     """
     import zlib
 
@@ -73,17 +79,27 @@ def _numbered(sampler_class: type, draws: int, **kwargs: Any) -> Any:
 
     class Numbered(sampler_class):
         def sample_independent(self, study, trial, param_name, param_distribution):
-            again = sum(
-                "failed_trial" in t.system_attrs
-                for t in study.get_trials(deepcopy=False)
-                if t.number < trial.number
-            )
-            point = trial.number - again
-            key = np.random.SeedSequence([draws, point, zlib.crc32(param_name.encode())])
-            drawn = RandomSampler(seed=int(key.generate_state(1)[0]))
+            points = self.__dict__.setdefault("points", {})  # one look at the study a trial
+            if (study.study_name, trial.number) not in points:
+                points[study.study_name, trial.number] = _point(study, trial)
+            key = [draws, points[study.study_name, trial.number], zlib.crc32(param_name.encode())]
+            seed = int(np.random.SeedSequence(key).generate_state(1)[0])
+            drawn = RandomSampler(seed=seed)
             return drawn.sample_independent(study, trial, param_name, param_distribution)
 
     return Numbered(**kwargs)
+
+
+def _point(study: Any, trial: Any) -> int:
+    """The number `_numbered` keys a trial's draws on (a re-run's: past every point's)."""
+    if "failed_trial" in trial.system_attrs:
+        return 2**40 + trial.number
+    if study.user_attrs.get(BY_POINT[0]) != BY_POINT[1]:
+        return trial.number
+    earlier = study.get_trials(deepcopy=False)
+    return trial.number - sum(
+        "failed_trial" in t.system_attrs for t in earlier if t.number < trial.number
+    )
 
 
 def tally(study: Any) -> tuple[int, int]:
@@ -127,6 +143,8 @@ def open_study(spec: SweepSpec, storage: Any) -> Any:
     check_study(spec, study)
     if study.user_attrs.get("search") is None:
         study.set_user_attr("search", sweep_search(spec))
+        if not study.get_trials(deepcopy=False):
+            study.set_user_attr(*BY_POINT)
     return study
 
 

@@ -12,7 +12,7 @@ import pytest
 from repro.errors import UserError
 from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
-from repro.sweep.study import make_sampler, open_study, sweep_search, tally
+from repro.sweep.study import BY_POINT, make_sampler, open_study, sweep_search, tally
 from repro.sweep.trial import TrialFailed, TrialRun, objective_values, sweep_trial_overrides
 from repro.sweep.worker import run_one_trial
 
@@ -110,8 +110,10 @@ def test_a_stopped_trials_point_run_again_does_not_move_the_rest_of_the_design(n
 
     spec = make_spec(name)
 
-    def points(stop_at: int | None):
+    def points(stop_at: int | None, made_before: bool = False):
         study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec))
+        if not made_before:  # as `open_study` marks a study it makes
+            study.set_user_attr(*BY_POINT)
         storage = study._storage
         while sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) < 4:
             trial = study.ask()
@@ -125,6 +127,9 @@ def test_a_stopped_trials_point_run_again_does_not_move_the_rest_of_the_design(n
         return [tuple(t.params.values()) for t in study.trials if t.state == done]
 
     assert points(stop_at=1) == points(stop_at=None)
+    # a study made before the mark keeps its trials' numbers: no point drawn twice after it
+    earlier = points(stop_at=1, made_before=True)
+    assert len(set(earlier)) == len(earlier) and earlier[0] == points(stop_at=None)[0]
 
 
 def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
@@ -233,6 +238,7 @@ def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
         replace(spec, n_trials=9, sampler=replace(spec.sampler, name="random")), storage
     )
     assert again.user_attrs["search"] == sweep_search(spec)
+    assert dict([BY_POINT]).items() <= again.user_attrs.items()  # made here: keyed by point
     # a whole bound written as 1 rather than 1.0 is the same space: the same study
     assert SPACE[0]["high"] == 1.0 and sweep_search(spec).count('"high": 1.0') == 1
     whole = [{**SPACE[0], "high": 1}, *SPACE[1:]]
