@@ -48,6 +48,7 @@ DEFAULT_TIMEOUT_S = 60.0
 SETTLE_S = 1.0
 # How long the workers of a stopped run may take to stop (their tracker's last records).
 STOP_WAIT_S = 10.0
+_STOP_ARRIVED = threading.Event()
 # Workers are forked from one server process that loaded `repro.train.worker_preload` once
 # (multiprocessing's forkserver): torch, the trainer and the compiled CPU loops, which a
 # worker would otherwise load itself, seconds of CPU each. Each worker takes the caller's
@@ -220,7 +221,14 @@ def _stop_once(signum, frame) -> None:
     """A worker's SIGINT: the first stops its run, those after (a Ctrl-C to the whole
     process group, then the launcher's own) leave the stop to end in peace."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _STOP_ARRIVED.set()
     raise KeyboardInterrupt
+
+
+def stop_arrived() -> bool:
+    """Whether this worker's stop has arrived: a collective that fails after it failed
+    because a peer stopped first, and the run is stopped, not failed."""
+    return _STOP_ARRIVED.is_set()
 
 
 def _end(procs: list, timeout_s: float, kill: bool = True) -> None:
@@ -294,8 +302,9 @@ def spawn(
             while fault is None and time.monotonic() < deadline:
                 watch.receive(0.1)
                 fault = watch.fault(collective_timeout_s / 2)
-    except KeyboardInterrupt:  # Ctrl-C or a kill (`Terminated`) of this command
-        _stop(procs)
+    except BaseException as stop:
+        if not isinstance(stop, Exception):  # Ctrl-C, a kill (`Terminated`), a sweep's stop
+            _stop(procs)
         raise
     finally:
         # After a failure (or Ctrl-C here) survivors may be blocked in a collective.

@@ -18,6 +18,7 @@ import torch
 
 from repro.comm.collectives import Collectives
 from repro.comm.devices import fix_kernel_order
+from repro.comm.launch import stop_arrived
 from repro.comm.stopwatch import Stopwatch
 from repro.config import Config, config_hash, run_dir_of
 from repro.netmodel.schedule import NetworkSchedule
@@ -79,11 +80,11 @@ class Trainer:
         try:
             self.loop(start)
             return self.finish()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as `Terminated`: stopped, not failed
-            self.log.finish(None, exit_code=STOPPED)
-            raise
-        except BaseException:
-            self.log.finish(None, exit_code=1)
+        except BaseException as end:
+            # stopped, not failed: Ctrl-C, SIGTERM as `Terminated`, a sweep's stop of its
+            # trial, or a collective that a peer's stop broke after this worker's arrived
+            stopped = not isinstance(end, Exception) or stop_arrived()
+            self.log.finish(None, exit_code=STOPPED if stopped else 1)
             raise
 
     def loop(self, start: int) -> None:

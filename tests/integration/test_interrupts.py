@@ -182,6 +182,10 @@ def test_kill_of_a_sweep_reaches_its_workers_and_marks_their_trials(tmp_path, ho
     shown = repro_cli("sweep", "show", str(spec_path), cwd=tmp_path)
     for t in stopped:
         assert f"failed trial {t.number}: {shown_as}" in shown.stdout, shown.stdout
+    # its runs' worker processes stopped, not killed at once: each logged run reads stopped
+    listed = repro_cli("runs", "ls", str(spec.study_dir), cwd=tmp_path).stdout.splitlines()
+    states = [row.split()[4] for row in listed if "/trial_" in row]
+    assert states and set(states) == {"stopped"}, listed
 
 
 def test_ctrl_c_on_a_tuning_search_marks_the_trial_and_the_rerun_finishes(tmp_path):
