@@ -26,12 +26,12 @@ def known_keys(tree, unread: set[str] | frozenset[str] = frozenset()) -> list[st
     Hydra's own `hydra.` node or the fields a method inherits and never reads (`unread`,
     found in a composed config itself: `unread_keys`)."""
     if isinstance(tree, DictConfig):
-        unread = unread_keys(tree)
+        unread = {*unread, *unread_keys(tree)}
         tree = OmegaConf.to_container(tree, resolve=False, throw_on_missing=False)
     return [
         k
         for k in _dotted(tree, "")
-        if k != "hydra" and not k.startswith("hydra.") and k not in unread
+        if k.split(".")[0] != "hydra" and not any(k == u or k.startswith(f"{u}.") for u in unread)
     ]
 
 

@@ -141,18 +141,21 @@ def cut_short(claim: Claim, runs: Seeded, seeds: list[int]) -> str:
     )
 
 
-def rungs_missing(claim: Claim, runs: Seeded, made: Made) -> list[str]:
+def rungs_missing(claim: Claim, runs: Seeded, scale: str, made: Made) -> list[str]:
     """The labels of the run set that the claim's selection (`pattern`, `where`) takes and
     that have no run, where others it takes have one: a ladder with a rung missing, which
     judged on the rungs there would be another claim. Where none of them has a run, the
-    claim reads runs beside the set (a comparison of one's own) and is judged on those."""
+    claim reads runs beside the set (a comparison of one's own) and is judged on those; a
+    claim of another scale is judged on none, so it misses none."""
+    if scale not in claim.scales:
+        return []
     params = claim.metric.get("params") or {}
     takes = labels_made(claim.metric["calculator"], params, made)
     return sorted(takes - set(runs)) if takes & set(runs) else []
 
 
 def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, made: Made) -> ClaimResult:
-    if absent := rungs_missing(claim, runs, made):
+    if absent := rungs_missing(claim, runs, scale, made):
         missing = f"no {', '.join(absent)} run, which its run set makes"
         return ClaimResult(claim, None, "not run", missing)
     seeds = claim_seeds(claim, runs)

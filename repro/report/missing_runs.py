@@ -92,7 +92,7 @@ def needed_missing(
         pattern = params.get("pattern")
         unmatched = pattern is not None and not any(re.fullmatch(pattern, x) for x in present)
         selected = sorted(labels_made(calculator, params, made)) if unmatched else []
-        expected = rungs_missing(r.claim, runs, made) or selected
+        expected = rungs_missing(r.claim, runs, scale, made) or selected
         for label in [*sorted(labels_read(calculator, params, present)), *expected]:
             need(label, f"claim {r.claim.id}")
         judged = seeds_read(calculator, params, runs)

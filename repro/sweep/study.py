@@ -162,7 +162,7 @@ def check_study(spec: SweepSpec, study: Any) -> None:
     made_by, this = study.user_attrs.get("search"), json.loads(sweep_search(spec))
     # compared as values: `high: 1` and `high: 1.0` are one space, though not one text
     old = json.loads(made_by) if made_by is not None else this
-    changed = [k for k, v in this.items() if old.get(k) != v]
+    changed = [k for k, v in this.items() if not _same(old.get(k), v)]
     if changed:
         which = " and ".join([", ".join(changed[:-1]), changed[-1]] if changed[1:] else changed)
         remove = f"remove {spec.study_dir}" if spec.storage is None else "delete the old study"
@@ -171,6 +171,15 @@ def check_study(spec: SweepSpec, study: Any) -> None:
             f"this spec in its {which}, so their trials would not compare; give the spec "
             f"another name, or {remove} to start afresh"
         )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as a spec means them: 1 and 1.0 alike, true and 1 not (Python's == says so)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
 def sweep_search(spec: SweepSpec) -> str:

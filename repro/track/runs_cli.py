@@ -188,6 +188,7 @@ def main(argv: list[str]) -> int:
                 d
                 for d in run_dirs(args.root)
                 if d.absolute() not in listed
+                and not any(str(d) in line for line in damaged)  # named there, with its fix
                 and not (d / "summary.json").exists()
                 and not held(d / RUN_LOCK)  # a live run yet to log its first point
             ]

@@ -6,7 +6,9 @@ is its one value and the numbers can be worked out by hand."""
 import re
 from pathlib import Path
 
-from repro.claims.claims_file import Claim, load_claims
+import yaml
+
+from repro.claims.claims_file import Claim, ClaimsFile, load_claims
 from repro.claims.result import ClaimResult
 from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import evaluate
@@ -379,7 +381,11 @@ def test_a_missing_run_is_named_with_the_pattern_claims_and_the_front_that_read_
 def test_a_ladder_claim_with_a_rung_missing_is_not_run_and_names_the_rung():
     """The tau ladder's claims (`where: {method.name: local_sgd}`, a pattern) with one rung
     deleted were judged on the rungs left, one reproduced, and no run was named missing."""
-    claims = load_claims("adacomm", CLAIMS_DIR)
+    shipped = load_claims("adacomm", CLAIMS_DIR)
+    data = yaml.safe_load((CLAIMS_DIR / "adacomm.yaml").read_text())
+    for claim in data["claims"]:  # judged at the tiny scale, whose set the runs are
+        claim["scales"] = [*claim["scales"], "tiny"]
+    claims = ClaimsFile(**data)
     made = set_settings("adacomm_tiny")
     full = seeded(adacomm_set("tiny"))
     assert all(r.verdict != "not run" for r in evaluate(claims.claims, full, "tiny", made=made))
@@ -394,6 +400,8 @@ def test_a_ladder_claim_with_a_rung_missing_is_not_run_and_names_the_rung():
     assert evaluate(claims.claims, runs, "small", made=set_settings("adacomm_small")) == (
         evaluate(claims.claims, runs, "small")
     )
+    # a claim of another scale judges none of them, so it misses none
+    assert "not run" not in {r.verdict for r in evaluate(shipped.claims, runs, "tiny", made=made)}
 
 
 def test_a_missing_run_made_without_a_tracker_is_named_with_what_to_remove(tmp_path):
