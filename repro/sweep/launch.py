@@ -151,7 +151,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
     check_config_keys(spec)
     cfg = compose([*base_overrides(spec), *([f"cluster={cluster}"] if cluster else [])])
     if runs_here(cfg.cluster):
-        spawned = cfg.trainer.world_size if cfg.trainer.engine == "processes" else 1
+        sizes = [v for p in spec.space if p.key == "trainer.world_size" for v in p.probe_values()]
+        spawned = max([cfg.trainer.world_size, *sizes]) if cfg.trainer.engine == "processes" else 1
         check_cores(workers, ", or run them as jobs (--cluster NAME)", spawned)
     check_storage_for(spec, cfg.cluster)
     database = open_storage(spec) if spec.storage is not None else None

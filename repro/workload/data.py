@@ -269,9 +269,10 @@ def cifar(name: str, root: str, download: bool) -> Arrays:
 def _take_back(made: list[Path], own: list[str]) -> None:
     """After a failed fetch into a `data.root` this attempt made (`made`, the root first,
     then each missing parent), remove this attempt's own files there (its lock, the
-    download's partial archive), then each of those folders left empty: a refused run
-    leaves none, and never takes what another run wrote there meanwhile (an MNIST-1D cache,
-    a live run's directory), as a removal of the whole outermost folder did."""
+    download's partial archive), then each of those folders left empty: a run refused
+    before any extraction leaves none, and none takes what another run wrote there
+    meanwhile (an MNIST-1D cache, a live run's directory), as a removal of the whole
+    outermost folder did."""
     if not made:
         return
     for name in own:

@@ -334,6 +334,14 @@ def test_a_sweeps_workers_are_counted_with_the_processes_their_trials_start(caps
         "them as jobs (--cluster NAME)"
     ), err
     assert not (tmp_path / "out").exists()
+    # a space over the trials' world size: counted at its largest
+    spec["overrides"][-1] = "trainer.world_size=1"
+    spec["space"] = [{"key": "trainer.world_size", "type": "categorical", "choices": [1, 2]}]
+    path.write_text(yaml.safe_dump(spec))
+    with on_one_core():
+        rc = cli.main(["sweep", str(path), "--workers", "3"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--workers=3 trials of trainer.world_size=2 worker processes" in err, err
 
 
 def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_path):
