@@ -292,6 +292,8 @@ def test_a_stopped_run_reads_back_as_stopped_not_failed(tmp_path, how, engine):
     rc, out, err = _interrupt(args, tmp_path, lambda: checkpoint.latest_step(run) > 0, how)
     _one_line(rc, out, err, "train stopped", how)
     assert state() == "stopped"
+    if engine == "processes":  # the same resume as the simulated run's, four times slower
+        return
     again = repro_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert state() == "finished"
