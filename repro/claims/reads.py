@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from repro.claims.calculators.by_setting import select_where
+from repro.claims.calculators.by_setting import select_where, where_matches
 from repro.claims.calculators.registry import registered
 from repro.errors import UserError
 from repro.track.series import Run, Seeded, any_seed, seeds_of
@@ -49,16 +49,12 @@ def labels_made(calculator: str, given: Mapping[str, Any], made: Mapping[str, Ma
     takes: what the claim reads where every run of the set exists. Judged on the runs that
     do, a claim over the tau ladder with one rung missing was judged on the others."""
     params = _params(calculator, given)
-    labels = {label for label in made if re.fullmatch(params.get("pattern") or "(?!)", label)}
+    labels = set()
+    if "pattern" in params:
+        labels |= {label for label in made if re.fullmatch(params["pattern"], label)}
     if "where" in params:
-        labels |= {
-            label
-            for label, settings in made.items()
-            if all(
-                settings.get(path) in (want if isinstance(want, list) else [want])
-                for path, want in params["where"].items()
-            )
-        }
+        where = params["where"]
+        labels |= {label for label, got in made.items() if where_matches(got.get, where)}
     return labels
 
 

@@ -10,7 +10,7 @@ against AdaComm's runtime bound, with the communication time per step modeled by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from repro.claims.calculators.registry import (
@@ -34,17 +34,22 @@ from repro.track.series import (
 )
 
 
+def where_matches(value_at: Callable[[str], Any], where: Mapping[str, Any]) -> bool:
+    """Whether the settings `value_at(path)` reads match every `path: value` (or
+    `path: [values]`) in `where`: a run's config, or a run set's label before its run."""
+    return all(
+        value_at(path) in (want if isinstance(want, list) else [want])
+        for path, want in where.items()
+    )
+
+
 def select_where(runs: Mapping[str, Run], where: Mapping[str, Any]) -> dict[str, Run]:
     """Runs whose config matches every `path: value` (or `path: [values]`) in `where`."""
-
-    def ok(run: Run) -> bool:
-        for path, want in where.items():
-            allowed = want if isinstance(want, list) else [want]
-            if cfg(run, path) not in allowed:
-                return False
-        return True
-
-    return {label: run for label, run in runs.items() if ok(run)}
+    return {
+        label: run
+        for label, run in runs.items()
+        if where_matches(lambda path, run=run: cfg(run, path), where)
+    }
 
 
 def _members(
