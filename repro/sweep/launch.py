@@ -219,13 +219,14 @@ def check_run_set(spec: SweepSpec) -> RunSet:
     return RunSet(runs, base.experiment.expected_minutes / len(runs))
 
 
-def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> bool:
+def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> int:
     """Compose each arm's trial at both ends of its space, so that a bad key or value fails
-    before any trial; returns whether every trial runs simulated (then side by side)."""
+    before any trial; returns the most processes one trial starts: 1 where every trial runs
+    simulated (then side by side), else the largest world size on the process engine."""
     from repro.config import compose
 
     where = spec.source or "the tuning spec"
-    simulated = True
+    spawned = 1
     for arm in (spec.arms[name] for name in arms):
         for end in ("low", "high"):
             params = {p.key: getattr(p, end) for p in spec.space_of(arm)}
@@ -238,8 +239,9 @@ def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> 
                     f"{where}: arms.{arm.name} runs with trainer.target_acc=0, so "
                     f"{STEPS_TO_TARGET} has no target; set one in the arm's overrides"
                 )
-            simulated = simulated and cfg.trainer.engine == "simulated"
-    return simulated
+            if cfg.trainer.engine == "processes":
+                spawned = max(spawned, cfg.trainer.world_size)
+    return spawned
 
 
 def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: float) -> str:
@@ -262,16 +264,22 @@ def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: flo
     )
 
 
+def _check_tune_cores(workers: int | None, spawned: int) -> None:
+    """`check_cores` for `--workers` given: the search runs here, whatever cluster the
+    experiment names, and each trial starts `spawned` processes."""
+    if workers is not None:
+        check_cores(workers, per_trial=spawned)
+
+
 def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path | None:
     """Run (or finish) the search with arms `spec` here and write its tuned file when it has an
     export; returns the file's path."""
     check_workers(workers)
-    if workers is not None:
-        check_cores(workers)  # the search runs here, whatever cluster the experiment names
     run_set = check_run_set(spec)
     fresh = not (spec.study_dir / "journal.log").exists()
     if fresh:  # probe before the journal exists: a refused spec leaves nothing behind
-        simulated = probe_arms(spec, run_set.runs, list(spec.arms))
+        spawned = probe_arms(spec, run_set.runs, list(spec.arms))
+        _check_tune_cores(workers, spawned)
     storage = open_journal(spec)
     arms = spec.arms.values()
     studies = {arm.name: open_arm_study(spec, arm, run_set.runs, storage) for arm in arms}
@@ -280,8 +288,9 @@ def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR)
     title = f"tune {spec.experiment}"
     if busy:
         if not fresh:
-            simulated = probe_arms(spec, run_set.runs, busy)
-        k = workers or (min(usable_cores(), sum(left.values())) if simulated else 1)
+            spawned = probe_arms(spec, run_set.runs, busy)
+            _check_tune_cores(workers, spawned)
+        k = workers or (min(usable_cores(), sum(left.values())) if spawned == 1 else 1)
         expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
         print(
             f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {sum(left.values())} "

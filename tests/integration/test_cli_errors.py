@@ -344,6 +344,25 @@ def test_a_sweeps_workers_are_counted_with_the_processes_their_trials_start(caps
     assert rc == 2 and "--workers=3 trials of trainer.world_size=2 worker processes" in err, err
 
 
+def test_a_tunes_workers_are_counted_with_the_processes_their_trials_start(capsys, tmp_path):
+    """`repro tune --workers` as the sweep's: an arm on the process engine starts its
+    trainer.world_size worker processes per trial, refused before the journal is written."""
+    spec = yaml.safe_load((REPO / "sweeps" / "tune" / "adacomm_tiny.yaml").read_text())
+    spec["overrides"] += ["trainer.engine=processes", "trainer.world_size=4"]
+    spec["out"] = str(tmp_path / "out")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    argv = ["tune", "adacomm", "scale=tiny", "--spec", str(path), "--out", str(tmp_path / "t")]
+    with on_one_core():
+        rc = cli.main([*argv, "--workers", "2"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == (
+        "error: --workers=2 trials of trainer.world_size=4 worker processes each on the 1 core "
+        "this command may use is more than 4 per core; lower --workers to at most 1"
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
 def test_a_sweep_whose_out_cannot_be_made_is_one_line_naming_out(capsys, tmp_path):
     spec = yaml.safe_load((REPO / "sweeps" / "topk_cr_pareto.yaml").read_text())
     path = tmp_path / "spec.yaml"
