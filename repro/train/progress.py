@@ -8,7 +8,9 @@ A bar redraws itself with carriage returns, which is right on a terminal and wro
 file: a SLURM job's log would fill with thousands of frames. So when stderr is not a
 terminal (a batch job, a pipe, a CI log), a line such as
 `run: step 1200/5000 (24%), 31.0 steps/s, loss 0.4120 acc 0.861` is printed every
-`LOG_EVERY_S` wall seconds instead, and one when the run stops.
+`LOG_EVERY_S` wall seconds instead, and one when the run stops. A run restored from its
+checkpoint says first where it goes on from, on a terminal or not: without it a resumed
+run's bar starting part-way was the only sign that the steps before were not run again.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class Progress:
         self.places = _decimals(budget_s)
         self.bar: tqdm | None = None
         self.lines = show and not self.stream.isatty()
+        if show and start > 0:  # restored from a checkpoint: said once, before any bar
+            at = f"step {start}/{steps}"
+            if self.by_time:
+                at += f", modeled {now_s:.{self.places}f}/{budget_s:g} s"
+            print(f"{label}: resuming from its checkpoint at {at}", file=self.stream, flush=True)
         if show and not self.lines:
             self.bar = tqdm(
                 total=round(budget_s, self.places) if self.by_time else steps,

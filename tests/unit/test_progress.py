@@ -39,9 +39,10 @@ def test_off_a_terminal_lines_are_spaced_by_wall_time():
     for _ in range(50):
         bar.advance(0.0)
     bar.close()
-    # 50 steps in far less than LOG_EVERY_S: only the closing line
-    assert out.getvalue().splitlines() == [out.getvalue().splitlines()[0]]
-    assert out.getvalue().startswith("run: step 60/100 (60%)")
+    # 50 steps in far less than LOG_EVERY_S: only the closing line, after the resume's
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0] == "run: resuming from its checkpoint at step 10/100"
+    assert lines[1].startswith("run: step 60/100 (60%)")
 
 
 def test_modeled_time_budget_is_counted_in_modeled_seconds():
@@ -88,3 +89,14 @@ def test_on_a_terminal_a_bar():
     drawn = b"".join(chunks).decode()
     os.close(leader)
     assert "\r" in drawn and "1/4" in drawn
+
+
+def test_a_resumed_run_under_a_modeled_budget_says_where_it_goes_on_from():
+    out = io.StringIO()
+    bar = Progress("run", steps=99, budget_s=8, start=5, now_s=2.5, show=True, stream=out)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "run: resuming from its checkpoint at step 5/99, modeled 2.5/8 s"
+    quiet = io.StringIO()
+    Progress("run", steps=99, budget_s=8, start=5, now_s=2.5, show=False, stream=quiet).close()
+    assert quiet.getvalue() == ""
