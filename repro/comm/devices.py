@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -148,14 +149,69 @@ def fix_kernel_order(device: str, deterministic: bool) -> None:
 
 
 def available_bytes(device: str) -> int:
-    """Free memory where the workers will live: the GPU's, or the machine's."""
+    """Free memory where the workers will live: the GPU's, or the machine's, and no more
+    than this process's memory control group leaves it (`cgroup_free_bytes`)."""
     if device.startswith("cuda"):
         return torch.cuda.mem_get_info(torch.device(device))[0]
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+                have = int(line.split()[1]) * 1024
+    limited = cgroup_free_bytes()
+    return have if limited is None else min(have, limited)
+
+
+# (controller list in /proc/self/cgroup, its mount, limit file, usage file, reclaimable
+# page cache in memory.stat): cgroup v2's unified hierarchy, then v1's memory controller
+_CGROUPS = (
+    ("", Path("/sys/fs/cgroup"), "memory.max", "memory.current", "inactive_file"),
+    (
+        "memory",
+        Path("/sys/fs/cgroup/memory"),
+        "memory.limit_in_bytes",
+        "memory.usage_in_bytes",
+        "total_inactive_file",
+    ),
+)
+_NO_LIMIT = 2**62  # v1 writes "no limit" as the largest page-aligned int64
+
+
+def cgroup_free_bytes() -> int | None:
+    """What this process's memory control group and its ancestors leave before their
+    limits (limit - usage + reclaimable page cache, the smallest along the path), or None
+    with no limit set. A SLURM job with its memory constrained (`--mem`), or a container,
+    is killed at its group's limit however much the machine has free (a run refused here
+    at 0.6 GiB of a 1 GiB group was killed by the kernel when the machine's memory was
+    counted), so the refusal before a run counts the group's."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for names, mount, limit_file, usage_file, cache_key in _CGROUPS:
+            if names in (controllers.split(",") if controllers else [""]):
+                found += _free_along(mount, path, limit_file, usage_file, cache_key)
+    return min(found) if found else None
+
+
+def _free_along(mount: Path, path: str, limit_file: str, usage_file: str, cache_key: str):
+    """Each limited group's room on the way from `path` up to its hierarchy's root."""
+    folder = mount / path.lstrip("/")
+    for group in (folder, *folder.parents):
+        try:
+            raw = (group / limit_file).read_text().strip()
+            if raw != "max" and int(raw) < _NO_LIMIT:
+                usage = int((group / usage_file).read_text())
+                lines = (group / "memory.stat").read_text().splitlines()
+                cache = dict(line.split() for line in lines).get(cache_key, 0)
+                yield max(0, int(raw) - usage + int(cache))
+        except (OSError, ValueError):
+            pass  # a group outside this mount namespace, or no such controller
+        if group == mount:
+            break
 
 
 def require_free_memory(subject: str, need: int, detail: str, fix: str) -> None:
