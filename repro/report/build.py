@@ -157,7 +157,7 @@ def render_parts(
     the commands the page gives make runs.
 
     Figures that have nothing to draw come back with the reason instead of a file, so a page
-    refers only to files that exist.
+    refers only to files that exist, and an earlier report's file of that figure is removed.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
     results = evaluate(claims.claims, runs, scale, off, set_settings(f"{claims.paper}_{scale}"))
@@ -167,7 +167,19 @@ def render_parts(
         page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
         (stage / "report.md").write_text(to_markdown(page))
         (stage / "report.html").write_text(to_html(page))
+    _remove_undrawn(claims, figures, out_dir)
     return results, figures
+
+
+def _remove_undrawn(claims: ClaimsFile, figures: Sequence[FigureOut], out_dir: Path) -> None:
+    """Remove the files an earlier report drew for a figure this one could not draw: left,
+    a figure of runs since removed or replaced sat beside the page that calls it missing.
+    Only the claims file's own figure names are touched, never another file there."""
+    fronts = {front.id for front in claims.sweep_fronts}
+    for figure in figures:
+        if figure.file is None:
+            for suffix in (".svg", ".csv", ".html") if figure.id in fronts else (".svg",):
+                (out_dir / f"{figure.id}{suffix}").unlink(missing_ok=True)
 
 
 def build_report(

@@ -160,11 +160,16 @@ def test_render_parts_writes_every_section(tmp_path):
 
 def test_a_figure_without_data_is_named_not_linked(tmp_path):
     claims = load_claims("adacomm", CLAIMS_DIR)
+    render_parts(claims, seeded(adacomm_set()), "small", tmp_path, command="x")
+    assert (tmp_path / "tau_vs_modeled_time.svg").is_file()
+    (tmp_path / "notes.svg").write_text("a researcher's own file")
     runs = {"sync": {0: make_run("sync")}}  # sync logs no method/tau
     render_parts(claims, runs, "small", tmp_path, command="x")
     html = (tmp_path / "report.html").read_text()
     assert "tau_vs_modeled_time.svg" not in html
+    # the earlier report's drawing of it is gone; a file of another name stays
     assert not (tmp_path / "tau_vs_modeled_time.svg").exists()
+    assert (tmp_path / "notes.svg").is_file()
     assert "not drawn: no selected run logged &#x27;method/tau&#x27;" in html
     assert all((tmp_path / s).is_file() for s in img_sources(html))
 
