@@ -37,6 +37,7 @@ from types import ModuleType
 import torch
 
 _INT_VIEWS = {torch.float32: torch.int32, torch.float64: torch.int64}
+_KEY_VIEWS = {**_INT_VIEWS, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 
 def topk_indices(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
@@ -127,12 +128,17 @@ def _compiled(x: torch.Tensor, writes: bool) -> ModuleType | None:
 
 def _by_torch(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
     """The same selection from `torch.topk`'s k-th largest magnitude: everything above it,
-    then the lowest-indexed entries equal to it."""
+    then the lowest-indexed entries equal to it. The magnitudes are ranked as the compiled
+    loops rank them, by the floats' bits with the sign cleared, read as integers (NaN above
+    infinity): compared as floats, a NaN equals no threshold and was neither above nor tied,
+    and the selection came out short of k (a RuntimeError on a GPU's NaN gradient)."""
+    keys = x.detach().contiguous().view(_KEY_VIEWS[x.dtype])
+    keys = keys & torch.iinfo(keys.dtype).max
     parts = []
     offset = 0
     for k, size in zip(ks, sizes, strict=True):
         if k:
-            mag = x[:, offset : offset + size].detach().abs()
+            mag = keys[:, offset : offset + size]
             threshold = torch.topk(mag, k, dim=1, sorted=True).values[:, -1:]
             above = mag > threshold
             tied = mag == threshold

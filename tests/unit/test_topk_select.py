@@ -92,6 +92,22 @@ def test_special_values_rank_as_torch_ranks_them():
     assert topk_indices(x, [8], [9]).tolist() == [[0, 2, 3, 4, 5, 6, 7, 8]]  # +0 before -0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_ranks_special_values_as_the_compiled_loops(dtype):
+    # torch's path (half precision here, any dtype on a GPU): a NaN ranks first, above
+    # infinity, and no selection comes out short of k (a NaN equals no float threshold)
+    x = torch.tensor([[0.0, -0.0, float("inf"), -1.0, 3.0, float("-inf"), float("nan"), -3.0]])
+    for k, want in [
+        (1, [6]),
+        (2, [2, 6]),
+        (3, [2, 5, 6]),
+        (4, [2, 4, 5, 6]),
+        (6, [2, 3, 4, 5, 6, 7]),
+    ]:
+        assert topk_indices(x.to(dtype), [k], [8]).tolist() == [want], k
+        assert topk_indices(x, [k], [8]).tolist() == [want], k  # the compiled loops alike
+
+
 @pytest.mark.parametrize("nonzero", [0, 10, 270, 271, 5_000])
 def test_rows_of_almost_only_zeros_keep_their_non_zeros_and_the_first_zeros(nonzero):
     # a dead layer's gradients: fewer non-zeros than k makes the threshold 0 (the one-pass
