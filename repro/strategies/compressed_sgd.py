@@ -119,6 +119,9 @@ class CompressedSGD(Strategy):
             controller.solve(
                 {c: (g, self._sync_seconds(c, info.link)) for c, g in controller.gains.items()}
             )
+            # the reference gain is the first block's at the new ratio, not one that mixes
+            # gains of the old ratio in (a 20% step in gain then read as a change of 10%)
+            self._window.clear()
         ratio = None if controller is None else controller.cr
         result = self._exchange(info.step, ratio, info.link)
         records += result.records

@@ -233,6 +233,7 @@ class Plain:
                 controller.solve(
                     {c: (g, self.sync_seconds(c, link)) for c, g in controller.gains.items()}
                 )
+                window = []  # the reference gain is the first block's at the new ratio
             last = link
             if moo:
                 cr = controller.cr
