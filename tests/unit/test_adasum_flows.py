@@ -10,6 +10,8 @@ against two independently stepped optimizers whose deltas are averaged.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -146,3 +148,35 @@ def test_delta_and_gradient_flows_agree_for_momentum_sgd_only():
     adam_gradient, _ = _strategy_run("adam", combiner="mean")
     gap = (adam_delta[0] - adam_gradient[0]).norm() / adam_gradient[0].norm()
     assert gap > 1e-3
+
+
+@pytest.mark.parametrize("gather_below_kb", [0, 1024], ids=["halving", "one_allgather"])
+def test_adasums_measured_seconds_count_its_arithmetic_with_its_collectives(gather_below_kb):
+    """comm/measured_s of an Adasum combination is the whole operation's, as Horovod's op
+    and gloo's summing allreduce are timed: work inside the operation but in no collective
+    (here a pause after the real combination, standing for the dot products and weighted
+    sums) is in the records' seconds; bytes and algorithms are unchanged."""
+    replicas = Replicas(_template(), 4, "loop")
+    optimizer = build_optimizer(OPTIMS["sgd"], replicas.parameters())
+    cfg = AdasumConfig(combiner="adasum", gather_below_kb=gather_below_kb)
+    strategy = AdasumStrategy(cfg, 4)
+    strategy.setup(replicas, optimizer, AxisCollectives(4), None)
+    combine = strategy._adasum
+    plain: list = []
+
+    def with_arithmetic(*args):
+        records = combine(*args)
+        plain.extend(records)
+        time.sleep(0.05)
+        return records
+
+    strategy._adasum = with_arithmetic
+    x, y = torch.randn(4, 16, 6), torch.randint(0, 3, (4, 16))
+    info = StepInfo(
+        1, 0.0, replicas.forward_backward(x, y, cross_entropy), 0.1, 0.0, Link(1e-4, 1e9)
+    )
+    strategy.after_backward(info)
+    optimizer.step()
+    records = strategy.after_step(info)
+    assert sum(r.seconds for r in records) >= sum(r.seconds for r in plain) + 0.05
+    assert [(r.op, r.nbytes, r.algo) for r in records] == [(r.op, r.nbytes, r.algo) for r in plain]
