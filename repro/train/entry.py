@@ -26,7 +26,7 @@ from repro.locks import RUN_LOCK
 from repro.schemas.cluster import env_rank_world
 from repro.storage import NewDir
 from repro.train import checkpoint
-from repro.train.checkpoint_pick import choose, finished_summary
+from repro.train.checkpoint_pick import choose, finished_summary, shorter_run_note
 from repro.train.divergence import Diverged
 from repro.train.engine_checks import check_memory, check_process_cores, check_process_memory
 from repro.train.run_lock import run_lock
@@ -99,6 +99,8 @@ def run_training(cfg: Config) -> dict:
     if external is not None and external[0] != 0:
         return _train(cfg, device, external)
     run_dir = run_dir_of(cfg)
+    if note := shorter_run_note(cfg, run_dir):
+        print(note, file=sys.stderr, flush=True)
     folder = NewDir(run_dir, "run_dir")
     with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, RUN_LOCK)):
         # a run that held the lock a moment ago may have finished it

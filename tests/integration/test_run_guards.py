@@ -317,3 +317,23 @@ def test_several_runs_under_an_external_launcher_are_refused(tmp_path, monkeypat
     )
     _one_line(code, err, "2 runs under an external launcher (RANK and WORLD_SIZE set")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_longer_run_of_a_finished_config_says_it_starts_over(tmp_path):
+    """A run's length is part of its identity: raising trainer.steps makes a new run from
+    step 0, and the command says so, naming the finished one; another change says nothing."""
+    base = [*TINY, "tracking=disabled", f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/d"]
+    code, _, err = cli("train", *base, "trainer.steps=20")
+    assert code == 0 and "note:" not in err, err
+    (finished,) = (tmp_path / "runs" / "default").iterdir()
+    code, _, err = cli("train", *base, "trainer.steps=40")
+    assert code == 0, err
+    note = next(line for line in err.splitlines() if line.startswith("note:"))
+    assert note == (
+        f"note: {finished} holds this run finished at trainer.steps=20; a run's length is part "
+        "of its identity, so this one starts from step 0 in a new directory instead of "
+        "extending it"
+    )
+    assert len(list(finished.parent.iterdir())) == 2
+    code, _, err = cli("train", *base, "trainer.steps=40", "optim.lr=0.05")
+    assert code == 0 and "note:" not in err, err
