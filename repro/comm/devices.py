@@ -148,18 +148,26 @@ def fix_kernel_order(device: str, deterministic: bool) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def available_bytes(device: str) -> int:
-    """Free memory where the workers will live: the GPU's, or the machine's, and no more
-    than this process's memory control group leaves it (`cgroup_free_bytes`)."""
+# what holds the free memory, as a refusal names it
+_GROUP = "this process's memory group (a job's --mem, a container's limit) leaves"
+
+
+def free_memory(device: str) -> tuple[int, str]:
+    """Free bytes where the workers will live, and the words a refusal names them by: the
+    GPU's, or the machine's and no more than this process's memory control group leaves
+    it (`cgroup_free_bytes`), which is then named instead: a SLURM user checking `free`
+    would find the machine's memory far from the figure."""
     if device.startswith("cuda"):
-        return torch.cuda.mem_get_info(torch.device(device))[0]
+        return torch.cuda.mem_get_info(torch.device(device))[0], f"{device} has"
     have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
                 have = int(line.split()[1]) * 1024
     limited = cgroup_free_bytes()
-    return have if limited is None else min(have, limited)
+    if limited is not None and limited < have:
+        return limited, _GROUP
+    return have, "this machine has"
 
 
 # (controller list in /proc/self/cgroup, its mount, limit file, usage file, reclaimable
@@ -177,7 +185,9 @@ _CGROUPS = (
 _NO_LIMIT = 2**62  # v1 writes "no limit" as the largest page-aligned int64
 
 
-def cgroup_free_bytes() -> int | None:
+def cgroup_free_bytes(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), hierarchies: tuple = _CGROUPS
+) -> int | None:
     """What this process's memory control group and its ancestors leave before their
     limits (limit - usage + reclaimable page cache, the smallest along the path), or None
     with no limit set. A SLURM job with its memory constrained (`--mem`), or a container,
@@ -185,13 +195,13 @@ def cgroup_free_bytes() -> int | None:
     at 0.6 GiB of a 1 GiB group was killed by the kernel when the machine's memory was
     counted), so the refusal before a run counts the group's."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = proc_cgroup.read_text().splitlines()
     except OSError:
         return None
     found = []
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        for names, mount, limit_file, usage_file, cache_key in _CGROUPS:
+        for names, mount, limit_file, usage_file, cache_key in hierarchies:
             if names in (controllers.split(",") if controllers else [""]):
                 found += _free_along(mount, path, limit_file, usage_file, cache_key)
     return min(found) if found else None
@@ -215,13 +225,14 @@ def _free_along(mount: Path, path: str, limit_file: str, usage_file: str, cache_
 
 
 def require_free_memory(subject: str, need: int, detail: str, fix: str) -> None:
-    """Refuse, before anything is allocated, `need` bytes that this machine's free memory
-    cannot hold, in one line: `<subject> about X GiB<detail> and this machine has Y GiB
-    free; <fix>` (the subject names the setting and its verb)."""
-    have = available_bytes("cpu")
+    """Refuse, before anything is allocated, `need` bytes that the free memory cannot hold,
+    in one line: `<subject> about X GiB<detail> and this machine has Y GiB free; <fix>` (the
+    subject names the setting and its verb; a memory group's limit is named as such)."""
+    have, where = free_memory("cpu")
     if need > have:
         gib = 2**30
+        more = ", or give the job more memory" if where == _GROUP else ""
         raise UserError(
-            f"{subject} about {need / gib:.1f} GiB{detail} and this machine has "
-            f"{have / gib:.1f} GiB free; {fix}"
+            f"{subject} about {need / gib:.1f} GiB{detail} and {where} {have / gib:.1f} GiB "
+            f"free; {fix}{more}"
         )

@@ -24,7 +24,7 @@ from repro.report.missing_runs import report_command, reproduce_command
 from repro.report.page import assemble
 from repro.report.plots import clock_sentence, draw_figure, seeds_sentence
 from repro.report.sweep_front import draw_sweep_front
-from repro.storage import staged_folder
+from repro.storage import staged_folder, storage_error
 from repro.track.runs import find_runs
 from repro.track.series import NotMeasurable, Run, Seeded, cfg, label_of, natural_key, seed_of
 
@@ -167,6 +167,7 @@ def render_parts(
         page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
         (stage / "report.md").write_text(to_markdown(page))
         (stage / "report.html").write_text(to_html(page))
+    # after the new page is in place: had the move failed, the old page kept its figures
     _remove_undrawn(claims, figures, out_dir)
     return results, figures
 
@@ -179,7 +180,10 @@ def _remove_undrawn(claims: ClaimsFile, figures: Sequence[FigureOut], out_dir: P
     for figure in figures:
         if figure.file is None:
             for suffix in (".svg", ".csv", ".html") if figure.id in fronts else (".svg",):
-                (out_dir / f"{figure.id}{suffix}").unlink(missing_ok=True)
+                try:
+                    (out_dir / f"{figure.id}{suffix}").unlink(missing_ok=True)
+                except OSError as e:
+                    raise storage_error(out_dir, e, "--out") from None
 
 
 def build_report(

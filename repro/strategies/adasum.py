@@ -22,7 +22,7 @@ The pure reference operator lives in `adasum_op` and is re-exported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from repro.comm.adasum_rules import ZERO_NORM_GUARDS, check_world_size
@@ -256,8 +256,6 @@ def whole_operation(records: list[CommRecord], seconds: float) -> list[CommRecor
     allreduce whose summing is inside gloo's timed call; counting the collectives alone
     left Adasum's arithmetic out of `comm/measured_s` (the one-allgather path's whole local
     tree). Bytes, algorithms and so the modeled clock are unchanged."""
-    from dataclasses import replace
-
     arithmetic = max(0.0, seconds - sum(r.seconds for r in records))
     last = records[-1]
     return [*records[:-1], replace(last, seconds=last.seconds + arithmetic)]

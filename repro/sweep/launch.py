@@ -219,29 +219,32 @@ def check_run_set(spec: SweepSpec) -> RunSet:
     return RunSet(runs, base.experiment.expected_minutes / len(runs))
 
 
-def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> int:
-    """Compose each arm's trial at both ends of its space, so that a bad key or value fails
-    before any trial; returns the most processes one trial starts: 1 where every trial runs
-    simulated (then side by side), else the largest world size on the process engine."""
+def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> tuple[bool, int]:
+    """Compose each arm's trial at every probe point of its space (both ends of a range,
+    every choice of a categorical entry, walked together), so that a bad key or value fails
+    before any trial. Returns whether every trial runs simulated (then side by side) and the
+    most processes one trial starts (its world size on the process engine, else 1)."""
     from repro.config import compose
 
     where = spec.source or "the tuning spec"
-    spawned = 1
+    simulated, spawned = True, 1
     for arm in (spec.arms[name] for name in arms):
-        for end in ("low", "high"):
-            params = {p.key: getattr(p, end) for p in spec.space_of(arm)}
+        values = {p.key: p.probe_values() for p in spec.space_of(arm)}
+        for i in range(max((len(v) for v in values.values()), default=1)):
+            params = {key: v[min(i, len(v) - 1)] for key, v in values.items()}
             try:
                 cfg = compose(arm_trial_overrides(spec, runs, arm, params, spec.seeds[0]))
             except UserError as err:
-                raise UserError(f"{where}: arms.{arm.name} at the {end} end: {err}") from None
+                at = ", ".join(f"{k}={v!r}" for k, v in params.items())
+                raise UserError(f"{where}: arms.{arm.name} at {at}: {err}") from None
             if spec.objective.metric == STEPS_TO_TARGET and cfg.trainer.target_acc <= 0:
                 raise UserError(
                     f"{where}: arms.{arm.name} runs with trainer.target_acc=0, so "
                     f"{STEPS_TO_TARGET} has no target; set one in the arm's overrides"
                 )
             if cfg.trainer.engine == "processes":
-                spawned = max(spawned, cfg.trainer.world_size)
-    return spawned
+                simulated, spawned = False, max(spawned, cfg.trainer.world_size)
+    return simulated, spawned
 
 
 def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: float) -> str:
@@ -278,7 +281,7 @@ def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR)
     run_set = check_run_set(spec)
     fresh = not (spec.study_dir / "journal.log").exists()
     if fresh:  # probe before the journal exists: a refused spec leaves nothing behind
-        spawned = probe_arms(spec, run_set.runs, list(spec.arms))
+        simulated, spawned = probe_arms(spec, run_set.runs, list(spec.arms))
         _check_tune_cores(workers, spawned)
     storage = open_journal(spec)
     arms = spec.arms.values()
@@ -288,9 +291,9 @@ def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR)
     title = f"tune {spec.experiment}"
     if busy:
         if not fresh:
-            spawned = probe_arms(spec, run_set.runs, busy)
+            simulated, spawned = probe_arms(spec, run_set.runs, busy)
             _check_tune_cores(workers, spawned)
-        k = workers or (min(usable_cores(), sum(left.values())) if spawned == 1 else 1)
+        k = workers or (min(usable_cores(), sum(left.values())) if simulated else 1)
         expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
         print(
             f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {sum(left.values())} "

@@ -85,15 +85,17 @@ def read_checked_json(path: Path) -> dict:
     return obj
 
 
-def config_diff(old: dict, new: dict) -> list[str]:
+def changed_keys(old: dict, new: dict) -> dict[str, tuple]:
+    """The dotted settings whose values differ between two nested configs: key -> (old
+    value, new value), in key order."""
     from repro.config import flat
 
     a, b = flat(old), flat(new)
-    return [
-        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
-        for k in sorted(a.keys() | b.keys())
-        if a.get(k) != b.get(k)
-    ]
+    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+def config_diff(old: dict, new: dict) -> list[str]:
+    return [f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed_keys(old, new).items()]
 
 
 def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:

@@ -22,11 +22,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.config import Config, config_hash, flat, identity, run_dir_of
+from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
 from repro.train.checkpoint import (
     COMMIT,
     Damaged,
+    changed_keys,
     check_run_dir,
     check_writable,
     read_checked_json,
@@ -213,18 +214,15 @@ def finished_or_resumable(cfg: Config) -> dict | None:
     return done
 
 
-# A run's length: a longer run of the same config is another run, not this one extended.
-_LENGTH_KEYS = {"trainer.steps", "trainer.time_budget_s"}
-
-
 def shorter_run_note(cfg: Config, run_dir: Path) -> str | None:
     """A line for a run about to start in a new `run_dir` beside a finished run of the same
-    label and config but for its length (`trainer.steps`, `trainer.time_budget_s`). The
-    length is part of a run's identity, so raising it starts a new run from step 0 instead
-    of extending the finished one: said, since the command gives no other sign of it."""
+    label and config but shorter (fewer `trainer.steps`, or a smaller
+    `trainer.time_budget_s`). The length is part of a run's identity, so lengthening a run
+    starts a new one from step 0 instead of extending the finished one: said, since the
+    command gives no other sign of it."""
     if cfg.run_dir or run_dir.exists() or not run_dir.parent.is_dir():
         return None
-    mine = flat(identity(cfg))
+    mine = identity(cfg)
     for other in sorted(run_dir.parent.iterdir()):
         if not other.name.startswith(f"{cfg.label}-") or not (other / "summary.json").exists():
             continue
@@ -232,13 +230,22 @@ def shorter_run_note(cfg: Config, run_dir: Path) -> str | None:
             recorded, _ = recorded_identity(other)
         except OSError:
             continue
-        theirs = flat(recorded or {})
-        changed = {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)}
-        if recorded and changed and changed <= _LENGTH_KEYS:
-            was = ", ".join(f"{k}={theirs.get(k)}" for k in sorted(changed))
+        changed = changed_keys(recorded, mine) if recorded else {}
+        if changed and all(_longer(k, was, now) for k, (was, now) in changed.items()):
+            was = ", ".join(f"{k}={old}" for k, (old, _) in changed.items())
             return (
                 f"note: {other} holds this run finished at {was}; a run's length is part of "
                 "its identity, so this one starts from step 0 in a new directory instead of "
                 "extending it"
             )
     return None
+
+
+def _longer(key: str, was, now) -> bool:
+    """Whether setting `key` going from `was` to `now` lengthens a run, and does nothing
+    else (a time budget of 0 is none: adding one shortens the run)."""
+    if key == "trainer.steps":
+        return now > was
+    if key == "trainer.time_budget_s":
+        return was > 0 and (now == 0 or now > was)
+    return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from repro.comm.capacity import PROCESS_BYTES, refuse_past_per_core
-from repro.comm.devices import available_bytes, require_free_memory
+from repro.comm.devices import free_memory, require_free_memory
 from repro.errors import UserError
 
 if TYPE_CHECKING:
@@ -129,12 +129,13 @@ def check_memory(
     cfg: Config, model: torch.nn.Module, sample: torch.Tensor, eval_samples: int, device: str
 ) -> None:
     """Refuse a world size whose estimate exceeds the free memory, before allocating."""
-    need, have = estimate_bytes(cfg, model, sample, eval_samples), available_bytes(device)
+    need = estimate_bytes(cfg, model, sample, eval_samples)
+    have, where = free_memory(device)
     if need > have:
         gib = 2**30
         raise UserError(
             f"trainer.world_size={cfg.trainer.world_size} needs about {need / gib:.1f} GiB "
-            f"under the simulated engine and {device} has {have / gib:.1f} GiB free; lower "
+            f"under the simulated engine and {where} {have / gib:.1f} GiB free; lower "
             + ("trainer.world_size, " if cfg.trainer.world_size > 1 else "")
             + "trainer.batch_size or workload.eval_batch_size"
             + (f", {_FIX}" if cfg.trainer.world_size > 1 else "")

@@ -73,7 +73,11 @@ def test_a_run_past_its_groups_memory_limit_is_refused_before_anything_is_writte
     ran = repro_cli(*args, cwd=tmp_path, under=join)
     err = ran.stderr.strip()
     assert ran.returncode == 2 and len(err.splitlines()) == 1, err
-    need, have = re.search(r"needs about ([\d.]+) GiB .* cpu has ([\d.]+) GiB free", err).groups()
+    need, have = re.search(
+        r"needs about ([\d.]+) GiB .* and this process's memory group \(a job's --mem, a "
+        r"container's limit\) leaves ([\d.]+) GiB free; lower ",
+        err,
+    ).groups()
     assert float(have) < LIMIT / 2**30  # the group's room, not the machine's
     assert float(have) < float(need) < _machine_free_gib()  # the machine's would have passed
     assert list(tmp_path.iterdir()) == []

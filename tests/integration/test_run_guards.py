@@ -335,5 +335,6 @@ def test_a_longer_run_of_a_finished_config_says_it_starts_over(tmp_path):
         "extending it"
     )
     assert len(list(finished.parent.iterdir())) == 2
-    code, _, err = cli("train", *base, "trainer.steps=40", "optim.lr=0.05")
-    assert code == 0 and "note:" not in err, err
+    for other in (["trainer.steps=40", "optim.lr=0.05"], ["trainer.steps=10"]):
+        code, _, err = cli("train", *base, *other)  # another setting changed; a shorter run
+        assert code == 0 and "note:" not in err, err

@@ -32,7 +32,7 @@ def test_a_data_set_too_large_for_free_memory_is_refused_before_anything_is_writ
     tmp_path, monkeypatch, dataset
 ):
     per_sample = data._GENERATED_BYTES[dataset]
-    monkeypatch.setattr(devices, "available_bytes", lambda device: 1000 * per_sample)
+    monkeypatch.setattr(devices, "free_memory", lambda d: (1000 * per_sample, "this machine has"))
     with pytest.raises(UserError) as refused:
         data.load(dataset, str(tmp_path / "data"), False, 1001, seed=0)
     assert str(refused.value) == (

@@ -174,6 +174,18 @@ def test_a_figure_without_data_is_named_not_linked(tmp_path):
     assert all((tmp_path / s).is_file() for s in img_sources(html))
 
 
+def test_a_sweep_front_not_drawn_takes_its_earlier_table_and_page_with_it(tmp_path):
+    claims = load_claims("topk", CLAIMS_DIR)
+    (front,) = claims.sweep_fronts
+    earlier = [tmp_path / f"{front.id}{suffix}" for suffix in (".svg", ".csv", ".html")]
+    for path in earlier:
+        path.write_text("an earlier report's")
+    runs = {"dense_ring": {0: make_run("dense_ring")}}  # no sweep beside them: not drawn
+    _, figures = render_parts(claims, runs, "small", tmp_path, command="x")
+    assert next(f for f in figures if f.id == front.id).file is None
+    assert not any(path.exists() for path in earlier)
+
+
 def test_no_runs_is_a_user_error_naming_the_command_that_makes_them_there(tmp_path):
     # the runs root named, so the command given writes its runs where the report looks
     msg = (
