@@ -247,8 +247,9 @@ class _WorkerLinear(torch.autograd.Function):
     forward and the input's gradient are one product over all workers' samples (`addmm`,
     `mm`) instead of a batched one over n views of that row: cnn1d_wide's hidden layer at
     8 x 32 samples took 0.86x and 0.91x the time, a Top-k step 0.25-0.35 ms less. Each
-    output is the same dot product, and on these kernels the same bits (tested against rows
-    of their own).
+    output is the same dot product, on most CPUs' kernels with the same bits (tested against
+    rows of their own); on some (a Xeon whose kernels block the MNIST-1D CNN's classifier,
+    32 x 250 @ 250 x 10, another way) the two agree to float rounding only.
     """
 
     @staticmethod

@@ -71,6 +71,35 @@ def test_state_round_trip_keeps_worker_views(resnet):
     assert torch.equal(first, replicas.params[0][1])
 
 
+def _one_product_is_the_batched(template) -> bool:
+    """Whether this machine's kernels give the stacked linear layers' one product over all
+    workers' samples (`addmm` and `mm`, shared rows) the bits of the batched products over
+    each worker's own row (`baddbmm` and `bmm`), forward and for the input's gradient, at the
+    model's shapes: so on most CPUs; on a Xeon whose kernels block 32 x 250 @ 250 x 10
+    otherwise the two agree to float rounding only."""
+    g = torch.Generator().manual_seed(3)
+    for layer in (m for m in template.modules() if isinstance(m, torch.nn.Linear)):
+        w = torch.randn(layer.out_features, layer.in_features, generator=g)
+        b = torch.randn(layer.out_features, generator=g)
+        h = torch.randn(4, 8, layer.in_features, generator=g)
+        grad = torch.randn(4, 8, layer.out_features, generator=g)
+        rows, biases = w.expand(4, *w.shape).contiguous(), b.expand(4, -1).contiguous()
+        one = torch.addmm(b, h.reshape(32, -1), w.t()).view(4, 8, -1)
+        if not torch.equal(one, torch.baddbmm(biases.unsqueeze(1), h, rows.transpose(1, 2))):
+            return False
+        if not torch.equal(torch.mm(grad.reshape(32, -1), w).view_as(h), torch.bmm(grad, rows)):
+            return False
+    return True
+
+
+def _bitwise(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert torch.equal(a, b)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+
+
 @pytest.mark.parametrize(
     ("model", "vectorize"),
     [("cnn1d", "stacked"), ("cnn1d_wide", "stacked"), ("cnn1d", "loop"), ("mlp", "vmap")],
@@ -86,11 +115,13 @@ def test_one_shared_row_trains_as_rows_of_their_own_bit_for_bit(model, vectorize
     x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (4, 8), generator=g)
     own, shared = Replicas(template, 4, vectorize), Replicas(template, 4, vectorize, shared=True)
     assert all(p.stride(0) == 0 and p.is_leaf for p in shared.params)
-    assert torch.equal(
+    same = _bitwise if vectorize != "stacked" or _one_product_is_the_batched(template) else _close
+    same(
         own.forward_backward(x, y, F.cross_entropy), shared.forward_backward(x, y, F.cross_entropy)
     )
     for a, b in zip(own.params, shared.params, strict=True):
-        assert torch.equal(a.grad, b.grad) and b.grad.stride(0) != 0
+        same(a.grad, b.grad)
+        assert b.grad.stride(0) != 0
     for a, b in zip(own.state_dict()["params"], shared.state_dict()["params"], strict=True):
         assert torch.equal(a, b) and b.is_contiguous()
     with torch.no_grad():
