@@ -166,6 +166,7 @@ class AdasumStrategy(Strategy):
         from repro.comm.adasum_allreduce import adasum_allreduce_
         from repro.comm.adasum_gather import adasum_gather_
         from repro.comm.flat_layout import FlatLayout
+        from repro.comm.stopwatch import Stopwatch
 
         if comm.world_size != self.world_size:
             raise ValueError(
@@ -186,6 +187,7 @@ class AdasumStrategy(Strategy):
             nbytes = self._layout.total * self._flat.element_size()
             small = nbytes <= self.cfg.gather_below_kb * 1024
             self._adasum = adasum_gather_ if small else adasum_allreduce_
+            self._watch = Stopwatch(first.device)  # times the whole combination each step
 
     @no_grad
     def after_backward(self, info: StepInfo) -> list[CommRecord]:
@@ -229,11 +231,8 @@ class AdasumStrategy(Strategy):
 
     def _combine(self, layout: FlatLayout, comm: Collectives) -> list[CommRecord]:
         if self.cfg.combiner == "adasum":
-            from repro.comm.stopwatch import Stopwatch
-
             guard = ZERO_NORM_GUARDS[self.cfg.zero_norm_guard]
-            run = Stopwatch(self._flat.device).time
-            records, seconds = run(self._adasum, self._flat, layout, comm, guard)
+            records, seconds = self._watch.time(self._adasum, self._flat, layout, comm, guard)
             return whole_operation(records, seconds)
         deltas = self._flat[:, : layout.total]
         return [comm.allreduce(deltas, average=self.cfg.combiner == "mean")]
