@@ -32,6 +32,7 @@ is scrubbed of the password before it reaches a message.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -157,9 +158,26 @@ def retry_callback() -> RetryHeartbeatStaleTrialCallback:
         return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
 
 
+class _NoFallbackWarning(logging.Filter):
+    """Drops Optuna's "Caught an error from sqlalchemy ... Falling back to a slower
+    alternative" warning. Optuna guesses that the error was a query with too many variables
+    and runs a slower one: that either works, and there is nothing to act on, or meets the
+    same error again, and `lost_database` says in one line that the server went (a database
+    dropped while a trial was read printed the warning, its SQL and the guess first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Caught an error from sqlalchemy")
+
+
+_FALLBACK_FILTER = _NoFallbackWarning()
+
+
 def open_storage(spec: StudyPlace) -> BaseStorage:
     """The study's storage, connected: an unreachable database is a one-line `UserError`."""
     import optuna
+
+    # the logger of Optuna's RDB storage module: a filter applies to its own records only
+    logging.getLogger("optuna.storages._rdb.storage").addFilter(_FALLBACK_FILTER)
 
     if spec.storage is None:
         from repro.sweep.journal import open_journal_file

@@ -164,3 +164,41 @@ def test_a_worker_with_nothing_to_start_says_which_trials_it_waits_for(tmp_path,
         assert list(_adaptive_points(spec, study, storage, locks, "me", None, StopSignals())) == []
     finally:
         kill(live)
+
+
+def test_optunas_fallback_guess_is_not_printed(tmp_path):
+    """Optuna meets a query it cannot run (here one binding more ids than this SQLite
+    connection takes; in CI a database dropped while a trial was read), logs its guess that
+    the query had too many variables with the query's SQL, and runs a slower one. The sweep
+    prints none of it: the slower query works, or `lost_database` says in one line why not."""
+    import logging
+    import sqlite3
+
+    import sqlalchemy
+    import yaml
+
+    from repro.sweep.spec import spec_from_dict
+    from repro.sweep.storage import open_storage
+
+    raw = yaml.safe_load((Path(__file__).parents[2] / "sweeps" / "tiny.yaml").read_text())
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    spec = spec_from_dict({**raw, "out": str(tmp_path), "storage": url}, "t.yaml")
+    storage = open_storage(spec)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.tell(study.ask(), 1.0)
+    storage.engine.dispose()  # connections made from here on bind at most 4 variables
+    sqlalchemy.event.listen(
+        storage.engine,
+        "connect",
+        lambda conn, _: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 4),
+    )
+    logged: list[str] = []
+    printer = logging.Handler()  # beside Optuna's own, which writes to stderr
+    printer.emit = lambda record: logged.append(record.getMessage())
+    logging.getLogger("optuna").addHandler(printer)
+    try:  # the call of Optuna's cached storage: 10 unfinished ids, none after the 10th
+        trials = storage._get_trials(study._study_id, None, set(range(10)), 10)
+    finally:
+        logging.getLogger("optuna").removeHandler(printer)
+    assert [t.number for t in trials] == [0]
+    assert logged == []
