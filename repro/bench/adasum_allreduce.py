@@ -3,16 +3,17 @@
 Maleki et al. (MLSys 2021) call their Adasum allreduce "almost as efficient as simply
 summing gradients": it moves a reduce-scatter's plus an allgather's worth of data, like a
 ring allreduce, and adds per-level dot products and three float64 scalars per tensor.
-Here both run over 4 spawned gloo ranks on 1 MB to 64 MB of float32 split into 8 tensors
+Here both run over 4 spawned gloo ranks on 1 MiB to 64 MiB of float32 split into 8 tensors
 of unequal sizes (a model's layers), both in place on one persistent flat buffer, as
 `method=adasum` runs them: the plain allreduce sums it (the `combiner=sum` path), Adasum
 (`adasum_allreduce_`) combines it per tensor. Each time is the median over repeats of the
-slowest rank, after a warm-up call. Goal:
-Adasum at most 1.5x the plain allreduce at 64 MB.
+slowest rank, after a warm-up call, every call from each rank's own buffer. Goal: Adasum
+at most 1.5x the plain allreduce at 64 MiB.
 
 A second table times the small-message path (`repro.comm.adasum_gather`: one allgather,
-the tree applied locally) beside the halving allreduce from 16 KB to 4 MB, the range in
-which `method.gather_below_kb` (default 256) switches between them and where they meet.
+the tree applied locally) beside the halving allreduce from 16 KiB to 4 MiB, the range in
+which `method.gather_below_kb` (default 256) switches between them, and says where the
+gather path stops being the faster.
 
 Bytes moved per rank: Adasum's are its recorded sendrecv and scalar payloads; the plain
 allreduce's are a ring allreduce's 2 (n-1)/n M, since gloo does not report its own.
@@ -29,6 +30,7 @@ import time
 
 import torch
 
+from repro.bench import machine_load
 from repro.comm.adasum_allreduce import adasum_allreduce_
 from repro.comm.adasum_gather import adasum_gather_
 from repro.comm.flat_layout import FlatLayout
@@ -36,8 +38,8 @@ from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 
 WORLD = 4
-SIZES_MB = (1, 4, 16, 64)
-SMALL_KB = (16, 64, 256, 1024, 2048, 4096)
+SIZES_MIB = (1, 4, 16, 64)
+SMALL_KIB = (16, 64, 256, 1024, 2048, 4096)
 # Relative layer sizes: a few large weight matrices and small biases.
 LAYER_SHARES = (0.30, 0.001, 0.25, 0.001, 0.20, 0.002, 0.2455, 0.0005)
 GOAL = 1.5
@@ -62,14 +64,20 @@ def _row_buffer(layers: list[torch.Tensor], world: int) -> tuple[FlatLayout, tor
     return layout, layout.flatten([t.unsqueeze(0) for t in layers])
 
 
-def _time(comm: ProcessCollectives, fn, repeats: int) -> float:
-    fn()  # warm-up: gloo connections, allocator
+def _time(comm: ProcessCollectives, fn, flat: torch.Tensor, repeats: int) -> float:
+    """Median seconds of the slowest rank's `fn`, each call from this rank's own `flat`:
+    both paths combine in place, and ranks that all held the same sums would time a
+    combination of equal vectors."""
+    own = flat.clone()
     times = []
-    for _ in range(repeats):
+    for i in range(repeats + 1):  # the first a warm-up: gloo connections, allocator
+        flat.copy_(own)
         comm.barrier()
         start = time.perf_counter()
         fn()
-        times.append(_slowest(comm, time.perf_counter() - start))
+        if i:
+            times.append(_slowest(comm, time.perf_counter() - start))
+    flat.copy_(own)
     return statistics.median(times)
 
 
@@ -78,58 +86,75 @@ def _worker(rank: int, world: int, repeats: int) -> tuple[list, list]:
     init_process_group()
     comm = ProcessCollectives()
     rows, small = [], []
-    for mb in SIZES_MB:
-        layout, flat = _row_buffer(_layers(mb << 20, rank), world)
-        t_plain = _time(comm, functools.partial(comm.allreduce, flat), repeats)
+    for mib in SIZES_MIB:
+        layout, flat = _row_buffer(_layers(mib << 20, rank), world)
+        t_plain = _time(comm, functools.partial(comm.allreduce, flat), flat, repeats)
         adasum = functools.partial(adasum_allreduce_, flat, layout, comm)
-        t_adasum = _time(comm, adasum, repeats)
+        t_adasum = _time(comm, adasum, flat, repeats)
         moved = sum(r.nbytes for r in adasum())
-        rows.append((mb, t_plain, t_adasum, moved))
-    for kb in SMALL_KB:
-        layout, flat = _row_buffer(_layers(kb << 10, rank), world)
+        rows.append((mib, t_plain, t_adasum, moved))
+    for kib in SMALL_KIB:
+        layout, flat = _row_buffer(_layers(kib << 10, rank), world)
         times = [
-            _time(comm, functools.partial(fn, *args), 3 * repeats)
+            _time(comm, functools.partial(fn, *args), flat, 3 * repeats)
             for fn, args in (
                 (comm.allreduce, (flat,)),
                 (adasum_allreduce_, (flat, layout, comm)),
                 (adasum_gather_, (flat, layout, comm)),
             )
         ]
-        small.append((kb, *times))
+        small.append((kib, *times))
     return rows, small
 
 
 def _small_table(small: list) -> list[str]:
     lines = [
-        f"{'size':>6}{'allreduce s':>13}{'halving s':>11}{'ratio':>7}{'gather s':>10}{'ratio':>7}"
+        f"{'size':>7}{'allreduce s':>13}{'halving s':>11}{'ratio':>7}{'gather s':>10}{'ratio':>7}"
     ]
-    for kb, t_plain, t_halving, t_gather in small:
+    for kib, t_plain, t_halving, t_gather in small:
         lines.append(
-            f"{kb:>4}KB{t_plain:>13.4f}{t_halving:>11.4f}{t_halving / t_plain:>7.2f}"
+            f"{kib:>4}KiB{t_plain:>13.4f}{t_halving:>11.4f}{t_halving / t_plain:>7.2f}"
             f"{t_gather:>10.4f}{t_gather / t_plain:>7.2f}"
         )
     return lines
 
 
+def crossover_line(small: list) -> str:
+    """Where the gather path stops being the faster: the largest size at which it wins
+    and the next size measured (`method.gather_below_kb` is meant to sit between)."""
+    sizes = [kib for kib, *_ in small]
+    wins = [kib for kib, _, halving, gather in small if gather < halving]
+    if not wins:
+        return f"the halving allreduce is the faster at every size from {sizes[0]} KiB"
+    if wins[-1] == sizes[-1]:
+        return f"the gather path is the faster at every size up to {sizes[-1]} KiB"
+    after = sizes[sizes.index(wins[-1]) + 1]
+    return (
+        f"the gather path is the faster up to {wins[-1]} KiB, the halving allreduce at {after} KiB"
+    )
+
+
 def run(repeats: int = 5) -> list[str]:
     rows, small = spawn(_worker, WORLD, repeats)[0]
     lines = [
-        f"{WORLD} gloo ranks, 8 tensors, median of {repeats} (slowest rank)",
-        f"{'size':>6}{'allreduce s':>13}{'adasum s':>11}{'ratio':>7}"
-        f"{'ring MB/rank':>14}{'adasum MB/rank':>16}",
+        f"{WORLD} gloo ranks, 8 tensors, median of {repeats} (slowest rank); {machine_load()}",
+        f"{'size':>7}{'allreduce s':>13}{'adasum s':>11}{'ratio':>7}"
+        f"{'ring MiB/rank':>15}{'adasum MiB/rank':>17}",
     ]
     ratio = float("nan")
-    for mb, t_plain, t_adasum, moved in rows:
+    for mib, t_plain, t_adasum, moved in rows:
         ratio = t_adasum / t_plain
-        ring = 2 * (WORLD - 1) / WORLD * mb
+        ring = 2 * (WORLD - 1) / WORLD * mib
         lines.append(
-            f"{mb:>4}MB{t_plain:>13.4f}{t_adasum:>11.4f}{ratio:>7.2f}"
-            f"{ring:>14.2f}{moved / 2**20:>16.2f}"
+            f"{mib:>4}MiB{t_plain:>13.4f}{t_adasum:>11.4f}{ratio:>7.2f}"
+            f"{ring:>15.2f}{moved / 2**20:>17.2f}"
         )
     verdict = "met" if ratio <= GOAL else "NOT met"
-    lines.append(f"goal: adasum <= {GOAL}x allreduce at {SIZES_MB[-1]} MB: {ratio:.2f}x, {verdict}")
+    lines.append(
+        f"goal: adasum <= {GOAL}x allreduce at {SIZES_MIB[-1]} MiB: {ratio:.2f}x, {verdict}"
+    )
     lines.append(f"small messages, median of {3 * repeats}: halving allreduce and gather path")
-    return lines + _small_table(small)
+    return [*lines, *_small_table(small), crossover_line(small), f"end: {machine_load()}"]
 
 
 if __name__ == "__main__":

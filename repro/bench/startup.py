@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from repro.bench import machine_load
+
 REPEATS = 3
 CPU_GOAL_S = 1.5
 FIRST_STEP = [
@@ -44,10 +46,6 @@ OPTIMIZER = (
     "import torch; p = torch.zeros(1, requires_grad=True); p.grad = torch.ones(1); "
     "torch.optim.SGD([p], lr=0.1).step()"
 )
-
-
-def _load() -> str:
-    return "load " + "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _timed(cmd: list[str], expect_rc: int, cwd: Path) -> tuple[float, float, str]:
@@ -76,7 +74,7 @@ def _line(what: str, wall: float, cpu: float, tail: str = "") -> str:
 
 def run() -> list[str]:
     repro = str(Path(sys.executable).parent / "repro")
-    lines = [f"{os.cpu_count()} CPUs, median of {REPEATS} runs each ({_load()})"]
+    lines = [f"{os.cpu_count()} CPUs, median of {REPEATS} runs each ({machine_load()})"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         root = Path(tmp)
         baselines = {
@@ -115,5 +113,9 @@ def run() -> list[str]:
             + f" (the step itself {statistics.median(steps):.2f} s; CPU beyond import torch"
             f" {cpu - torch_cpu:.2f} s)"
         )
-    lines.append(f"({_load()} at the end)")
+    lines.append(f"({machine_load()} at the end)")
     return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(run()))

@@ -11,25 +11,31 @@ rates, which change no arithmetic), plus its evaluation amortised per step at th
 run's evaluation together already exceed that (an evaluation cadence and test set fixed by
 the run set's regime), the line says so with their ratio: no faster step can meet the goal.
 
+The workloads: every Top-k label of the small set and the 8- and 32-worker Adasum runs;
+of the AdaComm set, synchronous SGD and AdaComm (its fixed-period local SGD and
+learning-rate-decay labels take the same CNN step at other periods and rates).
+
 Floor steps and simulated steps alternate one by one in the same process (one torch
 thread, as the simulated engine runs), so both see the same moments of load, and each is
-taken as its fastest of 40 (evaluation: of 5): on a shared machine the least disturbed run
-is the best estimate of the unloaded one. The machine's load average is printed at start
-and end. The MOO run's probes (5 candidate ratios x 5 trial steps from a snapshot) are
-timed by asking for extra probes and charged at the rate its run probes: 6 probes in
-1,300 steps (seed 0, `repro reproduce topk`, measured here; 8 before a re-solve on a
-network change started a new gain block).
+taken as the mean of its fastest quarter of 40 (evaluation: the fastest of 5): on a shared
+machine the least disturbed runs are the best estimate of the unloaded one. Steps that ran
+different parts (a local-SGD step that averages against one that does not) are averaged
+apart and weighted by how often they ran (`PartTimer.typical`), so an averaging is
+charged at its period's rate. The machine's load average is printed at start and end.
+The MOO run's probes (5 candidate ratios x 5 trial steps from a snapshot) are timed by
+asking for extra probes and charged at the rate its run probes: 6 probes in 1,300 steps
+(seed 0, `repro reproduce topk`, measured here; 8 before a re-solve on a network change
+started a new gain block).
 
 The breakdown is each part's own time per step (nested calls counted in the inner part),
-averaged over the fastest quarter of the steps:
-forward/backward, Top-k selection, error feedback, collectives, Adasum's combination, the
-optimizer, the rest of the exchange (flattening, scattering), MOO probes, the rest of the
-step (data, clocks, metrics) and evaluation.
+by the same statistic as the step, so the parts add up to it: forward/backward, Top-k
+selection, error feedback, collectives, Adasum's combination, the optimizer, the rest of
+the exchange (flattening, scattering), MOO probes, the rest of the step (data, clocks,
+metrics) and evaluation.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -37,7 +43,8 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from repro.bench.step_parts import PartTimer, instrument, module_parts
+from repro.bench import machine_load
+from repro.bench.step_parts import PartTimer, fastest_mean, instrument, module_parts
 from repro.comm.axis_collectives import AxisCollectives
 from repro.config import Config
 from repro.optim.stacked import SGD
@@ -45,16 +52,14 @@ from repro.reproduce.run_sets import run_set
 from repro.train.trainer import Trainer
 
 TOPK = ["dense_ring"] + [
-    f"{family}_topk_c{c}" for family in ("ag", "star", "var") for c in ("0.1", "0.01", "0.001")
+    f"{family}_topk_c{c}"
+    for family in ("ag", "star", "var", "flex")
+    for c in ("0.1", "0.01", "0.001")
 ]
 LABELS = {"adacomm": ["sync", "adacomm"], "topk": [*TOPK, "moo"]}
 ADASUM_WORKERS = (8, 32)
 MOO_STEPS_PER_PROBE = 1300 / 6
 GOAL = 1.5
-
-
-def _load() -> str:
-    return "load " + "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 class _Floor:
@@ -125,10 +130,10 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
     instrument(trainer, timer)
     step = 0
 
-    def train_step() -> float:
+    def train_step() -> None:
         nonlocal step
         step += 1
-        return timer.step(trainer.train_step, step)
+        timer.step(trainer.train_step, step)
 
     def untimed_step() -> float:
         nonlocal step
@@ -141,26 +146,25 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
         train_step()
         floor.step()
     timer.reset()
-    floors, steps_s, evals, probes = [], [], [], []
+    floors, evals, probes = [], [], []
     with module_parts(timer):
         for _ in range(rounds):
             for _ in range(steps):  # one of each in turn: the same moments of load for both
                 floors.append(_timed(floor.step))
-                steps_s.append(train_step())
+                train_step()
             evals.append(_timed(lambda: trainer.log_point(step)))
             if label == "moo":
                 trainer.strategy._probe_due = True  # the next step probes, as a re-probe does
                 probes.append(untimed_step())
     evaluation = min(evals) / cfg.trainer.eval_every
-    parts = timer.fastest_parts()
-    step_s = min(steps_s)
+    step_s, parts = timer.typical()
     if probes:
         # the probing steps' parts are left out; the probe is charged at the run's rate
         parts["MOO probes"] = (min(probes) - step_s) / MOO_STEPS_PER_PROBE
         step_s += parts["MOO probes"]
     parts["evaluation"] = evaluation
     return {
-        "floor": min(floors),
+        "floor": fastest_mean(floors),
         "step": step_s + evaluation,
         "parts": parts,
         "workers": n,
@@ -186,9 +190,13 @@ def row_lines(paper: str, label: str, r: dict) -> list[str]:
 
 def run(labels: list[str] | None = None, rounds: int = 5, steps: int = 8) -> list[str]:
     torch.set_num_threads(1)
-    lines = [f"start: {_load()}"]
+    lines = [f"start: {machine_load()}"]
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
         for paper, label, cfg in workloads(Path(tmp), labels):
             lines += row_lines(paper, label, measure(label, cfg, rounds, steps))
-    lines.append(f"end: {_load()}")
+    lines.append(f"end: {machine_load()}")
     return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(run()))

@@ -71,14 +71,32 @@ class PartTimer:
         self.totals.clear()
         self.history.clear()
 
-    def fastest_parts(self, share: float = 0.25) -> dict[str, float]:
-        """Seconds per step of each part, averaged over the fastest `share` of the steps
-        (on a shared machine, the least disturbed), REST last."""
-        fastest = sorted(self.history, key=lambda h: h[0])[: max(1, int(len(self.history) * share))]
-        names = {k for _, parts in fastest for k in parts}
-        out = {k: sum(p.get(k, 0.0) for _, p in fastest) / len(fastest) for k in names}
+    def typical(self, share: float = 0.25) -> tuple[float, dict[str, float]]:
+        """Seconds per step and each part's, REST last: the steps grouped by the parts they
+        ran (a local-SGD step that averages calls collectives, one that does not calls
+        none), each group's fastest `share` averaged (on a shared machine, the least
+        disturbed) and the groups weighted by how often they ran. The parts add up to the
+        step, and a step that comes once a period is charged at its rate, not left out as
+        the slowest."""
+        groups: dict[frozenset, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+        for elapsed, parts in self.history:
+            groups[frozenset(k for k, v in parts.items() if v > 0)].append((elapsed, parts))
+        step, out = 0.0, defaultdict(float)
+        for steps in groups.values():
+            weight = len(steps) / len(self.history)
+            fastest = sorted(steps, key=lambda h: h[0])[: max(1, int(len(steps) * share))]
+            step += weight * sum(e for e, _ in fastest) / len(fastest)
+            for _, parts in fastest:
+                for k, v in parts.items():
+                    out[k] += weight * v / len(fastest)
         rest = out.pop(REST, 0.0)
-        return {**dict(sorted(out.items(), key=lambda kv: -kv[1])), REST: rest}
+        return step, {**dict(sorted(out.items(), key=lambda kv: -kv[1])), REST: rest}
+
+
+def fastest_mean(seconds: list[float], share: float = 0.25) -> float:
+    """The mean of the fastest `share` of `seconds`, the statistic of `PartTimer.typical`."""
+    fastest = sorted(seconds)[: max(1, int(len(seconds) * share))]
+    return sum(fastest) / len(fastest)
 
 
 def _wrap_attr(owner, name: str, timer: PartTimer, part: str, absorb: bool = False) -> None:

@@ -1,16 +1,18 @@
 """Measured cost of Flexible Top-k's exchanges on loopback gloo, and of its Top-k selection.
 
 1. AG-Topk and AR-Topk (STAR leader, ring allreduce) at c = 0.1 and 0.001 on 4 gloo workers,
-   against a dense allreduce of the same 2M-entry float32 vector (8 MB) measured in the same
-   processes. Each exchange is timed whole, as a training step runs it: the Top-k
-   selection, the collectives, the sum or scatter into a dense average. The figure per
-   exchange is the slowest rank's median over the repeats, each repeat starting at a
-   barrier. On loopback bandwidth is plentiful and latency tiny, so this shows the real
-   compute-plus-copy overheads, not the alpha-beta regime the modeled clock charges; the
-   selection alone (torch.topk over the whole vector, every rank in AG-Topk, the leader in
-   AR-Topk) is timed beside each pair, since on CPU it can outweigh the communication.
-   Each rank is one process holding one worker (`ProcessCollectives`), so the gradient is
-   one row, (1, NUMEL), on the worker axis the exchanges take.
+   against a dense allreduce of the same 2M-entry float32 vector (8 MiB) measured in the
+   same processes, each repeat from each rank's own gradient. Each exchange is timed
+   whole, as a training step runs it: the Top-k selection, the collectives, the sum or
+   scatter into a dense average. The figure per exchange is the slowest rank's median over
+   the repeats, each repeat starting at a barrier. On loopback bandwidth is plentiful and
+   latency tiny, so this shows the real compute-plus-copy overheads, not the alpha-beta
+   regime the modeled clock charges. The selection alone (`repro.compress.topk.compress`
+   over the whole vector: every rank's in AG-Topk, the leader's in AR-Topk) is timed in
+   the same workers beside each pair, every rank at once as in AG-Topk, since on CPU it
+   can outweigh the communication. Each rank is one process holding one worker
+   (`ProcessCollectives`), so the gradient is one row, (1, NUMEL), on the worker axis the
+   exchanges take.
 2. The Top-k selection alone on the MNIST-1D CNN's flattened gradient at both ratios,
    against one training step of that model (forward, backward, optimizer step at the small
    experiment's batch of 64), both on one thread in this process.
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 import torch
 
+from repro.bench import machine_load
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.compress.exchange import ag_topk_exchange, ar_topk_exchange, dense_exchange
@@ -55,16 +58,24 @@ def _exchange_worker(rank: int, world: int) -> dict[str, float]:
     torch.set_num_threads(1)
     comm = ProcessCollectives()
     grad = torch.randn(1, NUMEL, generator=torch.Generator().manual_seed(rank))
-    dense = _median_seconds(lambda: dense_exchange(comm, grad, "ring"), comm.barrier, REPEATS)
-    out = {"dense": dense}
+    work = grad.clone()
+
+    def fresh() -> None:
+        """Each repeat from this rank's own gradient: the dense allreduce sums in place, and
+        every rank's equal sums would give every rank the same Top-k."""
+        work.copy_(grad)
+        comm.barrier()
+
+    def timed(fn: Callable[[], object]) -> float:
+        return _median_seconds(fn, fresh, REPEATS)
+
+    out = {"dense": timed(lambda: dense_exchange(comm, work, "ring"))}
     for c in RATIOS:
         k = k_for(NUMEL, c)
-        out[f"ag {c}"] = _median_seconds(
-            lambda k=k: ag_topk_exchange(comm, grad, k), comm.barrier, REPEATS
-        )
-        out[f"ar {c}"] = _median_seconds(
-            lambda k=k: ar_topk_exchange(comm, grad, k, leader=0), comm.barrier, REPEATS
-        )
+        out[f"ag {c}"] = timed(lambda k=k: ag_topk_exchange(comm, work, k))
+        out[f"ar {c}"] = timed(lambda k=k: ar_topk_exchange(comm, work, k, leader=0))
+        # as inside AG-Topk: every rank selecting at once, on the cores they share
+        out[f"select {c}"] = timed(lambda k=k: compress(work, k))
     return out
 
 
@@ -99,22 +110,19 @@ def run() -> list[str]:
     dense = slowest["dense"]
     lines = [
         f"{WORLD} gloo workers on loopback, {NUMEL:,}-entry float32 gradient "
-        f"({NUMEL * 4 / 1e6:.1f} MB); slowest rank's median of {REPEATS}",
+        f"({NUMEL * 4 / 2**20:.0f} MiB); slowest rank's median of {REPEATS}; {machine_load()}",
         f"  dense allreduce: {dense * 1e3:.2f} ms",
     ]
-    torch.set_num_threads(1)
-    grad = torch.randn(1, NUMEL, generator=torch.Generator().manual_seed(0))
     for c in RATIOS:
         for kind, label in (("ag", "AG-Topk"), ("ar", "AR-Topk (STAR)")):
             t = slowest[f"{kind} {c}"]
             lines.append(f"  {label} c={c:g}: {t * 1e3:.2f} ms = {t / dense:.3f} x dense")
-        k = k_for(NUMEL, c)
-        select_s = _median_seconds(lambda k=k: compress(grad, k), lambda: None, REPEATS)
+        select_s = slowest[f"select {c}"]
         lines.append(
-            f"    of which one Top-k selection (this process, k={k:,}): {select_s * 1e3:.2f} ms"
-            f" = {select_s / dense:.3f} x dense"
+            f"    of which one Top-k selection (k={k_for(NUMEL, c):,}, every rank at once): "
+            f"{select_s * 1e3:.2f} ms = {select_s / dense:.3f} x dense"
         )
-    return lines + _selection_vs_step()
+    return [*lines, *_selection_vs_step(), f"end: {machine_load()}"]
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The floor benchmark's breakdown reaches the code it names: a Top-k step's selection is
 timed as "selection" while `module_parts` is active, and the module is itself again after;
-and a row's lines say when the floor and its evaluation alone already pass the goal."""
+a step that comes once a period counts at its rate; and a row's lines say when the floor
+and its evaluation alone already pass the goal."""
 
+import pytest
 import torch
 
 import repro.compress.topk as topk_mod
@@ -20,6 +22,23 @@ def test_selection_inside_a_step_is_timed_as_its_own_part_and_restored_after():
     parts = timer.history[0][1]
     assert parts["selection"] > 0.0
     assert parts["selection"] + parts[REST] <= timer.history[0][0] + 1e-9
+
+
+def test_a_step_that_comes_once_a_period_is_charged_at_its_rate_and_the_parts_add_up():
+    """Local SGD at tau = 4 over 8 steps: 6 steps compute alone (1 ms, or 5 ms when
+    disturbed), 2 also average (3 ms). The typical step is 3/4 x 1 + 1/4 x 3 ms, not the
+    fastest step (which leaves the averaging out); its parts sum to it."""
+    timer = PartTimer()
+    alone = [{"forward/backward": 0.8e-3, REST: 0.2e-3}] * 5 + [
+        {"forward/backward": 4.8e-3, REST: 0.2e-3}
+    ]
+    averaging = [{"forward/backward": 0.8e-3, "collective": 2.0e-3, REST: 0.2e-3}] * 2
+    timer.history = [(sum(p.values()), p) for p in alone + averaging]
+    step, parts = timer.typical(share=0.5)
+    assert step == pytest.approx(0.75 * 1e-3 + 0.25 * 3e-3)
+    assert parts == pytest.approx({"forward/backward": 0.8e-3, "collective": 0.5e-3, REST: 0.2e-3})
+    assert sum(parts.values()) == pytest.approx(step)
+    assert list(parts)[-1] == REST
 
 
 def _result(floor_ms: float, step_ms: float, evaluation_ms: float) -> dict:
