@@ -18,7 +18,6 @@ command only does what is left.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import multiprocessing
@@ -26,13 +25,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker
 from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.comm.capacity import usable_cores
+from repro.comm.launch import interrupts_held
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError
 from repro.schemas.cluster import ClusterConfig, check_launched_runs, env_rank_world
@@ -248,24 +247,6 @@ def _side_run_at(job: tuple[int, Config]):
     return (job[0], *_side_run(job[1]))
 
 
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """Workers started inside are born with SIGINT blocked (held, not dropped) and let it in
-    once they have their own answer to it. A Ctrl-C reaches the whole process group, and one
-    landing while a spawned worker still imports torch would raise KeyboardInterrupt in
-    multiprocessing's bootstrap: "Process SpawnProcess-1:" and a traceback above the
-    command's one-line stop, and a side-by-side worker lost so leaves its pool waiting. A
-    Ctrl-C to this process meanwhile arrives on leaving: enter this where a stop is handled."""
-    # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
-    # first worker, or its pool's first lock), so it starts before the block
-    resource_tracker.ensure_running()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def _side_worker_start() -> None:
     """A side-by-side worker leaves interrupts to the set's process, which stops every worker
     at once (a Ctrl-C reaches the whole process group), and dies with it."""
@@ -303,7 +284,7 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
     ctx = multiprocessing.get_context("spawn")
     pool = None
     try:
-        with _interrupts_held():
+        with interrupts_held():
             pool = ctx.Pool(slots, initializer=_side_worker_start)
         outcomes = pool.imap_unordered(_side_run_at, list(enumerate(cfg for _, cfg in quiet)))
         for i, summary, diverged in outcomes:
@@ -357,7 +338,7 @@ class Workers:
             for i, fn in enumerate(workers)
         ]
         try:
-            with _interrupts_held():
+            with interrupts_held():
                 for p in procs:
                     p.start()
             for p in procs:

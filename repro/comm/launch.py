@@ -17,6 +17,7 @@ timeout (`init_process_group(timeout_s=...)`) ends the survivors.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -26,8 +27,9 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from multiprocessing import resource_tracker
 from typing import Any
 
 import torch
@@ -145,6 +147,7 @@ def _heartbeat(beats, rank: int, interval_s: float) -> None:
 
 def _worker(rank, world, port, fn, args, results, beats, beat_s, environ, launcher):
     signal.signal(signal.SIGINT, _stop_once)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # born held (`spawn`)
     die_with_launcher(launcher)
     os.environ.clear()
     os.environ.update(environ)
@@ -231,6 +234,39 @@ def stop_arrived() -> bool:
     return _STOP_ARRIVED.is_set()
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Processes started inside are born with SIGINT blocked (held, not dropped) and let it
+    in once they have their own answer to it, and a Ctrl-C to this process meanwhile
+    arrives on leaving: enter this where a stop is handled.
+
+    A Ctrl-C reaches the whole process group. One landing while a spawned worker still
+    imports torch would raise KeyboardInterrupt in multiprocessing's bootstrap: "Process
+    SpawnProcess-1:" and a traceback above the command's one-line stop, and a side-by-side
+    worker lost so leaves its pool waiting; one landing while the forkserver loads
+    `worker_preload` (seconds) printed its traceback the same way. The block is this
+    thread's alone, and Python runs a signal's handler on the main thread whichever thread
+    the kernel gave it to, so the handler is also set aside while inside (on the main
+    thread): a stop raised inside `Process.start`, while it waits for the forkserver, left
+    a worker to be forked after this process had gone, failing on its queue's semaphore
+    with a traceback of its own."""
+    # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
+    # first worker, or its pool's first lock), so it starts before the block
+    resource_tracker.ensure_running()
+    arrived: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, lambda s, _: arrived.append(s)) if main else None
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main:  # None: a handler not set from Python, which this cannot put back
+            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # one held on this thread: here
+        if arrived:
+            signal.raise_signal(signal.SIGINT)
+
+
 def _end(procs: list, timeout_s: float, kill: bool = True) -> None:
     """Wait for every process to exit, killing them first (`kill`) or once `timeout_s` is
     up."""
@@ -280,8 +316,9 @@ def spawn(
         for r in range(world_size)
     ]
     try:
-        for p in procs:
-            p.start()
+        with interrupts_held():  # the forkserver too, and so every worker forked from it
+            for p in procs:
+                p.start()
     except BaseException:
         # a stop (Ctrl-C, kill) while they start: the started ones would start on after we
         # are gone and fail on the results queue we took down, each with a traceback

@@ -350,3 +350,34 @@ def test_a_run_sets_workers_leave_sigint_to_it_from_their_start(tmp_path):
     how = (_to_workers, signal.SIGINT)
     rc, out, err = _interrupt(args, tmp_path, _worker_loading_torch(str(tmp_path)), how)
     assert rc == 0 and "Process Spawn" not in out + err and "Traceback" not in out + err, out + err
+
+
+def _parent(pid: str) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    except OSError:  # it ended meanwhile
+        return None
+
+
+def _forkserver_loading(marker: str) -> Callable[[], bool]:
+    """Ready once the command (the process whose arguments hold `marker`) has started its
+    worker server: it then loads torch and the compiled loops for seconds before the first
+    worker forks."""
+
+    def ready() -> bool:
+        rows = _ps()
+        commands = {p for p, _, args in rows if marker in args and "forkserver" not in args}
+        return any(_parent(p) in commands for p, _, args in rows if "forkserver" in args)
+
+    return ready
+
+
+def test_ctrl_c_while_the_worker_server_loads_says_so_in_one_line(tmp_path):
+    """Ctrl-C as a run on worker processes starts them: the worker server printed its
+    KeyboardInterrupt traceback from its imports, or, held there, a worker forked after the
+    command had gone printed one about its queue."""
+    run = tmp_path / "run"
+    args = ["train", "experiment=adacomm_tiny", "trainer.engine=processes", "trainer.world_size=2"]
+    args += [f"run_dir={run}", f"data.root={tmp_path / 'data'}", "tracking=disabled"]
+    rc, out, err = _interrupt(args, tmp_path, _forkserver_loading(str(run)))
+    _one_line(rc, out, err, "train stopped")
