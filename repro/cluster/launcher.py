@@ -137,7 +137,8 @@ def launch_runs(
     the next command once submitted jobs end (e.g. the report). With `minutes_per_run` (a
     run set's measured minutes per run, 0 when not measured; `measured`: minutes by label,
     `expected_time`) the expected time of the runs left to do here is printed first, then
-    `also`. One run diverging fails the command unless it is `in_set` (a set's added seed)."""
+    `also`. A run that diverges alone fails the command, unless it is `in_set` (a set's added
+    seed); one of several is a result, said in its line and in the count of runs ready."""
     from repro.train.checkpoint_pick import finished_or_resumable
 
     kinds = {cfg.cluster.kind for _, cfg in runs}

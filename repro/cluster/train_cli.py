@@ -14,12 +14,23 @@ here rather than by Hydra's app runner, which would treat them as overrides and 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from repro import config_keys, hydra_overrides
 from repro.cluster.slurm_env import join_srun_step
-from repro.config import CONFIG_DIR, GROUPS, compose, compose_dict, parse_overrides, to_config
+from repro.config import (
+    CONFIG_DIR,
+    GROUPS,
+    Config,
+    compose,
+    compose_dict,
+    identity,
+    parse_overrides,
+    run_dir_of,
+    to_config,
+)
 from repro.errors import UserError, override_key, say_stopped, sigterm_stops
 
 FLAGS = "--multirun/-m, --cfg job|hydra|all, --help/-h"
@@ -66,6 +77,7 @@ def main(argv: list[str]) -> int:
     for combo, cfg in zip(combos, configs, strict=True):
         values = [o for o in combo if override_key(o) in several]
         runs.append((f"{cfg.label} ({', '.join(values)})" if values else cfg.label, cfg))
+    runs = _one_run_per_directory(runs)
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
     try:
         with sigterm_stops():
@@ -73,10 +85,40 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt as stop:
         return say_stopped(
             stop,
-            "train stopped; run the same command again to resume from the last checkpoint "
-            "(finished runs are kept)",
+            "train stopped; run the same command again to resume (from each run's last "
+            "checkpoint, where it wrote one; finished runs are kept)",
         )
     return 0
+
+
+def _one_run_per_directory(runs: list[tuple[str, Config]]) -> list[tuple[str, Config]]:
+    """A multirun's runs, one per run directory. Runs that would share a directory and
+    compute the same (their configs differ in no setting of the run's identity, such as
+    `trainer.progress`, or not at all) are one run, said once; runs of different configs in
+    one directory (a fixed `run_dir`) are refused before any runs: the second would find
+    the first's run and stop, or both would write it at once."""
+    from repro.train.checkpoint import changed_keys
+
+    first: dict[Path, tuple[str, Config]] = {}
+    kept = []
+    for label, cfg in runs:
+        where = run_dir_of(cfg)
+        if where not in first:
+            first[where] = (label, cfg)
+            kept.append((label, cfg))
+            continue
+        other, seen = first[where]
+        changed = changed_keys(identity(seen), identity(cfg))
+        if changed:
+            key, (a, b) = next(iter(changed.items()))
+            raise UserError(
+                f"run_dir={where}: runs {other} and {label} of this multirun would share it, "
+                f"but their {key} differs ({a!r} -> {b!r}); leave run_dir unset (each run "
+                "then gets runs_root/<experiment>/<label>-<hash>) or make it differ by run, "
+                f"e.g. run_dir={where}/${{{key}}}"
+            )
+        print(f"train: {label} is the same run as {other} ({where}): run once", flush=True)
+    return kept
 
 
 def _flags(argv: list[str]) -> tuple[bool, str, list[str]]:

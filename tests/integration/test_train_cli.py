@@ -57,6 +57,35 @@ def test_a_multirun_with_a_diverging_run_ends_alike_every_time_it_is_given(tmp_p
     assert again.stdout.count("diverged sync (optim.lr=3): training diverged at") == 1, again.stdout
 
 
+def test_a_multirun_whose_runs_would_share_a_directory_is_refused_before_any_runs(tmp_path):
+    """A fixed run_dir under a comma list: the first run finished, then the second found it
+    and stopped ("holds a run of another config"), or, side by side, found it in use."""
+    shared = tmp_path / "shared"
+    args = ["train", "--multirun", *TINY, "seed=0,1", f"run_dir={shared}"]
+    proc = repro_cli(*args, f"data.root={tmp_path}/data", cwd=tmp_path)
+    assert proc.returncode == 2 and not shared.exists(), proc.stdout
+    assert proc.stderr == (
+        f"error: run_dir={shared}: runs sync (seed=0) and sync (seed=1) of this multirun would "
+        "share it, but their seed differs (0 -> 1); leave run_dir unset (each run then gets "
+        f"runs_root/<experiment>/<label>-<hash>) or make it differ by run, e.g. "
+        f"run_dir={shared}/${{seed}}\n"
+    )
+
+
+@pytest.mark.slow
+def test_runs_of_a_multirun_that_compute_the_same_run_once(tmp_path):
+    """Two values of a setting outside the run's identity (or one value twice) make one run:
+    side by side, the second found the first's directory in use and failed."""
+    args = ["train", "--multirun", *TINY, "trainer.keep_checkpoints=1,2", "compute.mode=sampled"]
+    proc = repro_cli(*args, f"runs_root={tmp_path}/runs", f"data.root={tmp_path}/data")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp_path / "runs" / "default").iterdir()
+    said = "train: sync (trainer.keep_checkpoints=2) is the same run as sync "
+    said += "(trainer.keep_checkpoints=1)"
+    assert f"{said} ({run_dir}): run once" in proc.stdout.splitlines()
+    assert proc.stdout.count("done sync") == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o027], ids=["022", "027"])
 def test_a_runs_files_take_the_users_umask_like_any_other_file(tmp_path, umask):
