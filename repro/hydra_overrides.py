@@ -61,6 +61,11 @@ EXPECTS = {
 }
 
 
+_HYDRA_PLACES = ("hydra.run", "hydra.sweep", "hydra.job.chdir", "hydra.output_subdir")
+"""Hydra's settings of where an app's outputs go: runs are placed by `run_dir` and
+`runs_root`, and the app runner that would read these is not used."""
+
+
 def parse(overrides: Iterable[str], config_dir: Path) -> list[Override]:
     """Parse every override before composing, so that a syntax error names its override
     (Hydra's parser raises a traceback that names neither the setting nor the fix)."""
@@ -80,6 +85,12 @@ def parse(overrides: Iterable[str], config_dir: Path) -> list[Override]:
             ) from None
     for override in parsed:
         key = override.key_or_group
+        if key.startswith(_HYDRA_PLACES):
+            raise UserError(
+                f"{override.input_line}: repro places a run by run_dir=DIR, or runs_root=DIR "
+                "(each run in runs_root/<experiment>/<label>-<hash>; with --multirun one "
+                "directory per run), not by Hydra's output directories"
+            )
         if override.is_delete() and "." not in key and key != "experiment":
             refusal = _undeletable(key, [o for o in overrides if o[:1] != "~"], config_dir)
             if refusal:
@@ -137,6 +148,11 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
     text = str(e)
     if text.startswith("Ambiguous value for argument"):
         return several_values(text.split("'")[1], config_dir)
+    appended = re.match(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if appended:
+        key = appended[1]
+        given = next((o for o in overrides if override_key(o) == key), f"+{key}=...")
+        return f"{given}: {key} exists already; `+` adds a new key: set it as {given.lstrip('+')}"
     set_by_file = SET_BY_FILE.match(text)
     if set_by_file:
         return _set_by_file(set_by_file["key"], set_by_file["file"], overrides, config_dir)
@@ -234,6 +250,12 @@ def _one_line(e: Exception) -> str:
     keep = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "reference_type"))]
     key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key")), "")
     msg = keep[0] if keep else type(e).__name__
+    if "HydraConfig was not set" in msg:  # `${hydra:job.num}`: the app runner's own state
+        return (
+            f"{key or 'a setting'}: ${{hydra:...}} reads the state of Hydra's app runner, "
+            "which repro does not use; interpolate a setting instead (e.g. "
+            "run_dir=runs/s${seed}), or set runs_root=DIR for one directory per run"
+        )
     return f"{key}: {msg}" if key and key not in msg else msg
 
 
@@ -285,6 +307,8 @@ def _missing_value(raw: str, others: list[str], config_dir: Path) -> str:
 
 def _example(key: str, node) -> str:
     value = node._value() if node is not None else None
+    if isinstance(value, str) and "${" in value:  # the rejected interpolation itself
+        value = None
     if isinstance(node, BooleanNode):
         value = str(value).lower() if value is not None else "true"
     elif isinstance(node, EnumNode) and value is not None:
@@ -314,14 +338,31 @@ def _closest(key: str, known: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def expand_sweep(overrides: list[str]) -> list[list[str]]:
-    """Every combination of Hydra sweep values (a=1,2 b=x,y), as plain override lists."""
+def expand_sweep(overrides: list[str], config_dir: Path) -> list[list[str]]:
+    """Every combination of Hydra sweep values (a=1,2 b=x,y; range(..); choice(..); a
+    group's glob(..) over its choices), as plain override lists."""
+    from hydra.core.override_parser.types import Glob
+
     parsed = OverridesParser.create().parse_overrides(overrides)
     choices = []
     for raw, ov in zip(overrides, parsed, strict=True):
-        if ov.is_sweep_override():
-            key = ov.get_key_element()
-            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
-        else:
+        if not ov.is_sweep_override():
             choices.append([raw])
+            continue
+        key = ov.get_key_element()
+        glob = ov.value()
+        if not isinstance(glob, Glob):
+            choices.append([f"{key}={v}" for v in ov.sweep_string_iterator()])
+            continue
+        group = override_key(raw)
+        if not (config_dir / group).is_dir():  # Hydra's glob needs names to filter
+            raise UserError(
+                f"{raw}: glob() picks among a config group's choices (method=glob(*topk*)); "
+                f"list the values of {group} instead: {group}=A,B"
+            )
+        known = group_options(group, config_dir)
+        names = glob.filter(known)
+        if not names:
+            raise UserError(f"{raw} matches no {group}; choose from {known}")
+        choices.append([f"{key}={name}" for name in names])
     return [list(c) for c in itertools.product(*choices)]

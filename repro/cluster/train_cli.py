@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     sweeps = [ov.input_line for ov in parsed if ov.is_sweep_override()]
     if sweeps and not multirun:
         raise UserError(hydra_overrides.several_values(sweeps[0], CONFIG_DIR))
-    combos = hydra_overrides.expand_sweep(overrides)
+    combos = hydra_overrides.expand_sweep(overrides, CONFIG_DIR)
     if show:  # one YAML document per combination
         print("---\n".join(_show(combo, show) for combo in combos), end="")
         return 0

@@ -58,6 +58,16 @@ HYDRA_CASES = [
     # a comma list without --multirun: every fix on the one line
     (["method=local_sgd", "method.tau=1,4"], ("method.tau=1,4", "--multirun", "[1,4]")),
     (["method=local_sgd,adacomm"], ("several choices", "--multirun")),
+    # a group's choice as Hydra reads it: quoted is the choice, a list or null is refused
+    (["method=[sync,adacomm]"], ("one method per run", "--multirun method=sync,adacomm")),
+    (["experiment=null"], ("experiment=null: a config group takes one of", "not null")),
+    (["--multirun", "seed=glob(*)"], ("glob() picks among a config group's choices",)),
+    (["--multirun", "method=glob(zzz*)"], ("matches no method; choose from",)),
+    # Hydra's output places, its runner's state and `+` on a key that exists: the fix
+    (["hydra.run.dir=out"], ("hydra.run.dir=out: repro places a run by run_dir=DIR",)),
+    (["run_dir=r/${hydra:job.num}"], ("run_dir: ${hydra:...}", "run_dir=runs/s${seed}")),
+    (["+trainer.steps=5"], ("trainer.steps exists already", "set it as trainer.steps=5")),
+    (["trainer.steps=${optim.lr}"], ("expected an int", "e.g. trainer.steps=VALUE")),
     # syntax and flags
     (["trainer.steps=[1,"], ("trainer.steps=[1,", "key=value")),
     (["--cfg", "jobs"], ("--cfg jobs", "--cfg job")),

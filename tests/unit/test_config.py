@@ -92,6 +92,13 @@ def test_default_is_mnist1d_sync():
     )
 
 
+def test_a_quoted_group_choice_is_that_choice():
+    """Hydra reads `method='adacomm'` as adacomm; the check of choices read the quotes too,
+    and refused it while listing it among the choices."""
+    assert compose(["method='adacomm'"]).method.name == "adacomm"
+    assert compose(['method="local_sgd"']).method.name == "local_sgd"
+
+
 @pytest.mark.parametrize(
     "override,field",
     [
