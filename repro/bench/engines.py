@@ -86,9 +86,12 @@ def _step_seconds(trainers: dict[str, Trainer]) -> dict[str, float]:
     return {name: fastest_mean(t) for name, t in times.items()}
 
 
-def _run_seconds(root: Path, engine: str) -> float:
+def _run_seconds(root: Path, engine: str, turn: int) -> float:
+    """Seconds of a whole run from the command line, in a directory of its own (the same
+    one again would be skipped as finished)."""
     exe = Path(sys.executable).parent / "repro"
-    args = [f"trainer.engine={engine}", f"run_dir={root / engine}", f"data.root={root / 'data'}"]
+    run_dir = root / f"{engine}-{turn}"
+    args = [f"trainer.engine={engine}", f"run_dir={run_dir}", f"data.root={root / 'data'}"]
     started = time.perf_counter()
     done = subprocess.run([str(exe), "train", *RUN, *args], capture_output=True, text=True)
     if done.returncode:
@@ -126,9 +129,9 @@ def run() -> list[str]:
                 )
         # in turn, twice, each engine's faster run kept: a run is one sample of its load
         runs: dict[str, list[float]] = {"processes": [], "simulated": []}
-        for order in (("processes", "simulated"), ("simulated", "processes")):
+        for turn, order in enumerate((("processes", "simulated"), ("simulated", "processes"))):
             for engine in order:
-                runs[engine].append(_run_seconds(root, engine))
+                runs[engine].append(_run_seconds(root, engine, turn))
         processes, simulated = min(runs["processes"]), min(runs["simulated"])
         speedup = processes / simulated
         lines.append(
