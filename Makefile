@@ -15,12 +15,13 @@ PORT    ?= 8080
 # PyPI's build: rm -rf .venv && make install.
 TORCH_INDEX_URL ?=
 TORCH   := torch==2.14.1 torchvision==0.29.1
-TORCH_STAMP := .venv/.torch-$(notdir $(TORCH_INDEX_URL))
+# one stamp per index, named by its last path part (a trailing slash left off)
+TORCH_STAMP := .venv/.torch-$(notdir $(patsubst %/,%,$(TORCH_INDEX_URL)))
 export WANDB_SILENT := true
 
 .PHONY: install test test-fast lint bench reproduce-adacomm reproduce-topk reproduce-adasum \
         reproduce-all report report-check sweep dashboard slurm-up slurm-down pg-up pg-down clean \
-        gpu-check tune
+        clean-runs gpu-check tune
 
 install: $(VENV)
 ifneq ($(TORCH_INDEX_URL),)
@@ -35,10 +36,11 @@ $(VENV): pyproject.toml
 	$(if $(TORCH_INDEX_URL),touch $(TORCH_STAMP))
 	touch $(VENV)
 
-# torch and torchvision replaced by TORCH_INDEX_URL's build in an existing .venv
+# torch and torchvision replaced by TORCH_INDEX_URL's build in an existing .venv; if that
+# install fails the .venv is no longer marked installed, so the next make installs it again
 .venv/.torch-%: | $(VENV)
 	.venv/bin/pip uninstall -q -y torch torchvision
-	.venv/bin/pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH)
+	.venv/bin/pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH) || { rm -f $(VENV); exit 1; }
 	rm -f .venv/.torch-*
 	touch $@
 
@@ -80,8 +82,13 @@ report-check: $(VENV)
 
 # Equal-budget tuning of a run set's arms (sweeps/tune/PAPER_SCALE.yaml) into
 # configs/tuned/PAPER_SCALE.yaml, which the repository commits: make tune PAPER=adacomm
+# checked as the Makefile is read: in the recipe, after a fresh clone's whole install
+ifneq ($(filter tune,$(MAKECMDGOALS)),)
+ifndef PAPER
+$(error set PAPER, e.g. make tune PAPER=adacomm)
+endif
+endif
 tune: $(VENV)
-	$(if $(PAPER),,$(error set PAPER, e.g. make tune PAPER=adacomm))
 	.venv/bin/repro tune $(PAPER) scale=$(SCALE)
 
 sweep: $(VENV)
@@ -102,6 +109,11 @@ pg-up:
 pg-down:
 	scripts/pg-local down
 
-# Runs and every written report (pages, index, compare), never the committed claims files
+# Every written report (pages, index, compare) and the tools' caches, never the committed
+# claims files; the runs (hours of reproductions, unsynced offline wandb runs) only by name
 clean:
-	rm -rf runs $(filter-out reports/claims/,$(wildcard reports/*/)) reports/index.* .pytest_cache
+	rm -rf $(filter-out reports/claims/,$(wildcard reports/*/)) reports/index.* .pytest_cache \
+	       .ruff_cache
+
+clean-runs:
+	rm -rf runs
