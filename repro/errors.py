@@ -224,3 +224,38 @@ def dropped_stops_sent_again(
     finally:
         left.set()
         sys.unraisablehook = before
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Processes started inside are born with SIGINT blocked (held, not dropped) and let it
+    in once they have their own answer to it, and a Ctrl-C to this process meanwhile
+    arrives on leaving: enter this where a stop is handled.
+
+    A Ctrl-C reaches the whole process group. One landing while a spawned worker still
+    imports torch would raise KeyboardInterrupt in multiprocessing's bootstrap: "Process
+    SpawnProcess-1:" and a traceback above the command's one-line stop, and a side-by-side
+    worker lost so leaves its pool waiting; one landing while the forkserver loads
+    `worker_preload` (seconds) printed its traceback the same way. The block is this
+    thread's alone, and Python runs a signal's handler on the main thread whichever thread
+    the kernel gave it to, so the handler is also set aside while inside (on the main
+    thread): a stop raised inside `Process.start`, while it waits for the forkserver, left
+    a worker to be forked after this process had gone, failing on its queue's semaphore
+    with a traceback of its own."""
+    from multiprocessing import resource_tracker
+
+    # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
+    # first worker, or its pool's first lock), so it starts before the block
+    resource_tracker.ensure_running()
+    arrived: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, lambda s, _: arrived.append(s)) if main else None
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main:  # None: a handler not set from Python, which this cannot put back
+            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # one held on this thread: here
+        if arrived:
+            signal.raise_signal(signal.SIGINT)

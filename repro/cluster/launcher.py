@@ -31,9 +31,8 @@ from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
 from repro.comm.capacity import usable_cores
-from repro.comm.launch import interrupts_held
 from repro.config import Config
-from repro.errors import StorageError, Terminated, UserError
+from repro.errors import StorageError, Terminated, UserError, interrupts_held
 from repro.schemas.cluster import ClusterConfig, check_launched_runs, env_rank_world
 
 SUMMARY_KEYS = ("step", "train/loss", "test/acc", "time/modeled_s", "time/wall_s")
