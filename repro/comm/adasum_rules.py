@@ -30,7 +30,7 @@ def check_world_size(world_size: int) -> None:
     if world_size < 1 or world_size & (world_size - 1):
         raise UserError(
             f"Adasum needs a power-of-two number of workers (1, 2, 4, 8, ...), got "
-            f"trainer.world_size={world_size}; set trainer.world_size to one, or "
+            f"trainer.world_size={world_size}; set trainer.world_size to a power of two, or "
             "method.combiner=sum|mean"
         )
 

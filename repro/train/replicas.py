@@ -33,7 +33,9 @@ depends on its own row only, so the sum's gradient is each worker's own gradient
 row. (torch.func's `grad` transform would do the same but imports torch._dynamo, 1.7 s of
 CPU per run, and took about 1.4x as long per step here.) Vectorized kernels sum in another
 order, so results agree with a lone worker's to float rounding (parameters about 1e-8 relative
-after a step, both ways), not bit for bit.
+after a step, both ways), not bit for bit. Rounding can be amplified where an activation sits at
+a ReLU's kink: a ResNet with BatchNorm at a batch of 4 per worker moved its BatchNorm biases by
+up to 1e-2 after one step under vmap, and matched under `loop`.
 """
 
 from __future__ import annotations
