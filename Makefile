@@ -33,6 +33,7 @@ $(VENV): pyproject.toml
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) $(TORCH)
 	.venv/bin/pip install -q -e '.[dev]'
+	rm -f .venv/.torch-*
 	$(if $(TORCH_INDEX_URL),touch $(TORCH_STAMP))
 	touch $(VENV)
 
@@ -40,7 +41,7 @@ $(VENV): pyproject.toml
 # install fails the .venv is no longer marked installed, so the next make installs it again
 .venv/.torch-%: | $(VENV)
 	.venv/bin/pip uninstall -q -y torch torchvision
-	.venv/bin/pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH) || { rm -f $(VENV); exit 1; }
+	.venv/bin/pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH) || { rm -f $(VENV) .venv/.torch-*; exit 1; }
 	rm -f .venv/.torch-*
 	touch $@
 

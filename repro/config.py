@@ -268,37 +268,6 @@ def _floats(node: object, key: str = "") -> Iterator[tuple[str, float]]:
         yield key, node
 
 
-def _check_group_choices(parsed: list[Override]) -> None:
-    """Each config group given one choice it has, read as Hydra parses it (`method='sync'`
-    is `sync`): a list, null or an unknown choice is one line naming the choices."""
-    for ov in parsed:
-        key = override_key(ov.input_line)
-        if key not in GROUPS or ov.is_delete():
-            continue
-        known = config_keys.group_options(key, CONFIG_DIR)
-        value = ov.value()
-        if ov.is_sweep_override():
-            choices = list(ov.sweep_string_iterator())
-        elif value is None:
-            raise UserError(f"{ov.input_line}: a config group takes one of {known}, not null")
-        elif isinstance(value, list):
-            several = ",".join(str(v) for v in value)
-            raise UserError(
-                f"{ov.input_line}: one {key} per run; for a run of each, --multirun {key}={several}"
-            )
-        else:
-            choices = [str(value)]
-        for choice in choices:
-            if not (CONFIG_DIR / key / f"{choice}.yaml").exists():
-                if (key, choice) == ("network", "calibrated"):  # written by a command
-                    raise UserError(
-                        "network=calibrated is this machine's fit, not measured yet: "
-                        "`repro calibrate` writes it (a few minutes), or choose one of "
-                        f"{known}"
-                    )
-                raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")
-
-
 def parse_overrides(overrides: list[str]) -> list[Override]:
     """Hydra's parse of each override; a syntax error (a key with no `=value`) is a one-line
     UserError. Registers the method schemas first: naming what a key expects composes."""
@@ -344,7 +313,7 @@ def _set_runs(chosen: str) -> tuple[dict[str, tuple[str, ...]], str, str, bool]:
 
 
 def _compose_dict(overrides: list[str]) -> DictConfig:
-    _check_group_choices(parse_overrides(overrides))
+    config_keys.check_group_choices(parse_overrides(overrides), GROUPS, CONFIG_DIR)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             return hydra_compose(config_name="config", overrides=list(overrides))

@@ -18,7 +18,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from repro.errors import UserError
+from repro.errors import UserError, override_key
 
 
 def known_keys(tree, unread: set[str] | frozenset[str] = frozenset()) -> list[str]:
@@ -120,3 +120,41 @@ def node_at(cfg: DictConfig, key: str):
             return None
         node = node._get_node(part)
     return node
+
+
+def check_group_choices(parsed: list, groups: tuple[str, ...], config_dir: Path) -> None:
+    """Each config group given one choice it has, read as Hydra parses the override
+    (`method='sync'` is `sync`): a list, null, an unknown choice or a sweep that names no
+    choices (a glob outside a multirun) is one line naming the choices."""
+    for ov in parsed:
+        key = override_key(ov.input_line)
+        if key not in groups or ov.is_delete():
+            continue
+        known = group_options(key, config_dir)
+        value = ov.value()
+        if ov.is_sweep_override():
+            try:
+                choices = list(ov.sweep_string_iterator())
+            except HydraException:  # glob() and interval() list nothing without Hydra's runner
+                raise UserError(
+                    f"{ov.input_line}: give one {key}, one of {known} (glob() picks several "
+                    "only in `repro train --multirun`)"
+                ) from None
+        elif value is None:
+            raise UserError(f"{ov.input_line}: a config group takes one of {known}, not null")
+        elif isinstance(value, list):
+            several = ",".join(str(v) for v in value)
+            raise UserError(
+                f"{ov.input_line}: one {key} per run; for a run of each, --multirun {key}={several}"
+            )
+        else:
+            choices = [str(value)]
+        for choice in choices:
+            if not (config_dir / key / f"{choice}.yaml").exists():
+                if (key, choice) == ("network", "calibrated"):  # written by a command
+                    raise UserError(
+                        "network=calibrated is this machine's fit, not measured yet: "
+                        "`repro calibrate` writes it (a few minutes), or choose one of "
+                        f"{known}"
+                    )
+                raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")

@@ -239,23 +239,29 @@ def interrupts_held() -> Iterator[None]:
     `worker_preload` (seconds) printed its traceback the same way. The block is this
     thread's alone, and Python runs a signal's handler on the main thread whichever thread
     the kernel gave it to, so the handler is also set aside while inside (on the main
-    thread): a stop raised inside `Process.start`, while it waits for the forkserver, left
+    thread): a Ctrl-C raised inside `Process.start`, while it waits for the forkserver, left
     a worker to be forked after this process had gone, failing on its queue's semaphore
-    with a traceback of its own."""
+    with a traceback of its own. SIGTERM (`kill`, a scheduler's stop) is not held: it ends
+    the command at once, as `sigterm_stops` means it to."""
     from multiprocessing import resource_tracker
 
     # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
     # first worker, or its pool's first lock), so it starts before the block
     resource_tracker.ensure_running()
     arrived: list[int] = []
-    main = threading.current_thread() is threading.main_thread()
-    handler = signal.signal(signal.SIGINT, lambda s, _: arrived.append(s)) if main else None
+    # set aside only a Python handler: an ignored SIGINT (a command started in a script's
+    # background) stays ignored for the processes started inside, and one set by C code
+    # could not be put back
+    handler = signal.getsignal(signal.SIGINT)
+    swap = callable(handler) and threading.current_thread() is threading.main_thread()
+    if swap:
+        signal.signal(signal.SIGINT, lambda s, _: arrived.append(s))
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        if main:  # None: a handler not set from Python, which this cannot put back
-            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+        if swap:
+            signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # one held on this thread: here
         if arrived:
             signal.raise_signal(signal.SIGINT)

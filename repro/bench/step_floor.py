@@ -160,7 +160,7 @@ def measure(label: str, cfg: Config, rounds: int, steps: int) -> dict:
     step_s, parts = timer.typical()
     if probes:
         # the probing steps' parts are left out; the probe is charged at the run's rate
-        parts["MOO probes"] = (min(probes) - step_s) / MOO_STEPS_PER_PROBE
+        parts["MOO probes"] = (fastest_mean(probes) - step_s) / MOO_STEPS_PER_PROBE
         step_s += parts["MOO probes"]
     parts["evaluation"] = evaluation
     return {

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     for combo, cfg in zip(combos, configs, strict=True):
         values = [o for o in combo if override_key(o) in several]
         runs.append((f"{cfg.label} ({', '.join(values)})" if values else cfg.label, cfg))
-    runs = _one_run_per_directory(runs)
+    runs = _one_run_per_directory(runs, several)
     # Here, one after another, or as one job array: the `cluster` group decides, in one place.
     try:
         with sigterm_stops():
@@ -91,12 +91,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _one_run_per_directory(runs: list[tuple[str, Config]]) -> list[tuple[str, Config]]:
+def _one_run_per_directory(
+    runs: list[tuple[str, Config]], swept: set[str]
+) -> list[tuple[str, Config]]:
     """A multirun's runs, one per run directory. Runs that would share a directory and
     compute the same (their configs differ in no setting of the run's identity, such as
-    `trainer.progress`, or not at all) are one run, said once; runs of different configs in
-    one directory (a fixed `run_dir`) are refused before any runs: the second would find
-    the first's run and stop, or both would write it at once."""
+    `trainer.keep_checkpoints`, or not at all) are one run, said once; runs of different
+    configs in one directory (a fixed `run_dir`) are refused before any runs: the second
+    would find the first's run and stop, or both would write it at once."""
     from repro.train.checkpoint import changed_keys
 
     first: dict[Path, tuple[str, Config]] = {}
@@ -110,15 +112,24 @@ def _one_run_per_directory(runs: list[tuple[str, Config]]) -> list[tuple[str, Co
         other, seen = first[where]
         changed = changed_keys(identity(seen), identity(cfg))
         if changed:
-            key, (a, b) = next(iter(changed.items()))
             raise UserError(
-                f"run_dir={where}: runs {other} and {label} of this multirun would share it, "
-                f"but their {key} differs ({a!r} -> {b!r}); leave run_dir unset (each run "
-                "then gets runs_root/<experiment>/<label>-<hash>) or make it differ by run, "
-                f"e.g. run_dir={where}/${{{key}}}"
+                f"run_dir={where}: runs {other} and {label} of this multirun would share it; "
+                "leave run_dir unset (each run then gets runs_root/<experiment>/<label>-<hash>) "
+                f"or make it differ by run, e.g. run_dir={where}/${{{_telling(changed, swept)}}}"
             )
         print(f"train: {label} is the same run as {other} ({where}): run once", flush=True)
     return kept
+
+
+def _telling(changed: dict[str, tuple], swept: set[str]) -> str:
+    """A setting both runs have that tells them apart, to interpolate into run_dir: a swept
+    one first (a swept group by its `name`), else any that neither run leaves unset."""
+    both = {k for k, (a, b) in changed.items() if a is not None and b is not None}
+    for key in sorted(swept):
+        for candidate in (key, f"{key}.name"):
+            if candidate in both:
+                return candidate
+    return min(both) if both else "seed"
 
 
 def _flags(argv: list[str]) -> tuple[bool, str, list[str]]:

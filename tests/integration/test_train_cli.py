@@ -66,9 +66,8 @@ def test_a_multirun_whose_runs_would_share_a_directory_is_refused_before_any_run
     assert proc.returncode == 2 and not shared.exists(), proc.stdout
     assert proc.stderr == (
         f"error: run_dir={shared}: runs sync (seed=0) and sync (seed=1) of this multirun would "
-        "share it, but their seed differs (0 -> 1); leave run_dir unset (each run then gets "
-        f"runs_root/<experiment>/<label>-<hash>) or make it differ by run, e.g. "
-        f"run_dir={shared}/${{seed}}\n"
+        "share it; leave run_dir unset (each run then gets runs_root/<experiment>/<label>-<hash>) "
+        f"or make it differ by run, e.g. run_dir={shared}/${{seed}}\n"
     )
 
 

@@ -99,6 +99,13 @@ def test_a_quoted_group_choice_is_that_choice():
     assert compose(['method="local_sgd"']).method.name == "local_sgd"
 
 
+def test_a_group_sweep_that_names_no_choices_is_one_line():
+    """glob() outside a multirun (a run set's or a sweep's overrides): Hydra's own error
+    without its runner was a traceback."""
+    with pytest.raises(UserError, match=r"^method=glob\(\*\): give one method, one of \["):
+        compose(["method=glob(*)"])
+
+
 @pytest.mark.parametrize(
     "override,field",
     [

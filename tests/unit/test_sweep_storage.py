@@ -196,9 +196,12 @@ def test_optunas_fallback_guess_is_not_printed(tmp_path):
     printer = logging.Handler()  # beside Optuna's own, which writes to stderr
     printer.emit = lambda record: logged.append(record.getMessage())
     logging.getLogger("optuna").addHandler(printer)
+    failed: list[str] = []  # the query Optuna falls back from
+    sqlalchemy.event.listen(storage.engine, "handle_error", lambda c: failed.append(c.statement))
     try:  # the call of Optuna's cached storage: 10 unfinished ids, none after the 10th
         trials = storage._get_trials(study._study_id, None, set(range(10)), 10)
     finally:
         logging.getLogger("optuna").removeHandler(printer)
     assert [t.number for t in trials] == [0]
+    assert len(failed) == 1 and "IN (" in failed[0]  # the fallback ran
     assert logged == []
