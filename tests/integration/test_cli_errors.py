@@ -75,35 +75,39 @@ HYDRA_CASES = [
 ]
 
 
-def _assert_one_line_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in proc.stderr
+def _assert_one_line_error(proc, *needles: str) -> None:
+    _assert_error_line(proc.returncode, proc.stderr, *needles)
+
+
+def _assert_error_line(code: int, stderr: str, *needles: str) -> None:
+    assert code == 2, stderr
+    err = stderr.strip()
+    assert "Traceback" not in stderr
     assert len(err.splitlines()) == 1, err
     assert err.startswith("error:"), err
     for needle in needles:
         assert needle in err, (needle, err)
 
 
-@pytest.mark.slow
+def _train(tmp_path, capsys, monkeypatch, overrides: list[str]) -> tuple[int, str]:
+    """`repro train OVERRIDES` in this process (as the command runs it, less the
+    interpreter's start: the subprocess tests of start-up are test_startup.py's)."""
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled"])
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("overrides,needle", CASES, ids=[c[1] for c in CASES])
-def test_bad_input_is_one_line(tmp_path, overrides, needle):
-    proc = repro_cli(
-        "train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path
-    )
-    _assert_one_line_error(proc, needle)
+def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, overrides, needle):
+    _assert_error_line(*_train(tmp_path, capsys, monkeypatch, overrides), needle)
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides,needles", HYDRA_CASES, ids=[" ".join(c[0]) for c in HYDRA_CASES]
 )
-def test_hydra_error_has_reason_and_fix(tmp_path, overrides, needles):
-    proc = repro_cli(
-        "train", *overrides, f"runs_root={tmp_path}/runs", "tracking=disabled", cwd=tmp_path
-    )
-    _assert_one_line_error(proc, *needles)
+def test_hydra_error_has_reason_and_fix(tmp_path, capsys, monkeypatch, overrides, needles):
+    _assert_error_line(*_train(tmp_path, capsys, monkeypatch, overrides), *needles)
     assert not (tmp_path / "runs").exists()
 
 
