@@ -83,7 +83,8 @@ report-check: $(VENV)
 
 # Equal-budget tuning of a run set's arms (sweeps/tune/PAPER_SCALE.yaml) into
 # configs/tuned/PAPER_SCALE.yaml, which the repository commits: make tune PAPER=adacomm
-# checked as the Makefile is read: in the recipe, after a fresh clone's whole install
+# PAPER is checked as the Makefile is read (checked in the recipe, its error came only after
+# a fresh clone's whole install)
 ifneq ($(filter tune,$(MAKECMDGOALS)),)
 ifndef PAPER
 $(error set PAPER, e.g. make tune PAPER=adacomm)
