@@ -64,8 +64,11 @@ class AdasumConfig(MethodConfig):
     every worker's deltas once and applies the tree locally (`repro.comm.adasum_gather`,
     fewer steps); larger ones take the vector-halving distance-doubling allreduce (fewer
     bytes). Both give the reference result (the gather bit for bit, the halving up to float64
-    summation order); 0 always halves. The default is the crossover
-    measured on gloo over loopback, where the two paths meet between 256 KiB and 1 MiB.
+    summation order); 0 always halves. On gloo over loopback the two paths meet between
+    1 and 2 MiB (`make bench`, adasum_allreduce, prints where), so between the 256 KiB
+    default and 1 MiB the halving allreduce is taken where the gather is faster; the default
+    stays where an earlier measurement put the crossover, since moving it changes the path,
+    and so the summation order, of runs already reported.
 
     `zero_norm_guard`: below which squared norm a tensor's Adasum coefficient stays 1 (the
     operator is undefined at a zero vector). "horovod": Horovod's released C++ rule,
