@@ -32,6 +32,27 @@ DATASETS = ("mnist1d", "synthetic", "synthetic_images", "toy_quadratic", "cifar1
 TASKS = ("classification", "regression")
 # Data sets whose targets are real values, and the one model that fits each of them.
 REGRESSION = {"toy_quadratic": "toy_quadratic"}
+# The kind of input each data set gives and each model takes: a model meets only data sets of
+# its kind (an MLP fed MNIST-1D's (1, 40) signals, or a CNN fed images, failed in torch at
+# the first step).
+DATASET_INPUTS = {
+    "mnist1d": "signal",
+    "synthetic": "vector",
+    "synthetic_images": "image",
+    "cifar10": "image",
+    "cifar100": "image",
+    "toy_quadratic": "toy",
+}
+MODEL_INPUTS = {
+    "cnn1d": "signal",
+    "cnn1d_wide": "signal",
+    "mlp": "vector",
+    "resnet20": "image",
+    "resnet18": "image",
+    "resnet50": "image",
+    "vgg16": "image",
+    "toy_quadratic": "toy",
+}
 
 
 @dataclass
@@ -87,10 +108,13 @@ class WorkloadConfig:
                 f"workload.task={self.task} does not fit workload.dataset={self.dataset}; "
                 f"use {wanted}"
             )
-        if (self.model == "toy_quadratic") != (self.dataset == "toy_quadratic"):
+        kind = MODEL_INPUTS[self.model]
+        if DATASET_INPUTS[self.dataset] != kind:
+            takes = [d for d, k in DATASET_INPUTS.items() if k == kind]
+            fits = [m for m, k in MODEL_INPUTS.items() if k == DATASET_INPUTS[self.dataset]]
             raise UserError(
-                f"workload.model={self.model} cannot fit workload.dataset={self.dataset}; "
-                f"model toy_quadratic goes with data set toy_quadratic only"
+                f"workload.model={self.model} cannot take workload.dataset={self.dataset}; "
+                f"use workload.dataset={'|'.join(takes)}, or workload.model={'|'.join(fits)}"
             )
         if not self.tolerance > 0:
             raise UserError(f"workload.tolerance={self.tolerance} must be positive")

@@ -55,7 +55,18 @@ def test_conv1d_in_chunks_of_workers_has_the_bits_of_one_product(monkeypatch, wo
     """The Adasum CNN's three convolutions at its 8- and 32-worker rungs (128 samples a
     worker), whose columns outgrow one chunk: built and multiplied a few workers at a time,
     they give the bits of one product over all workers, forward and every gradient, so the
-    chunking moves no result of those runs."""
+    chunking moves no result of those runs. On one thread, as the simulated engine runs: on
+    two, the kernels split the work otherwise and this test failed when it ran first in its
+    process (other tests had left one thread set)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _chunked_and_whole_agree(monkeypatch, workers)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _chunked_and_whole_agree(monkeypatch, workers: int) -> None:
     g = torch.Generator().manual_seed(1)
     layers = [(1, 5, 2, 2, 40), (25, 3, 2, 1, 20), (25, 3, 1, 1, 10)]
     default = worker_layers._CHUNK_BYTES
