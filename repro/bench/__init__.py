@@ -2,8 +2,6 @@
 same run (never an absolute speed asserted in a test). Each module has `run() -> list[str]`
 returning its result lines, and is listed in `BENCHMARKS` in the order they run."""
 
-import os
-
 BENCHMARKS = (
     "repro.bench.sync_vs_ddp",
     "repro.bench.calibration",
@@ -14,8 +12,3 @@ BENCHMARKS = (
     "repro.bench.step_floor",
     "repro.bench.startup",
 )
-
-
-def machine_load() -> str:
-    """The load averages over 1, 5 and 15 minutes: on 2 shared cores they move every figure."""
-    return "load " + "/".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"

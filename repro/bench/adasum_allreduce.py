@@ -30,12 +30,12 @@ import time
 
 import torch
 
-from repro.bench import machine_load
 from repro.comm.adasum_allreduce import adasum_allreduce_
 from repro.comm.adasum_gather import adasum_gather_
 from repro.comm.flat_layout import FlatLayout
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
+from repro.netmodel.calibrate import load_note
 
 WORLD = 4
 SIZES_MIB = (1, 4, 16, 64)
@@ -137,7 +137,7 @@ def crossover_line(small: list) -> str:
 def run(repeats: int = 5) -> list[str]:
     rows, small = spawn(_worker, WORLD, repeats)[0]
     lines = [
-        f"{WORLD} gloo ranks, 8 tensors, median of {repeats} (slowest rank); {machine_load()}",
+        f"{WORLD} gloo ranks, 8 tensors, median of {repeats} (slowest rank); {load_note()}",
         f"{'size':>7}{'allreduce s':>13}{'adasum s':>11}{'ratio':>7}"
         f"{'ring MiB/rank':>15}{'adasum MiB/rank':>17}",
     ]
@@ -154,7 +154,7 @@ def run(repeats: int = 5) -> list[str]:
         f"goal: adasum <= {GOAL}x allreduce at {SIZES_MIB[-1]} MiB: {ratio:.2f}x, {verdict}"
     )
     lines.append(f"small messages, median of {3 * repeats}: halving allreduce and gather path")
-    return [*lines, *_small_table(small), crossover_line(small), f"end: {machine_load()}"]
+    return [*lines, *_small_table(small), crossover_line(small), f"end: {load_note()}"]
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from repro.bench import machine_load
 from repro.bench.step_parts import fastest_mean
 from repro.comm.axis_collectives import AxisCollectives
 from repro.config import compose
+from repro.netmodel.calibrate import load_note
 from repro.train.trainer import Trainer
 
 WORKERS = (4, 8, 32)
@@ -110,7 +110,7 @@ def run() -> list[str]:
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
         root = Path(tmp)
         for name, method in METHODS.items():
-            lines.append(f"{name} ({machine_load()}):")
+            lines.append(f"{name} ({load_note()}):")
             for n in WORKERS:
                 trainers = {
                     "one": _trainer(root, 1, "loop", method),
@@ -135,7 +135,7 @@ def run() -> list[str]:
         processes, simulated = min(runs["processes"]), min(runs["simulated"])
         speedup = processes / simulated
         lines.append(
-            f"4-worker run of 300 steps, start-up included ({machine_load()}), faster of two "
+            f"4-worker run of 300 steps, start-up included ({load_note()}), faster of two "
             f"taken in turn: processes {processes:.1f} s, simulated {simulated:.1f} s = "
             f"{speedup:.2f}x faster{_mark(speedup >= 3, '>= 3x')}"
         )

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from repro.bench import machine_load
+from repro.netmodel.calibrate import load_note
 
 REPEATS = 3
 CPU_GOAL_S = 1.5
@@ -74,7 +74,7 @@ def _line(what: str, wall: float, cpu: float, tail: str = "") -> str:
 
 def run() -> list[str]:
     repro = str(Path(sys.executable).parent / "repro")
-    lines = [f"{os.cpu_count()} CPUs, median of {REPEATS} runs each ({machine_load()})"]
+    lines = [f"{os.cpu_count()} CPUs, median of {REPEATS} runs each ({load_note()})"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         root = Path(tmp)
         baselines = {
@@ -113,7 +113,7 @@ def run() -> list[str]:
             + f" (the step itself {statistics.median(steps):.2f} s; CPU beyond import torch"
             f" {cpu - torch_cpu:.2f} s)"
         )
-    lines.append(f"({machine_load()} at the end)")
+    lines.append(f"({load_note()} at the end)")
     return lines
 
 

@@ -43,10 +43,10 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from repro.bench import machine_load
 from repro.bench.step_parts import PartTimer, fastest_mean, instrument, module_parts
 from repro.comm.axis_collectives import AxisCollectives
 from repro.config import Config
+from repro.netmodel.calibrate import load_note
 from repro.optim.stacked import SGD
 from repro.reproduce.run_sets import run_set
 from repro.train.trainer import Trainer
@@ -190,11 +190,11 @@ def row_lines(paper: str, label: str, r: dict) -> list[str]:
 
 def run(labels: list[str] | None = None, rounds: int = 5, steps: int = 8) -> list[str]:
     torch.set_num_threads(1)
-    lines = [f"start: {machine_load()}"]
+    lines = [f"start: {load_note()}"]
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
         for paper, label, cfg in workloads(Path(tmp), labels):
             lines += row_lines(paper, label, measure(label, cfg, rounds, steps))
-    lines.append(f"end: {machine_load()}")
+    lines.append(f"end: {load_note()}")
     return lines
 
 

@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 import torch
 
-from repro.bench import machine_load
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
 from repro.compress.exchange import ag_topk_exchange, ar_topk_exchange, dense_exchange
 from repro.compress.topk import compress, k_for
+from repro.netmodel.calibrate import load_note
 from repro.workload.models import build_model
 
 WORLD = 4
@@ -110,7 +110,7 @@ def run() -> list[str]:
     dense = slowest["dense"]
     lines = [
         f"{WORLD} gloo workers on loopback, {NUMEL:,}-entry float32 gradient "
-        f"({NUMEL * 4 / 2**20:.0f} MiB); slowest rank's median of {REPEATS}; {machine_load()}",
+        f"({NUMEL * 4 / 2**20:.0f} MiB); slowest rank's median of {REPEATS}; {load_note()}",
         f"  dense allreduce: {dense * 1e3:.2f} ms",
     ]
     for c in RATIOS:
@@ -122,7 +122,7 @@ def run() -> list[str]:
             f"    of which one Top-k selection (k={k_for(NUMEL, c):,}, every rank at once): "
             f"{select_s * 1e3:.2f} ms = {select_s / dense:.3f} x dense"
         )
-    return [*lines, *_selection_vs_step(), f"end: {machine_load()}"]
+    return [*lines, *_selection_vs_step(), f"end: {load_note()}"]
 
 
 if __name__ == "__main__":

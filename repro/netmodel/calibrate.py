@@ -217,8 +217,10 @@ def check_buffer_memory(ranks: Sequence[int], sizes: Sequence[int], given: str) 
 
 
 def load_note() -> str:
-    """The machine's load now: other processes' work shows up as slower collectives."""
-    return f"1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    """The machine's load now, over 1, 5 and 15 minutes: other processes' work shows up as
+    slower collectives and steps (printed by `repro calibrate` and every benchmark)."""
+    averages = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"load average {averages} (1, 5, 15 min) on {os.cpu_count()} cores"
 
 
 def describe(link: Link) -> str:

@@ -14,34 +14,22 @@ from hydra.core.config_store import ConfigStore
 
 from repro.errors import UserError, require_choice, require_path
 
-# The models `models.build_model` builds.
-MODELS = (
-    "cnn1d",
-    "cnn1d_wide",
-    "mlp",
-    "resnet20",
-    "resnet18",
-    "resnet50",
-    "vgg16",
-    "toy_quadratic",
-)
 # The models with their own all-workers forward (`forward_workers`, the simulated engine's
 # `trainer.vectorize=stacked`).
 STACKED_MODELS = ("cnn1d", "cnn1d_wide")
-DATASETS = ("mnist1d", "synthetic", "synthetic_images", "toy_quadratic", "cifar10", "cifar100")
 TASKS = ("classification", "regression")
 # Data sets whose targets are real values, and the one model that fits each of them.
 REGRESSION = {"toy_quadratic": "toy_quadratic"}
-# The kind of input each data set gives and each model takes: a model meets only data sets of
-# its kind (an MLP fed MNIST-1D's (1, 40) signals, or a CNN fed images, failed in torch at
-# the first step).
+# The data sets and the models, by the kind of input each data set gives and each model
+# takes: a model meets only data sets of its kind (an MLP fed MNIST-1D's (1, 40) signals, or
+# a CNN fed images, failed in torch at the first step).
 DATASET_INPUTS = {
     "mnist1d": "signal",
     "synthetic": "vector",
     "synthetic_images": "image",
+    "toy_quadratic": "toy",
     "cifar10": "image",
     "cifar100": "image",
-    "toy_quadratic": "toy",
 }
 MODEL_INPUTS = {
     "cnn1d": "signal",
@@ -53,6 +41,8 @@ MODEL_INPUTS = {
     "vgg16": "image",
     "toy_quadratic": "toy",
 }
+MODELS = tuple(MODEL_INPUTS)  # the models `models.build_model` builds
+DATASETS = tuple(DATASET_INPUTS)
 
 
 @dataclass

@@ -165,6 +165,14 @@ def test_cfg_job_with_multirun_prints_every_combination(tmp_path):
     assert [d["method"]["tau"] for d in docs] == [1, 4]
 
 
+def test_a_groups_glob_in_a_multirun_is_one_run_per_matching_choice(capsys, monkeypatch, tmp_path):
+    """Hydra's glob() over a group's choices (it raised "ConfigLoader is not set")."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--multirun", "method=glob(s*)", "--cfg", "job"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["method"]["name"] for d in docs] == ["signsgd", "sync"]
+
+
 @pytest.mark.slow
 def test_cifar_offline_names_data_root_and_leaves_no_folder(tmp_path):
     proc = repro_cli(
