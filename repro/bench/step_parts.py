@@ -19,6 +19,7 @@ import repro.compress.topk as topk_mod
 
 COLLECTIVES = (
     "allreduce",
+    "allreduce_first",
     "allgather",
     "broadcast",
     "reduce_scatter",

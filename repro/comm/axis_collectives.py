@@ -72,6 +72,21 @@ class AxisCollectives(Collectives):
             t.div_(self.group_size)
         return self._record("allreduce", t, secs, self.algo)
 
+    def allreduce_first(self, t: torch.Tensor) -> CommRecord:
+        """With one group, row 0 accumulates the others in rank order (the bits of
+        `_ordered_sum`) and nothing is copied back; with several, every part is reduced."""
+        self._check(t)
+
+        def reduce_first():
+            if len(self.parts) > 1:
+                self._reduce_(t)
+                return
+            for r in t[1:]:
+                t[0].add_(r)
+
+        secs = self._timed(reduce_first, t)
+        return self._record("allreduce", t, secs, self.algo)
+
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
         """With one group every worker's copy is the same storage (an expanded view of one
         gathered copy, not world_size copies)."""

@@ -12,6 +12,7 @@ is worker `ranks[i]`'s.
 
     operation                     argument              returns
     allreduce(t, average)         t (H, ...)            record; t summed (averaged) in place
+    allreduce_first(t)            t (H, ...)            record; t[0] summed in place
     allgather(t)                  t (H, *row)           (H, G, *row) the group's rows, record
     broadcast(t, src)             t (H, ...)            record; t = worker src's row, in place
     reduce_scatter(t)             t (H, G * c, ...)     (H, c, ...) own chunk of the sum, record
@@ -71,6 +72,15 @@ class Collectives(ABC):
     def allreduce(self, t: torch.Tensor, average: bool = False) -> CommRecord:
         """Every held row of `t` becomes the sum over the group's rows (divided by G when
         `average`), in place. Record: op "allreduce", one row's bytes, `algo`."""
+
+    @abstractmethod
+    def allreduce_first(self, t: torch.Tensor) -> CommRecord:
+        """The first held row of `t` becomes the sum over its group's rows, in place; the
+        other held rows are left undefined. For a method whose held workers all apply one
+        update read from one row (their parameters one shared row): the simulated engine
+        then writes one row, not every worker's copy of the same sum (a dense step of
+        `cnn1d_wide` at 8 workers spent about half its allreduce copying the sum back).
+        Record: that of `allreduce`."""
 
     @abstractmethod
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:

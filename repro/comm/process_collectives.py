@@ -82,6 +82,10 @@ class ProcessCollectives(Collectives):
             t.div_(self.group_size)
         return self._record("allreduce", t, secs, self.algo)
 
+    def allreduce_first(self, t: torch.Tensor) -> CommRecord:
+        """One held row: the first is the only one."""
+        return self.allreduce(t)
+
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:
         self._method_traffic(t, "allgather")
         return self._allgather(t)

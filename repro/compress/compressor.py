@@ -15,7 +15,8 @@ communicates; it says what it can be carried by, through the shape of its payloa
 - `Summable`: the payload is at the same coordinates on every worker, so an allreduce sums
   it; it may take several rounds, each round's sum feeding the next (PowerSGD's P, then Q).
   `rounds` is a generator: it yields each message, the exchange sums it in place over the
-  workers, and the generator's return value is the combined update and what left G.
+  workers (into the first row only), and the generator's return value is the combined
+  update and what left G.
 
 A `Compressor` is the configured part the strategy holds: bound once to the model's tensor
 shapes, it hands the compressor for each exchange (`for_exchange`: Top-k at the ratio the
@@ -81,7 +82,9 @@ class Summable(Protocol):
     lossless: bool  # True: nothing is dropped, the compression gain is 1
 
     def rounds(self, x: torch.Tensor, workers: int) -> Rounds:
-        """Yield each message to be summed over the workers in place; return the combined
+        """Yield each message to be summed over the workers into its first row, in place
+        (the other rows are left undefined: every worker's sum is the same, so one row is
+        all a round reads, `Collectives.allreduce_first`); return the combined
         update (rows, numel) and what left G (rows, numel), or None when all of G did (then
         x itself may be a message: the memory keeps nothing of it)."""
         ...
@@ -128,8 +131,8 @@ class Dense:
     """No compression: one round, the whole G averaged. What Top-k is at c = 1.
 
     G itself is the message: all of it goes, so no residual is kept from it and the sum
-    may overwrite it. Every row then holds the same sum, so one row is divided and shared
-    by all (the same bits as dividing each)."""
+    may overwrite it. Every worker's sum is the same, so only the first row is summed into,
+    divided and shared by all (the same bits as dividing each)."""
 
     lossless = True
 

@@ -147,15 +147,16 @@ _ROW_BY_ROW_FROM = 16
 def allreduce_exchange(
     comm: Collectives, compressor: Summable, compensated: torch.Tensor, algo: str = "ring"
 ) -> ExchangeResult:
-    """The compressor's rounds, each message summed in place by one allreduce; a round
-    with nothing to send (no tensor of that kind) is no collective at all."""
+    """The compressor's rounds, each message summed in place by one allreduce into its
+    first row (all a round reads); a round with nothing to send (no tensor of that kind)
+    is no collective at all."""
     rounds = compressor.rounds(compensated, comm.group_size)
     records: list[CommRecord] = []
     try:
         message = next(rounds)
         while True:
             if message.numel():
-                records.append(replace(comm.allreduce(message), algo=algo))
+                records.append(replace(comm.allreduce_first(message), algo=algo))
             message = rounds.send(None)
     except StopIteration as done:
         average, taken = done.value

@@ -110,11 +110,11 @@ class PowerSGD:
     def rounds(self, x: torch.Tensor, workers: int) -> Rounds:
         """Three messages: the uncompressed tensors, every P, every Q (module doc).
 
-        After each sum every held row is the same, so what follows from a sum (the
-        orthogonal P, the average) is computed once, from the first row, and shared; what
-        differs per worker (M Q, M^T P) is computed row by row with one worker's kernel, as
-        a lone worker process computes it (a batch of rows may take another kernel, whose
-        sums round differently)."""
+        A sum is the same for every worker and is summed into the first row alone, so what
+        follows from it (the orthogonal P, the average) is computed once, from that row,
+        and shared; what differs per worker (M Q, M^T P) is computed row by row with one
+        worker's kernel, as a lone worker process computes it (a batch of rows may take
+        another kernel, whose sums round differently)."""
         rows = x.shape[0]
         plain = _flat([x[:, a:b] for a, b in self.plain], x)
         yield plain

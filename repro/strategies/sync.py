@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from repro.strategies.base import MethodConfig, StepInfo, Strategy, register
-from repro.strategies.flat import copy_into, flatten
+from repro.strategies.flat import flatten
 
 if TYPE_CHECKING:
     from repro.comm.collectives import Collectives
@@ -20,11 +20,19 @@ if TYPE_CHECKING:
 
 def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommRecord:
     """Replace every worker's gradients by their sum (or mean) over the workers, in one
-    allreduce of one flat buffer; the optimizer then takes one step on the result."""
-    grads = [p.grad for p in params]
-    flat = flatten(grads)
-    rec = comm.allreduce(flat, average=average)
-    copy_into(grads, flat)
+    allreduce of one flat buffer; the optimizer then takes one step on the result.
+
+    For methods whose workers apply one update (`identical_workers`): the sum is formed in
+    the first row and every worker's gradient is a view of it: the optimizer of shared
+    parameters reads one row, and the simulated engine need not write n copies of the sum."""
+    flat = flatten([p.grad for p in params])
+    rec = comm.allreduce_first(flat)
+    first = flat[:1].div_(comm.group_size) if average else flat[:1]
+    offset = 0
+    for p in params:
+        width = p[0].numel()
+        p.grad = first[:, offset : offset + width].view(1, *p.shape[1:]).expand_as(p)
+        offset += width
     return rec
 
 
