@@ -56,7 +56,8 @@ MOST_USED = (
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(help_text())
+        _, _, overrides = _flags([a for a in argv if a not in ("-h", "--help")])
+        print(help_text(hydra_overrides.expand_sweep(overrides, CONFIG_DIR)[0]))
         return 0
     multirun, show, overrides = _flags(argv)
     join_srun_step()  # before composing: under srun's several tasks, auto is processes
@@ -165,15 +166,18 @@ def _show(overrides: list[str], part: str) -> str:
     return OmegaConf.to_yaml(full if part == "all" else OmegaConf.masked_copy(full, ["hydra"]))
 
 
-def help_text() -> str:
-    """Usage, each config group with its choices (the default marked), the settings most
-    runs change with their defaults, and the flags."""
+def help_text(overrides: list[str] | None = None) -> str:
+    """Usage, each config group with its choices (the chosen one marked), the settings most
+    runs change with their values, and the flags: of the config the overrides compose (a
+    multirun's first), so `repro train experiment=adacomm_small --help` shows that
+    experiment's batch and steps, not the bare defaults."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    parse_overrides([])  # registers every group's schema
+    overrides = overrides or []
+    compose_dict(overrides)  # a bad override is its one line here too
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = hydra_compose("config", overrides=[], return_hydra_config=True)
+        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
     chosen = cfg.hydra.runtime.choices
     lines = [
         "usage: repro train [KEY=VALUE ...] [--multirun] [--cfg job] [-h]",
@@ -181,7 +185,7 @@ def help_text() -> str:
         "One training run composed by Hydra from configs/config.yaml and the overrides;",
         "a comma list (method.tau=1,4) with --multirun runs one per value.",
         "",
-        "config groups (GROUP=CHOICE; * = default):",
+        f"config groups (GROUP=CHOICE; * = {'chosen' if overrides else 'default'}):",
     ]
     for group in GROUPS:
         names = config_keys.group_options(group, CONFIG_DIR)
@@ -189,7 +193,7 @@ def help_text() -> str:
         lines += textwrap.wrap(
             ", ".join(marked), 90, initial_indent=f"  {group:<11} ", subsequent_indent=" " * 14
         )
-    lines += ["", "most used settings (KEY=DEFAULT):"]
+    lines += ["", f"most used settings (KEY={'VALUE' if overrides else 'DEFAULT'}):"]
     for key, what in MOST_USED:
         node = config_keys.node_at(cfg, key)
         if node is None:  # a setting of some choices of its group only, e.g. method.tau

@@ -114,7 +114,7 @@ def test_hydra_error_has_reason_and_fix(tmp_path, capsys, monkeypatch, overrides
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_lists_groups_choices_and_options(tmp_path, flag):
-    proc = repro_cli("train", "method=local_sgd", flag, cwd=tmp_path)
+    proc = repro_cli("train", "experiment=adacomm_small", "method=local_sgd", flag, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("usage: repro train")
@@ -130,8 +130,10 @@ def test_help_lists_groups_choices_and_options(tmp_path, flag):
         choices = {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml")}
         assert listed == choices, (group, listed ^ choices)
     assert "compressed/topk_c0.1" in out
-    assert "sync*" in out and "mnist1d_cnn*" in out  # the defaults are marked
-    for option in ("trainer.world_size=1", "trainer.steps=1000", "optim.lr=", "method.tau=4"):
+    # the choices and values of the config the overrides compose, not the bare defaults
+    assert "local_sgd*" in out and "adacomm_small*" in out and "mnist1d_cnn*" in out
+    assert "sync*" not in out
+    for option in ("trainer.world_size=4", "trainer.steps=20000", "optim.lr=", "method.tau=4"):
         assert option in out, option
     assert "--multirun" in out and "--cfg job" in out
     assert not (tmp_path / "runs").exists()
@@ -247,6 +249,13 @@ def test_a_wrong_flag_is_one_line_naming_the_command_and_its_help(command, capsy
     assert "--bogus" in err or "required" in err, err
     if command != ["train"]:  # Hydra's own line, checked with the other Hydra cases
         assert f"`repro {' '.join(command)} --help`" in err, err
+
+
+def test_the_bare_train_help_marks_the_defaults(capsys):
+    assert cli.main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "* = default" in out and "sync*" in out and "mnist1d_cnn*" in out
+    assert "trainer.world_size=1 " in out and "trainer.steps=1000 " in out
 
 
 def test_the_helps_name_every_report_form(capsys):
