@@ -313,10 +313,13 @@ def _set_runs(chosen: str) -> tuple[dict[str, tuple[str, ...]], str, str, bool]:
 
 
 def _compose_dict(overrides: list[str]) -> DictConfig:
-    config_keys.check_group_choices(parse_overrides(overrides), GROUPS, CONFIG_DIR)
+    parsed = parse_overrides(overrides)
+    config_keys.check_group_choices(parsed, GROUPS, CONFIG_DIR)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            return hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        config_keys.check_bool_values(parsed, cfg)
+        return cfg
     except UserError:
         raise
     except (HydraException, OmegaConfBaseException, ValueError) as e:

@@ -17,6 +17,7 @@ from hydra import initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from omegaconf.nodes import BooleanNode
 
 from repro.errors import UserError, override_key
 
@@ -158,3 +159,15 @@ def check_group_choices(parsed: list, groups: tuple[str, ...], config_dir: Path)
                         f"{known}"
                     )
                 raise UserError(f"{key}={choice} is not a known {key}; choose one of {known}")
+
+
+def check_bool_values(parsed: list, cfg: DictConfig) -> None:
+    """A bool setting given as true or false. OmegaConf reads any integer (2 is true) and
+    yes, no, on, off as bools, so `method.layerwise=2` ran layer-wise without a word."""
+    for ov in parsed:
+        value = ov.value()
+        if ov.is_delete() or ov.is_sweep_override() or value is None or isinstance(value, bool):
+            continue
+        key = override_key(ov.input_line).lstrip("+")
+        if isinstance(node_at(cfg, key), BooleanNode):
+            raise UserError(f"{ov.input_line}: expected a bool (true or false), e.g. {key}=true")

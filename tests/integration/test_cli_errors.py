@@ -38,6 +38,9 @@ HYDRA_CASES = [
     (["trainer.steps=abc"], ("trainer.steps=abc", "int", "trainer.steps=1000")),
     (["optim.lr=fast"], ("optim.lr=fast", "float")),
     (["trainer.progress=maybe"], ("trainer.progress", "bool", "true or false")),
+    # what OmegaConf itself reads as a bool (2 is true, yes is true): a bool is true or false
+    (["method=topk", "method.layerwise=2"], ("method.layerwise=2", "true or false")),
+    (["trainer.progress=yes"], ("trainer.progress=yes", "true or false")),
     (["trainer.steps="], ("trainer.steps", "no value", "int")),
     (["trainer.device=null"], ("trainer.device", "null", "str")),
     (["trainer=3"], ("trainer", "section", "steps", "trainer.world_size=VALUE")),
