@@ -106,8 +106,8 @@ def leader_exchange(
     # and zeroing by a per-row index cost a STAR or VAR step at c = 0.1 0.6-0.7 ms more)
     chosen = indices[0].long()
     message = _leader_message(compensated, chosen)
-    records.append(replace(comm.allreduce(message), algo=algo))
-    # every held row holds the same sums at the same indices: one dense row, shared
+    records.append(replace(comm.allreduce_first(message), algo=algo))
+    # every worker's sums are the same, at the same indices: one dense row, shared
     numel = compensated.shape[1]
     first = decompress(message[:1, :k] / comm.group_size, chosen.view(1, -1), numel)
     average = first.expand_as(compensated)
