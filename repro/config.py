@@ -21,8 +21,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
@@ -316,8 +314,7 @@ def _compose_dict(overrides: list[str]) -> DictConfig:
     parsed = parse_overrides(overrides)
     config_keys.check_group_choices(parsed, GROUPS, CONFIG_DIR)
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        cfg = config_keys.compose_at(CONFIG_DIR, list(overrides))
         config_keys.check_bool_values(parsed, cfg)
         return cfg
     except UserError:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -73,10 +74,26 @@ def _extra(tree, built, prefix: str):
             yield from _extra(v, built[k], f"{prefix}{k}.")
 
 
-def compose_quietly(config_dir: Path, overrides: list[str], hydra: bool = False):
+def compose_at(config_dir: Path, overrides: list[str], hydra: bool = False) -> DictConfig:
+    """Hydra's composition of `config_dir`/config.yaml with the overrides (with Hydra's own
+    node where `hydra`). Hydra keeps one global instance; a caller's own (a notebook that
+    composes its configs with Hydra too) is set aside for the composition and put back,
+    where `initialize_config_dir` would refuse it as already initialized."""
+    global_hydra = GlobalHydra.instance()
+    callers = global_hydra.hydra if global_hydra.is_initialized() else None
+    global_hydra.clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base=None):
             return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
+    finally:
+        if callers is not None:
+            GlobalHydra.instance().clear()
+            GlobalHydra.instance().initialize(callers)
+
+
+def compose_quietly(config_dir: Path, overrides: list[str], hydra: bool = False):
+    try:
+        return compose_at(config_dir, overrides, hydra)
     except (HydraException, OmegaConfBaseException, UserError, ValueError):
         return None
 

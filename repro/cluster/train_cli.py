@@ -158,11 +158,7 @@ def _show(overrides: list[str], part: str) -> str:
     to_config(cfg, overrides)
     if part == "job":
         return OmegaConf.to_yaml(cfg)
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        full = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    full = config_keys.compose_at(CONFIG_DIR, overrides, hydra=True)
     return OmegaConf.to_yaml(full if part == "all" else OmegaConf.masked_copy(full, ["hydra"]))
 
 
@@ -171,13 +167,9 @@ def help_text(overrides: list[str] | None = None) -> str:
     runs change with their values, and the flags: of the config the overrides compose (a
     multirun's first), so `repro train experiment=adacomm_small --help` shows that
     experiment's batch and steps, not the bare defaults."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
     overrides = overrides or []
     compose_dict(overrides)  # a bad override is its one line here too
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = config_keys.compose_at(CONFIG_DIR, overrides, hydra=True)
     chosen = cfg.hydra.runtime.choices
     lines = [
         "usage: repro train [KEY=VALUE ...] [--multirun] [--cfg job] [-h]",

@@ -15,6 +15,7 @@ import os
 import sys
 
 import torch
+from torch import distributed as dist
 
 from repro.comm import launch
 from repro.comm.axis_collectives import AxisCollectives
@@ -26,6 +27,7 @@ from repro.locks import RUN_LOCK
 from repro.schemas.cluster import env_rank_world
 from repro.storage import NewDir
 from repro.train import checkpoint
+from repro.train.caller_state import caller_state_kept
 from repro.train.checkpoint_pick import choose, finished_summary, shorter_run_note
 from repro.train.divergence import Diverged
 from repro.train.engine_checks import check_memory, check_process_cores, check_process_memory
@@ -34,14 +36,6 @@ from repro.train.trainer import Trainer
 from repro.workload.workload import Workload, prepare
 
 __all__ = ["Diverged", "run_training", "train_worker"]
-_RENDEZVOUS_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
 
 
 def train_worker(rank: int, world: int, cfg: Config) -> dict | None:
@@ -78,7 +72,14 @@ def run_training(cfg: Config) -> dict:
     """Run (or resume, or skip if finished) one training run; return its summary.
 
     The launcher (or rank 0 of an external launch) holds the run directory's lock for the
-    run's life, so a second launch of the same run is refused rather than run twice."""
+    run's life, so a second launch of the same run is refused rather than run twice. What
+    the run sets of this process is put back afterwards (`caller_state_kept`): a notebook
+    or script may go on after it."""
+    with caller_state_kept():
+        return _run_training(cfg)
+
+
+def _run_training(cfg: Config) -> dict:
     done = finished_summary(cfg)
     if done is not None:
         return done
@@ -92,6 +93,13 @@ def run_training(cfg: Config) -> dict:
         )
     if cfg.trainer.engine == "processes" and env_rank_world() is None:
         check_process_cores(cfg)  # the config says it all: before any data is made
+        if cfg.trainer.world_size == 1 and dist.is_initialized():
+            raise UserError(
+                "this process already has a torch.distributed process group, which the "
+                "processes engine's worker here would take for its own and end: call "
+                "torch.distributed.destroy_process_group() first, or use "
+                "trainer.engine=simulated"
+            )
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = env_rank_world()
@@ -177,13 +185,10 @@ def _train(cfg: Config, device: str, external: tuple[int, int] | None) -> dict:
     if world == 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        try:
-            out = train_worker(0, 1, cfg)
+        try:  # the variables go with the rest of the run's process state (`run_training`)
+            return train_worker(0, 1, cfg)
         finally:
-            for k in _RENDEZVOUS_VARS:
-                os.environ.pop(k, None)
             launch.shutdown()
-        return out
     return launch.spawn(
         train_worker,
         world,

@@ -1,0 +1,80 @@
+"""A run started from Python (a notebook, a script that goes on) leaves the process as it
+found it, and runs whatever default dtype or grad mode its caller has set."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import distributed as dist
+
+from repro.comm import launch
+from repro.errors import UserError
+from tests.helpers import train
+
+ONE_PROCESS = ["trainer.engine=processes", "trainer.world_size=1", "compute.mode=sampled"]
+
+
+def _draws() -> tuple:
+    return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [["trainer.engine=simulated", "trainer.world_size=2", "compute.mode=sampled"], ONE_PROCESS],
+)
+def test_a_run_puts_back_what_it_set_and_ignores_the_callers_settings(
+    tmp_path, monkeypatch, engine
+):
+    # the caller's own: two threads, a rendezvous address, seeded generators, float64, no grad
+    monkeypatch.setenv("MASTER_ADDR", "10.9.9.9")
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    random.seed(123), np.random.seed(123), torch.manual_seed(123)
+    expected = _draws()
+    random.seed(123), np.random.seed(123), torch.manual_seed(123)
+    environ = dict(os.environ)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            # an AR-Topk method sets NCCL_ALGO for its worker process
+            summary = train(tmp_path, "method=topk", "method.collective=ar_ring", *engine)
+            assert not torch.is_grad_enabled()
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert summary["train/loss"] > 0
+    assert torch.get_num_threads() == 2
+    assert dict(os.environ) == environ
+    assert _draws() == expected
+    torch.set_num_threads(threads)
+
+
+def test_a_process_group_of_the_callers_is_refused_by_a_worker_run_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(launch.free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    launch.init_process_group("cpu")
+    for var in ("RANK", "WORLD_SIZE"):  # the caller's group, not a launcher's task
+        monkeypatch.delenv(var)
+    try:
+        with pytest.raises(UserError, match="destroy_process_group"):
+            train(tmp_path, *ONE_PROCESS)
+        assert dist.is_initialized()
+    finally:
+        launch.shutdown()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_caller_composing_with_hydra_keeps_its_own(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("lr: 0.5\n")
+    with initialize_config_dir(config_dir=str(tmp_path / "mine"), version_base=None):
+        summary = train(tmp_path, "trainer.steps=5")
+        assert compose("config").lr == 0.5  # the caller's Hydra, still initialized
+    assert summary["train/loss"] > 0
