@@ -20,7 +20,8 @@ from typing import Any
 import numba
 from numba.core.caching import FunctionCache
 
-_NOTED: set[str] = set()
+_NOTED: set[str] = set()  # the cache folders noted as damaged, and _NO_FOLDER
+_NO_FOLDER = ""
 
 
 class _RebuiltWhereDamaged(FunctionCache):
@@ -48,11 +49,29 @@ class _RebuiltWhereDamaged(FunctionCache):
 
 def njit(**options: Any) -> Callable[[Callable], Any]:
     """`numba.njit` with the GIL released (these loops run on the calling thread) and the
-    machine code cached on disk, read back as `_RebuiltWhereDamaged` reads it."""
+    machine code cached on disk, read back as `_RebuiltWhereDamaged` reads it.
+
+    Where numba finds no folder it may write (the source tree read-only, as an installed
+    package or a container's, and neither NUMBA_CACHE_DIR nor the home folder writable),
+    `numba.njit(cache=True)` raised at import, ending every Top-k and Adasum run in a
+    traceback: the loops are then compiled in each process instead, said once."""
 
     def compiled(fn: Callable) -> Any:
-        dispatcher = numba.njit(cache=True, nogil=True, **options)(fn)
-        dispatcher._cache = _RebuiltWhereDamaged(fn)
+        dispatcher = numba.njit(nogil=True, **options)(fn)
+        try:
+            dispatcher._cache = _RebuiltWhereDamaged(fn)  # what cache=True sets, guarded
+        except RuntimeError as err:  # "cannot cache function ...: no locator available"
+            if "no locator" not in str(err):
+                raise
+            if _NO_FOLDER not in _NOTED:
+                _NOTED.add(_NO_FOLDER)
+                print(
+                    "note: numba finds no writable folder for its cache of compiled loops "
+                    "(beside repro's source, NUMBA_CACHE_DIR or the home folder); they are "
+                    "compiled in every process, seconds each: set NUMBA_CACHE_DIR to a "
+                    "writable folder to keep them",
+                    file=sys.stderr,
+                )
         return dispatcher
 
     return compiled

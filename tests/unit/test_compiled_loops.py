@@ -5,6 +5,7 @@ Each run is a fresh interpreter whose numba cache lies in its own folder
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,35 @@ def test_a_damaged_cache_of_compiled_loops_is_compiled_again_with_one_note(tmp_p
     third = _run(tmp_path)  # compiled anew and cached again: read back without a note
     assert third.returncode == 0 and third.stdout.split() == ["True", "True"], third.stderr
     assert third.stderr == ""
+
+
+def _unshare_works() -> bool:
+    return shutil.which("unshare") is not None and (
+        subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _unshare_works(), reason="needs unshare -rm (a user namespace)")
+def test_with_no_writable_folder_for_the_cache_the_loops_compile_with_one_note(tmp_path):
+    """The source tree, NUMBA_CACHE_DIR and the home folder all read-only (mounted so in a
+    namespace of the test's own: root may write any folder): numba raised at import."""
+    package = Path(__file__).resolve().parents[2] / "repro"
+    script = tmp_path / "use_loops.py"
+    script.write_text(_USE_LOOPS)
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    mounts = " && ".join(
+        f"mount --bind {p} {p} && mount -o remount,ro,bind {p}" for p in (package, folder)
+    )
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'{mounts} && exec "$0" {script}', sys.executable],
+        env={**os.environ, "NUMBA_CACHE_DIR": str(folder), "HOME": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]
+    assert proc.stderr.startswith("note: numba finds no writable folder"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
