@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,12 @@ def residual_after(x, indices):
     """What error feedback keeps when each row's `x[indices]` is sent: `x` with those entries
     zeroed (zeroing, not subtracting, so residual + sent is `x` bit for bit)."""
     return x.clone().scatter_(1, indices, 0.0)
+
+
+def unshare_works() -> bool:
+    """Whether this machine lets a test run a command in a user and mount namespace of its
+    own (`unshare -rm`), where root is an ordinary user to files of unmapped owners and a
+    folder can be mounted read-only: what a test running as root cannot otherwise meet."""
+    return shutil.which("unshare") is not None and (
+        subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    )

@@ -153,6 +153,11 @@ def _read_cache(path: Path, note: bool) -> dict[str, np.ndarray] | None:
             return {k: d[k] for k in _CACHED}
     except FileNotFoundError:
         return None
+    except PermissionError:  # another's file, not a damaged one: not to be replaced
+        raise UserError(
+            f"{path}: permission denied reading the MNIST-1D cache; make it readable, or set "
+            "data.root elsewhere"
+        ) from None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         if note:
             why = f"{type(e).__name__}: {str(e).split('. ')[0]}".rstrip(": ")

@@ -4,13 +4,17 @@ next writer of that cache, and a folder where the cache belongs is named."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from repro.errors import UserError
 from repro.workload.data import mnist1d
+from tests.helpers import unshare_works
 from tests.integration.test_state_faults import damage, trials
 
 
@@ -56,3 +60,35 @@ def test_a_killed_cache_writers_temporary_file_is_removed_and_a_folder_in_its_pl
         f"{tmp_path / 'mnist1d_n700_s4.npz'} is a folder where the MNIST-1D cache file "
         "belongs; move it away, or set data.root elsewhere"
     )
+
+
+_READ = """
+import sys
+from repro.errors import UserError
+from repro.workload.data import mnist1d
+try:
+    mnist1d(sys.argv[1], num_samples=600, seed=4)
+except UserError as err:
+    sys.exit(f"error: {err}")
+"""
+
+
+@pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm (a user namespace)")
+def test_a_cache_another_user_owns_and_keeps_unreadable_is_named_not_replaced(tmp_path):
+    """Another user's cache (mode 600) was called damaged and generated again over theirs."""
+    mnist1d(str(tmp_path), num_samples=600, seed=4)
+    cache = tmp_path / "mnist1d_n600_s4.npz"
+    whole = cache.read_bytes()
+    os.chown(cache, 12345, 12345)  # an owner the namespace does not map: its root is not root
+    cache.chmod(0o600)
+    proc = subprocess.run(
+        ["unshare", "-r", sys.executable, "-c", _READ, str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: {cache}: permission denied reading the MNIST-1D cache; make it readable, or "
+        "set data.root elsewhere"
+    )
+    assert cache.read_bytes() == whole and cache.stat().st_uid == 12345

@@ -5,12 +5,13 @@ Each run is a fresh interpreter whose numba cache lies in its own folder
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import unshare_works
 
 # the selection against torch.topk's, Adasum's statistics against float64 torch
 _USE_LOOPS = """
@@ -63,14 +64,8 @@ def test_a_damaged_cache_of_compiled_loops_is_compiled_again_with_one_note(tmp_p
     assert third.stderr == ""
 
 
-def _unshare_works() -> bool:
-    return shutil.which("unshare") is not None and (
-        subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
-    )
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _unshare_works(), reason="needs unshare -rm (a user namespace)")
+@pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm (a user namespace)")
 def test_with_no_writable_folder_for_the_cache_the_loops_compile_with_one_note(tmp_path):
     """The source tree, NUMBA_CACHE_DIR and the home folder all read-only (mounted so in a
     namespace of the test's own: root may write any folder): numba raised at import."""
