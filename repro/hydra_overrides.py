@@ -16,6 +16,7 @@ import difflib
 import itertools
 import os
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -121,6 +122,34 @@ def _undeletable(key: str, others: list[str], config_dir: Path) -> str | None:
     return None
 
 
+_BARE = re.compile(r"[\w/\-+.%*@?|:$ ]*", re.ASCII)
+"""What an override's value may hold unquoted (Hydra's lexer: letters, digits and these)."""
+
+
+def quoted(key: str, value: str, always: bool = False) -> str:
+    """`key=value` as Hydra's grammar reads `value` back whole, as a string: as it is where
+    it may stand bare (unless `always`), else single-quoted, its quotes (and the
+    backslashes before them or at its end) escaped. A path from a file or a folder (a
+    sweep's `out`, a report's runs) may hold any character: `Ü`, `(`, `[`, `=`, `#` or `'`
+    unquoted failed to parse."""
+    if not always and _BARE.fullmatch(value) and value == value.strip():
+        return f"{key}={value}"
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"{key}='{body}'"
+
+
+def command_line(words: Iterable[str]) -> str:
+    """`words` as one shell command to paste: a word holding single quotes (a quoted
+    override) in double quotes where nothing in it is special there, else `shlex`'s."""
+    shown = []
+    for word in words:
+        bare = shlex.quote(word)
+        plain = "'" in word and not any(c in word for c in '"$`\\!')
+        shown.append(f'"{word}"' if bare != word and plain else bare)
+    return " ".join(shown)
+
+
 def _readable(parser: OverridesParser, raw: str, reason: str) -> str:
     """The fix for an override Hydra's grammar cannot read. Its unquoted values take no
     `~`, `#`, `&` or non-ASCII letter (a character its lexer does not know), so a path
@@ -128,18 +157,19 @@ def _readable(parser: OverridesParser, raw: str, reason: str) -> str:
     is written out (`~` as the home folder: Hydra never expands it) and quoted where that
     is what it needs. Other syntax errors (a bracket left open) get the grammar's page."""
     key, _, value = raw.partition("=")
-    if not reason.startswith("token recognition error"):
-        return f"write key=value, see {GRAMMAR_URL}"
+    if not reason.startswith("token recognition error") and value[:1] in "[{":
+        return f"write key=value, see {GRAMMAR_URL}"  # a list or mapping left open
     value = os.path.expanduser(value)
-    for written in (value, f"'{value}'"):
+    for written in (f"{key}={value}", quoted(key, value)):
         try:
-            parser.parse_override(f"{key}={written}")
+            parser.parse_override(written)
         except HydraException:
             continue
-        if written == value:
-            return f"write it out: {key}={value}"
-        if not any(c in value for c in "'\"$`\\"):
-            return f'quote the value inside the shell\'s quotes: "{key}={written}"'
+        if written == raw:
+            break
+        if written.endswith(f"={value}"):
+            return f"write it out: {written}"
+        return f"quote the value inside the shell's quotes: {command_line([written])}"
     return f"write key=value, see {GRAMMAR_URL}"
 
 

@@ -25,6 +25,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import OffSet, rungs_missing
 from repro.config import CONFIG_DIR, set_scales
+from repro.hydra_overrides import command_line, quoted
 from repro.pages.writer import Code, Para
 from repro.track.runs import unfinished, untracked_run_dirs
 from repro.track.series import Seeded, any_seed
@@ -41,8 +42,8 @@ def reproduce_command(paper: str, scale: str | None, runs_root: str, seeds: int 
     command = ["repro", "reproduce", paper, *([f"scale={scale}"] if scale else [])]
     command += [f"seeds={seeds}"] if seeds else []
     if Path(runs_root) != Path("runs"):
-        command.append(f"runs_root={runs_root}")
-    return shlex.join(command)
+        command.append(quoted("runs_root", str(runs_root)))
+    return command_line(command)
 
 
 def report_command(

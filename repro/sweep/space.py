@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro.errors import UserError
+from repro.hydra_overrides import quoted
 
 PARAM_TYPES = ("float", "int", "categorical")
 
@@ -123,7 +124,7 @@ def format_override(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return f"{key}={str(value).lower()}"
     if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
-        return f"{key}='{value}'"
+        return quoted(key, value, always=True)
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 

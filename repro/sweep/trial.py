@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import StorageError, UserError
+from repro.hydra_overrides import quoted
 from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import STEPS_TO_TARGET, ArmSpec, ObjectiveSpec, SweepSpec, base_overrides
 from repro.sweep.stops import StopSignals, WriteRefused
@@ -61,7 +62,7 @@ def sweep_trial_overrides(
 ) -> list[str]:
     """A sweep trial's overrides: its run in `<out>/<name>/trial_<number>` unless `run_dir`."""
     run_dir = run_dir or spec.study_dir / f"trial_{number}"
-    return trial_overrides(spec, params, [f"run_dir={run_dir}"], f"trial:{number}")
+    return trial_overrides(spec, params, [quoted("run_dir", str(run_dir))], f"trial:{number}")
 
 
 def arm_trial_overrides(
@@ -69,7 +70,8 @@ def arm_trial_overrides(
 ) -> list[str]:
     """The run of `arm`'s label with `params` at `seed`, its directory named by its config
     under the search's `runs_root`."""
-    place = [f"seed={seed}", f"runs_root={spec.study_dir / 'runs'}", "trainer.progress=false"]
+    runs_root = quoted("runs_root", str(spec.study_dir / "runs"))
+    place = [f"seed={seed}", runs_root, "trainer.progress=false"]
     return trial_overrides(spec, params, place, f"arm:{arm.name}", arm, runs)
 
 

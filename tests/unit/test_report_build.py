@@ -259,6 +259,10 @@ def test_the_command_that_makes_a_papers_runs_names_a_scale_it_has(tmp_path, mon
     assert missing_runs.reproduce_command("mine", "small", "r") == (
         "repro reproduce mine scale=tiny runs_root=r"
     )
+    # a runs folder Hydra's grammar cannot take bare: quoted as it reads it, one shell word
+    assert missing_runs.reproduce_command("mine", "small", "/r oot Ü") == (
+        "repro reproduce mine scale=tiny \"runs_root='/r oot Ü'\""
+    )
     # a scale asked for by name stays: repro reproduce then lists the scales the paper has
     assert missing_runs.reproduce_command("mine", "paper", "runs") == (
         "repro reproduce mine scale=paper"

@@ -196,6 +196,7 @@ def test_format_override_quotes_only_what_hydra_would_misread():
     assert format_override("method.collective", "ar_ring") == "method.collective=ar_ring"
     assert format_override("method.layerwise", True) == "method.layerwise=true"
     assert format_override("x.name", "a b,c") == "x.name='a b,c'"
+    assert format_override("x.name", "it's") == "x.name='it\\'s'"  # read back whole
     assert format_override("x.v", None) == "x.v=null"
 
 

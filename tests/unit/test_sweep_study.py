@@ -157,6 +157,28 @@ def test_trial_overrides_name_the_run_dir_and_tags(tmp_path):
     ]
 
 
+def test_a_trials_run_dir_under_any_out_folder_composes(tmp_path):
+    """`out: "/x/sw Ü"` (or a `(`, `[`, `=`, `'`) failed every trial to Hydra's parser."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out = tmp_path / "sw Übung (1) [x] it's"
+    spec = spec_from_dict(
+        {
+            "name": "cr_front",
+            "experiment": "topk_small",
+            "space": SPACE,
+            "objectives": [{"metric": "test/acc", "direction": "maximize"}],
+            "n_trials": 2,
+            "out": str(out),
+        }
+    )
+    params = {"method.cr": 0.01, "method.tau0": 6, "method.collective": "ar_ring"}
+    parsed = OverridesParser.create().parse_overrides(sweep_trial_overrides(spec, 7, params))
+    assert {o.key_or_group: o.value() for o in parsed}["run_dir"] == str(
+        out / "cr_front" / "trial_7"
+    )
+
+
 def test_objective_values_follow_the_spec_order_and_refuse_nan():
     spec = make_spec("nsga2")
     summary = {"test/acc": 0.9, "time/modeled_s": 12.5, "train/loss": 0.3}
