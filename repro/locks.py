@@ -91,7 +91,7 @@ def held(path: Path) -> bool:
 def holder(path: Path) -> str:
     """Who `stamp`ed `path`: "pid P on host H", or "another process" when unreadable."""
     try:
-        words = path.read_text().split()
+        words = path.read_text(encoding="utf-8").split()
     except OSError:
         words = []
     return f"pid {words[0]} on host {words[1]}" if len(words) == 2 else "another process"

@@ -69,7 +69,7 @@ def read_yaml(path: Path, what: str) -> Any:
     if not path.is_file():
         raise UserError(f"{what} {path} does not exist")
     try:
-        return yaml.load(path.read_text(), Loader=_OnceLoader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_OnceLoader)
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     except UserError as err:

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         lines += [f"== {name}", *out]
     Path("bench-results").mkdir(exist_ok=True)
     name = "+".join(argv) if argv else "latest"
-    Path(f"bench-results/{name}.txt").write_text("\n".join(lines) + "\n")
+    Path(f"bench-results/{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     if failed:
         print(f"error: benchmark(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1

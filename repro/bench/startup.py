@@ -105,7 +105,7 @@ def run() -> list[str]:
             run_dir = root / f"first-step-{i}"
             args = [f"run_dir={run_dir}", f"data.root={root / 'data'}"]
             runs.append(_timed([repro, "train", *FIRST_STEP, *args], 0, root))
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
             steps.append(summary["time/wall_s"])
         wall, cpu = _median(runs)
         lines.append(

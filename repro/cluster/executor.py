@@ -51,7 +51,7 @@ def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
             "local cluster first (make slurm-up)"
         )
     env: dict[str, str] = {}
-    for line in file.read_text().splitlines():
+    for line in file.read_text(encoding="utf-8").splitlines():
         words = shlex.split(line, comments=True)
         if len(words) == 2 and words[0] == "export" and "=" in words[1]:
             key, value = words[1].split("=", 1)

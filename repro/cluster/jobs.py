@@ -68,7 +68,7 @@ def append_records(runs_root: str | Path, records: list[JobRecord]) -> Path:
     path = Path(runs_root) / JOBS_FILE
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
+        with path.open("a", encoding="utf-8") as f:
             for r in records:
                 fields = {**asdict(r), "stdout": r.stdout, "stderr": r.stderr}
                 f.write(json.dumps({**fields, "crc": _crc(fields)}) + "\n")

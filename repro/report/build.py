@@ -165,8 +165,8 @@ def render_parts(
         figures = draw_figures(claims, runs, stage)
         regenerate = [*notes, f"Regenerate: {command}"]
         page = assemble(claims, runs, scale, results, figures, regenerate, out_dir, off, runs_root)
-        (stage / "report.md").write_text(to_markdown(page))
-        (stage / "report.html").write_text(to_html(page))
+        (stage / "report.md").write_text(to_markdown(page), encoding="utf-8")
+        (stage / "report.html").write_text(to_html(page), encoding="utf-8")
     # after the new page is in place: had the move failed, the old page kept its figures
     _remove_undrawn(claims, figures, out_dir)
     return results, figures

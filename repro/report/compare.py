@@ -234,7 +234,7 @@ def main(argv: list[str]) -> int:
     compare_page = page(drawn, skipped, args.metric, args.x, png.name, command)
     with staged_folder(out, "--out") as stage:
         figure(drawn, args.metric, args.x, args.logy).savefig(stage / png.name, format="png")
-        (stage / "compare.html").write_text(to_html(compare_page))
+        (stage / "compare.html").write_text(to_html(compare_page), encoding="utf-8")
     for note in skipped:
         print(f"not drawn: {note}")
     runs = counted(len(drawn), "run")

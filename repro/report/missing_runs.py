@@ -118,7 +118,7 @@ def _experiment(paper: str, scale: str, config_dir: Path) -> dict | None:
     path = config_dir / "experiment" / f"{paper}_{scale}.yaml"
     if not path.is_file():
         return None
-    return (yaml.safe_load(path.read_text()) or {}).get("experiment") or {}
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("experiment") or {}
 
 
 def run_set_labels(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> list[str] | None:

@@ -95,8 +95,8 @@ def _all(argv: list[str]) -> int:
     index = collect(Path(args.runs or "runs"), out, claims_dir=claims_dir, command=command)
     env = environment_rows(Path(__file__).resolve().parents[2])
     with staged_folder(out, "--out") as stage:
-        (stage / "index.md").write_text(to_markdown(index, env))
-        (stage / "index.html").write_text(to_html(index, env))
+        (stage / "index.md").write_text(to_markdown(index, env), encoding="utf-8")
+        (stage / "index.html").write_text(to_html(index, env), encoding="utf-8")
     for s in index.sections:
         if s.refused:
             print(f"{s.paper} at scale {s.scale} not reported: {s.refused}", file=sys.stderr)

@@ -206,7 +206,7 @@ def write_csv(front: Front, path: Path) -> Path:
     and its objectives (floats written at full precision: the table holds the study's own
     values)."""
     keys = [p.key for p in front.spec.space]
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
         out.writerow([TRIAL, "knee", *keys, *front.spec.metric_names])
         for i, row in enumerate(front.front):

@@ -230,5 +230,5 @@ def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Pa
     how = f"{note} {how}" if note else how
     hover = f'<div class="wrap">{front_svg(front)}<pre id="info">hover a point</pre></div>'
     page = Page(title, [Para(how), Raw(hover), front_table(front)], style=STYLE, script=SCRIPT)
-    path.write_text(to_html(page))
+    path.write_text(to_html(page), encoding="utf-8")
     return path

@@ -117,7 +117,9 @@ def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
     fig.savefig(svg, format="svg")
     plt.close(fig)
     inline = svg.getvalue()[svg.getvalue().find("<svg") :]
-    stem.with_suffix(".html").write_text(to_html(Page(title, [Raw(inline), Pre(table)])))
+    stem.with_suffix(".html").write_text(
+        to_html(Page(title, [Raw(inline), Pre(table)])), encoding="utf-8"
+    )
     return [stem.with_suffix(".png"), stem.with_suffix(".html")]
 
 

@@ -163,7 +163,7 @@ def load_tuned(paper: str, scale: str, root: Path = TUNED_DIR) -> dict[str, Any]
         )
     again = f"run `{tune_command(paper, scale)}` again (or restore the file from git)"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"{path} is damaged ({first}); {again}") from None

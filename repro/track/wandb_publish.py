@@ -91,7 +91,7 @@ def load_spec(path: Path) -> tuple[Path, dict[str, Any]]:
             "write one with `repro report PAPER --publish`"
         )
     try:
-        spec = json.loads(path.read_text())
+        spec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"repro report publish: {path} is not a Report spec ({err})") from None
     if not isinstance(spec, dict) or spec.get("format") != SPEC_FORMAT:

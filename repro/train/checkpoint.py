@@ -315,7 +315,7 @@ def commit(run_dir: Path, step: int, config_hash: str, world_size: int, keep: in
     for rank in range(world_size):
         sidecar = step_dir / f"rank{rank}.sha256"
         if sidecar.exists():
-            files[f"rank{rank}.pt"] = sidecar.read_text().strip()
+            files[f"rank{rank}.pt"] = sidecar.read_text(encoding="utf-8").strip()
     record = {"step": step, "hash": config_hash, "world_size": world_size, "files": files}
     if step_dir.is_dir():
         write_checked_json(step_dir / COMMIT, record)

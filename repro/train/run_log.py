@@ -46,7 +46,8 @@ class RunLog:
             group=who.group,
             job_type=who.job_type,
             config=config,
-            run_id=self.run_id or (stored.read_text().strip() if stored.exists() else None),
+            run_id=self.run_id
+            or (stored.read_text(encoding="utf-8").strip() if stored.exists() else None),
             tags=who.tags,
         )
         self.run_id = self.tracker.run_id

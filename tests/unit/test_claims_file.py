@@ -171,3 +171,25 @@ def test_shipped_claims_name_their_kind_cap_and_magnitudes():
         "ag_topk_loss_at_c0001",
         "small_loss_at_c01",
     ]
+
+
+def test_the_shipped_claims_load_under_an_ascii_locale():
+    """Their text holds non-ASCII letters; read in the locale's encoding (Python's UTF-8
+    mode off, LC_ALL=C), `repro reproduce` stopped in a UnicodeDecodeError."""
+    import os
+    import subprocess
+    import sys
+
+    read = (
+        "from pathlib import Path; from repro.claims.claims_file import load_claims; "
+        "[load_claims(p, Path('reports/claims')) for p in ('adacomm', 'topk', 'adasum')]"
+    )
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", read],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
