@@ -201,13 +201,21 @@ def _md_text(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def md_destination(href: str) -> str:
+    """A link's target as CommonMark reads it whole: one holding a space or a bracket (a runs
+    folder `my runs/`) within <...>, else a space ended the link and it showed as text."""
+    if not re.search(r"[\s()<>|]", href):
+        return href
+    return "<" + re.sub(r"([<>|])", r"\\\1", href) + ">"
+
+
 def md_cell(cell: Cell, esc: Callable[[str], str] = _md_text) -> str:
     """Inline Markdown; `esc` escapes plain text (a caption's is written as it is)."""
     if isinstance(cell, tuple):
         return "".join(md_cell(part, esc) for part in cell)
     if isinstance(cell, Link):
         text = cell.text.replace("|", "\\|")
-        return text if cell.href.startswith("#") else f"[{text}]({cell.href})"
+        return text if cell.href.startswith("#") else f"[{text}]({md_destination(cell.href)})"
     if isinstance(cell, Code):
         return f"`{cell.text}`"
     if isinstance(cell, LineBreak):
@@ -226,7 +234,7 @@ def markdown_table(table: Table) -> list[str]:
 def _md_figure(fig: FigureOut) -> list[str]:
     if fig.file:
         caption = md_cell(fig.caption, str)
-        return [f"![{fig.title}]({fig.file})", "", f"*{fig.title}.* {caption}", ""]
+        return [f"![{fig.title}]({md_destination(fig.file)})", "", f"*{fig.title}.* {caption}", ""]
     return [f"**{fig.title}**: not drawn: {fig.missing}", ""]
 
 

@@ -266,3 +266,14 @@ def test_runs_that_recorded_no_environment_say_so_and_raise_no_note(tmp_path):
         "adacomm_lrdecay"
     )
     assert "made with different" not in md and "same data at a seed" not in md
+
+
+def test_a_link_to_a_folder_with_spaces_or_brackets_is_one_markdown_destination():
+    """CommonMark ends a bare destination at a space: `[run](../my runs/x)` showed as text.
+    Within <...> (CommonMark's form for such targets) it is one link; a table's `|` and the
+    brackets themselves escaped."""
+    from repro.pages.writer import Link
+
+    assert md_cell(Link("run", "../runs/x-1")) == "[run](../runs/x-1)"
+    assert md_cell(Link("run", "../my runs/x (1)")) == "[run](<../my runs/x (1)>)"
+    assert md_cell(Link("run", "a|b<c>")) == "[run](<a\\|b\\<c\\>>)"
