@@ -20,6 +20,7 @@ from torch import distributed as dist
 from repro.comm import launch
 from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.devices import pick_device
+from repro.comm.main_guard import unguarded_main_line
 from repro.comm.process_collectives import ProcessCollectives
 from repro.config import Config, config_hash, identity, run_dir_of
 from repro.errors import UserError
@@ -93,6 +94,13 @@ def _run_training(cfg: Config) -> dict:
         )
     if cfg.trainer.engine == "processes" and env_rank_world() is None:
         check_process_cores(cfg)  # the config says it all: before any data is made
+        script = unguarded_main_line() if cfg.trainer.world_size > 1 else None
+        if script is not None:
+            raise UserError(
+                f"{script[0]}, line {script[1]}: the processes engine's workers start by "
+                "importing this script again, and would each run this line: put it under "
+                '`if __name__ == "__main__":`'
+            )
         if cfg.trainer.world_size == 1 and dist.is_initialized():
             raise UserError(
                 "this process already has a torch.distributed process group, which the "

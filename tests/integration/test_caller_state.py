@@ -78,3 +78,45 @@ def test_a_caller_composing_with_hydra_keeps_its_own(tmp_path):
         summary = train(tmp_path, "trainer.steps=5")
         assert compose("config").lr == 0.5  # the caller's Hydra, still initialized
     assert summary["train/loss"] > 0
+
+
+_SCRIPT = """
+from repro.config import compose
+from repro.train.entry import run_training
+{guard}run_training(compose([
+{indent}"trainer.engine=processes", "trainer.world_size=2", "trainer.steps=3",
+{indent}"workload=synthetic_mlp", "tracking=disabled", "run_dir={run}", "data.root={data}",
+{indent}]))
+"""
+
+
+@pytest.mark.slow
+def test_a_script_whose_workers_would_run_it_again_is_named_before_they_start(tmp_path):
+    """Spawned workers import the main script again: a run at its top level ran again in
+    each worker, which met the parent's run lock: a traceback from every worker."""
+    import subprocess
+    import sys
+
+    for guarded in (False, True):
+        script = tmp_path / f"script_{guarded}.py"
+        run = tmp_path / f"run_{guarded}"
+        script.write_text(
+            _SCRIPT.format(
+                guard='if __name__ == "__main__":\n    ' if guarded else "",
+                indent="    " if guarded else "",
+                run=run,
+                data=tmp_path / "data",
+            )
+        )
+        proc = subprocess.run([sys.executable, script], capture_output=True, text=True)
+        if guarded:
+            assert proc.returncode == 0, proc.stderr
+            assert (run / "summary.json").exists()
+        else:
+            assert proc.returncode == 1
+            assert proc.stderr.strip().splitlines()[-1] == (
+                f"repro.errors.UserError: {script}, line 4: the processes engine's workers "
+                "start by importing this script again, and would each run this line: put it "
+                'under `if __name__ == "__main__":`'
+            ), proc.stderr
+            assert not run.exists()
