@@ -67,7 +67,7 @@ def njit(**options: Any) -> Callable[[Callable], Any]:
                 _NOTED.add(_NO_FOLDER)
                 print(
                     "note: numba finds no writable folder for its cache of compiled loops "
-                    "(beside repro's source, NUMBA_CACHE_DIR or the home folder); they are "
+                    "(beside repro's source, NUMBA_CACHE_DIR or the user's cache folder); they are "
                     "compiled in every process, seconds each: set NUMBA_CACHE_DIR to a "
                     "writable folder to keep them",
                     file=sys.stderr,

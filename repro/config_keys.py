@@ -185,6 +185,8 @@ def check_bool_values(parsed: list, cfg: DictConfig) -> None:
         value = ov.value()
         if ov.is_delete() or ov.is_sweep_override() or value is None or isinstance(value, bool):
             continue
+        if isinstance(value, str) and "${" in value:  # an interpolation, resolved later
+            continue
         key = override_key(ov.input_line).lstrip("+")
         if isinstance(node_at(cfg, key), BooleanNode):
             raise UserError(f"{ov.input_line}: expected a bool (true or false), e.g. {key}=true")

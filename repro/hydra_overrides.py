@@ -128,12 +128,18 @@ _BARE = re.compile(r"[\w/\-+.%*@?|:$ ]*", re.ASCII)
 
 def quoted(key: str, value: str, always: bool = False) -> str:
     """`key=value` as Hydra's grammar reads `value` back whole, as a string: as it is where
-    it may stand bare (unless `always`), else single-quoted, its quotes (and the
-    backslashes before them or at its end) escaped. A path from a file or a folder (a
-    sweep's `out`, a report's runs) may hold any character: `Ü`, `(`, `[`, `=`, `#` or `'`
-    unquoted failed to parse."""
+    it may stand bare and reads as that string (unless `always`), else single-quoted, its
+    quotes (and the backslashes before them or at its end) escaped. A path from a file or
+    a folder (a sweep's `out`, a report's runs) may hold any character: `Ü`, `(`, `[`,
+    `=`, `#` or `'` unquoted failed to parse; `1e3` or `null` bare read as a number or
+    None. A `${` stays OmegaConf's interpolation, quoted or not."""
     if not always and _BARE.fullmatch(value) and value == value.strip():
-        return f"{key}={value}"
+        try:
+            bare = OverridesParser.create().parse_override(f"{key}={value}").value()
+        except HydraException:
+            bare = None
+        if bare == value and isinstance(bare, str):
+            return f"{key}={value}"
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return f"{key}='{body}'"
@@ -155,10 +161,13 @@ def _readable(parser: OverridesParser, raw: str, reason: str) -> str:
     `~`, `#`, `&` or non-ASCII letter (a character its lexer does not know), so a path
     holding one (`data.root=~/data`, whose `~` the shell leaves alone after `data.root=`)
     is written out (`~` as the home folder: Hydra never expands it) and quoted where that
-    is what it needs. Other syntax errors (a bracket left open) get the grammar's page."""
+    is what it needs; so is a path holding a character the grammar gives a meaning (`(`,
+    `[`, `=`). Other syntax errors (a bracket left open, `1,` or `choice(0.1`: typos in a
+    number or a sweep, which quoting would turn into a string) get the grammar's page."""
     key, _, value = raw.partition("=")
-    if not reason.startswith("token recognition error") and value[:1] in "[{":
-        return f"write key=value, see {GRAMMAR_URL}"  # a list or mapping left open
+    path = "/" in value or value.startswith(("~", "."))
+    if not reason.startswith("token recognition error") and not path:
+        return f"write key=value, see {GRAMMAR_URL}"
     value = os.path.expanduser(value)
     for written in (f"{key}={value}", quoted(key, value)):
         try:

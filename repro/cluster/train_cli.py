@@ -57,6 +57,7 @@ MOST_USED = (
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         _, _, overrides = _flags([a for a in argv if a not in ("-h", "--help")])
+        parse_overrides(overrides)  # a bad one is its one line, before the sweep's parser
         print(help_text(hydra_overrides.expand_sweep(overrides, CONFIG_DIR)[0]))
         return 0
     multirun, show, overrides = _flags(argv)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from pathlib import Path
+import tokenize
 
 
 def unguarded_main_line() -> tuple[str, int] | None:
@@ -32,22 +32,43 @@ def unguarded_main_line() -> tuple[str, int] | None:
     if frame is None:
         return None
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        with tokenize.open(path) as source:  # the script's own declared encoding
+            guarded = under_main_guard(source.read(), frame.f_lineno)
     except (OSError, SyntaxError, ValueError):
         return None
-    line = frame.f_lineno
-    for statement in tree.body:
-        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
-            return None if _is_main_guard(statement) else (path, line)
-    return None
+    return None if guarded else (path, frame.f_lineno)
 
 
-def _is_main_guard(statement: ast.stmt) -> bool:
-    """`if __name__ == "__main__":` (either way round)."""
-    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
-        return False
-    test = statement.test
-    sides = [test.left, *test.comparators]
-    names = {s.id for s in sides if isinstance(s, ast.Name)}
-    values = {s.value for s in sides if isinstance(s, ast.Constant)}
-    return isinstance(test.ops[0], ast.Eq) and names == {"__name__"} and values == {"__main__"}
+def under_main_guard(source: str, line: int) -> bool:
+    """Whether `line` of a script lies where a worker importing it would not run it: in the
+    body of an `if` whose test holds `__name__ == "__main__"` (`and`-ed with others, or
+    `__name__ in ("__main__",)`), at any depth (under a `try`, a `with`); not in such an
+    `if`'s `else`."""
+    return _guarded(ast.parse(source).body, line)
+
+
+def _guarded(body: list, line: int) -> bool:
+    for node in body:
+        if not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        if isinstance(node, ast.If) and _tests_main(node.test) and _guarded_body(node.body, line):
+            return True
+        inner = ("body", "orelse", "finalbody", "handlers")
+        return any(_guarded(getattr(node, field, []), line) for field in inner)
+    return False
+
+
+def _guarded_body(body: list, line: int) -> bool:
+    return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in body)
+
+
+def _tests_main(test: ast.expr) -> bool:
+    """The test compares `__name__` with "__main__" somewhere (`and`-ed with others too)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq | ast.In):
+            sides = [node.left, *node.comparators]
+            names = {s.id for s in sides if isinstance(s, ast.Name)}
+            constants = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant)}
+            if names == {"__name__"} and "__main__" in constants:
+                return True
+    return False

@@ -15,20 +15,34 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
+# what a run sets in the environment of the process it runs in (beside a method's own,
+# `process_env`): the rendezvous of a worker held here, cuBLAS's fixed workspace
+RUN_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUBLAS_WORKSPACE_CONFIG",
+)
+
 
 @contextmanager
-def caller_state_kept() -> Iterator[None]:
+def caller_state_kept(variables: Iterable[str] = ()) -> Iterator[None]:
     """Run the body with float32 as the default dtype and gradients on, then put back the
-    thread count, environment, random generators, kernel-order flags, default dtype and
-    grad mode the caller had."""
+    thread count, the environment variables the run sets (`RUN_VARIABLES` and
+    `variables`; others, such as wandb's record of its service, are left for the next
+    run), random generators (CUDA's where CUDA was in use before the run), kernel-order
+    flags, default dtype and grad mode the caller had."""
     threads = torch.get_num_threads()
-    environ = dict(os.environ)
+    environ = {k: os.environ.get(k) for k in (*RUN_VARIABLES, *variables)}
     generators = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     cuda_generators = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     flags = _kernel_flags()
@@ -41,10 +55,10 @@ def caller_state_kept() -> Iterator[None]:
         torch.set_default_dtype(dtype)
         torch.set_grad_enabled(grad)
         torch.set_num_threads(threads)
-        for key in set(os.environ) - set(environ):
-            del os.environ[key]
         for key, value in environ.items():
-            if os.environ.get(key) != value:
+            if value is None:
+                os.environ.pop(key, None)
+            elif os.environ.get(key) != value:
                 os.environ[key] = value
         random.setstate(generators[0])
         np.random.set_state(generators[1])

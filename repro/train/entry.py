@@ -76,7 +76,7 @@ def run_training(cfg: Config) -> dict:
     run's life, so a second launch of the same run is refused rather than run twice. What
     the run sets of this process is put back afterwards (`caller_state_kept`): a notebook
     or script may go on after it."""
-    with caller_state_kept():
+    with caller_state_kept(cfg.method.process_env()):
         return _run_training(cfg)
 
 
@@ -92,22 +92,7 @@ def _run_training(cfg: Config) -> dict:
             file=sys.stderr,
             flush=True,
         )
-    if cfg.trainer.engine == "processes" and env_rank_world() is None:
-        check_process_cores(cfg)  # the config says it all: before any data is made
-        script = unguarded_main_line() if cfg.trainer.world_size > 1 else None
-        if script is not None:
-            raise UserError(
-                f"{script[0]}, line {script[1]}: the processes engine's workers start by "
-                "importing this script again, and would each run this line: put it under "
-                '`if __name__ == "__main__":`'
-            )
-        if cfg.trainer.world_size == 1 and dist.is_initialized():
-            raise UserError(
-                "this process already has a torch.distributed process group, which the "
-                "processes engine's worker here would take for its own and end: call "
-                "torch.distributed.destroy_process_group() first, or use "
-                "trainer.engine=simulated"
-            )
+    check_process_engine(cfg)  # the config says it all: before any data is made
     check_method_model(cfg, prepare(cfg.workload, cfg.data, cfg.seed))
     check_memory_of(cfg, device)
     external = env_rank_world()
@@ -121,6 +106,32 @@ def _run_training(cfg: Config) -> dict:
     with run_lock(run_dir), folder.undone_on_failure((checkpoint.CONFIG_FILE, RUN_LOCK)):
         # a run that held the lock a moment ago may have finished it
         return finished_summary(cfg) or _train(cfg, device, external)
+
+
+def check_process_engine(cfg: Config) -> None:
+    """Refuse, before anything is written, a processes-engine run this process cannot
+    start: more workers than cores, a caller's script its spawned workers would run again
+    (`unguarded_main_line`), or a process group of the caller's, which a worker held here
+    (a lone worker, or this process's rank of an external launch) would take for its own,
+    with the caller's timeout, and destroy at its end."""
+    if cfg.trainer.engine != "processes":
+        return
+    external = env_rank_world()
+    if external is None:
+        check_process_cores(cfg)
+        script = unguarded_main_line() if cfg.trainer.world_size > 1 else None
+        if script is not None:
+            raise UserError(
+                f"{script[0]}, line {script[1]}: the processes engine's workers start by "
+                "importing this script again, and would each run this line: put it under "
+                '`if __name__ == "__main__":`'
+            )
+    if (external is not None or cfg.trainer.world_size == 1) and dist.is_initialized():
+        raise UserError(
+            "this process already has a torch.distributed process group, which the "
+            "processes engine's worker here would take for its own and end: call "
+            "torch.distributed.destroy_process_group() first, or use trainer.engine=simulated"
+        )
 
 
 def check_external(cfg: Config, external: tuple[int, int] | None) -> None:

@@ -35,7 +35,10 @@ def test_a_run_puts_back_what_it_set_and_ignores_the_callers_settings(
     random.seed(123), np.random.seed(123), torch.manual_seed(123)
     expected = _draws()
     random.seed(123), np.random.seed(123), torch.manual_seed(123)
-    environ = dict(os.environ)
+    from repro.train.caller_state import RUN_VARIABLES
+
+    keys = (*RUN_VARIABLES, "NCCL_ALGO")
+    environ = {k: os.environ.get(k) for k in keys}
     torch.set_default_dtype(torch.float64)
     try:
         with torch.no_grad():
@@ -47,7 +50,8 @@ def test_a_run_puts_back_what_it_set_and_ignores_the_callers_settings(
         torch.set_default_dtype(torch.float32)
     assert summary["train/loss"] > 0
     assert torch.get_num_threads() == 2
-    assert dict(os.environ) == environ
+    assert {k: os.environ.get(k) for k in keys} == environ
+    assert environ["MASTER_ADDR"] == "10.9.9.9" and environ["NCCL_ALGO"] is None
     assert _draws() == expected
     torch.set_num_threads(threads)
 
@@ -58,12 +62,14 @@ def test_a_process_group_of_the_callers_is_refused_by_a_worker_run_here(tmp_path
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     launch.init_process_group("cpu")
-    for var in ("RANK", "WORLD_SIZE"):  # the caller's group, not a launcher's task
-        monkeypatch.delenv(var)
     try:
-        with pytest.raises(UserError, match="destroy_process_group"):
-            train(tmp_path, *ONE_PROCESS)
-        assert dist.is_initialized()
+        # as a launcher's task (RANK and WORLD_SIZE set), then as a caller's own group
+        for launched in (True, False):
+            if not launched:
+                monkeypatch.delenv("RANK"), monkeypatch.delenv("WORLD_SIZE")
+            with pytest.raises(UserError, match="destroy_process_group"):
+                train(tmp_path, *ONE_PROCESS)
+            assert dist.is_initialized()
     finally:
         launch.shutdown()
     assert not (tmp_path / "runs").exists()
@@ -120,3 +126,24 @@ def test_a_script_whose_workers_would_run_it_again_is_named_before_they_start(tm
                 'under `if __name__ == "__main__":`'
             ), proc.stderr
             assert not run.exists()
+
+
+_GUARDS = [
+    ("run()\n", 1, False),
+    ('if __name__ == "__main__":\n    run()\n', 2, True),
+    ('if "__main__" == __name__:\n    run()\n', 2, True),
+    ('if __name__ == "__main__" and fast:\n    run()\n', 2, True),
+    ('if __name__ in ("__main__",):\n    run()\n', 2, True),
+    ('try:\n    if __name__ == "__main__":\n        run()\nexcept OSError:\n    pass\n', 3, True),
+    ('with ctx():\n    if __name__ == "__main__":\n        run()\n', 3, True),
+    ('if __name__ == "__main__":\n    pass\nelse:\n    run()\n', 4, False),
+    ('if __name__ == "__mp_main__":\n    run()\n', 2, False),
+    ("def main():\n    run()\nmain()\n", 3, False),
+]
+
+
+@pytest.mark.parametrize("source,line,guarded", _GUARDS)
+def test_the_main_guard_is_read_where_it_stands(source, line, guarded):
+    from repro.comm.main_guard import under_main_guard
+
+    assert under_main_guard(source, line) is guarded

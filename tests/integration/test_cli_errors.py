@@ -73,6 +73,8 @@ HYDRA_CASES = [
     (["trainer.steps=${optim.lr}"], ("expected an int", "e.g. trainer.steps=VALUE")),
     # syntax and flags
     (["trainer.steps=[1,"], ("trainer.steps=[1,", "key=value")),
+    (["trainer.steps=1,"], ("trainer.steps=1,", "key=value")),  # not quoted into a string
+    (["run_dir=/x/copy (1)"], ("quote the value", "\"run_dir='/x/copy (1)'\"")),
     (["--cfg", "jobs"], ("--cfg jobs", "--cfg job")),
     (["--bogus"], ("--bogus", "--multirun", "--help")),
 ]
@@ -259,6 +261,10 @@ def test_the_bare_train_help_marks_the_defaults(capsys):
     out = capsys.readouterr().out
     assert "* = default" in out and "sync*" in out and "mnist1d_cnn*" in out
     assert "trainer.world_size=1 " in out and "trainer.steps=1000 " in out
+    # with a bad override, its one line, as without --help
+    assert cli.main(["train", "trainer.steps", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: trainer.steps has no value") and len(err.splitlines()) == 1
 
 
 def test_the_helps_name_every_report_form(capsys):

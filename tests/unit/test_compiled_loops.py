@@ -67,7 +67,7 @@ def test_a_damaged_cache_of_compiled_loops_is_compiled_again_with_one_note(tmp_p
 @pytest.mark.slow
 @pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm (a user namespace)")
 def test_with_no_writable_folder_for_the_cache_the_loops_compile_with_one_note(tmp_path):
-    """The source tree, NUMBA_CACHE_DIR and the home folder all read-only (mounted so in a
+    """The source tree, NUMBA_CACHE_DIR and the user's cache folder all read-only (mounted so in a
     namespace of the test's own: root may write any folder): numba raised at import."""
     package = Path(__file__).resolve().parents[2] / "repro"
     script = tmp_path / "use_loops.py"
@@ -79,7 +79,11 @@ def test_with_no_writable_folder_for_the_cache_the_loops_compile_with_one_note(t
     )
     proc = subprocess.run(
         ["unshare", "-rm", "sh", "-c", f'{mounts} && exec "$0" {script}', sys.executable],
-        env={**os.environ, "NUMBA_CACHE_DIR": str(folder), "HOME": str(folder)},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"},
+            "NUMBA_CACHE_DIR": str(folder),
+            "HOME": str(folder),  # numba's user-wide cache: $XDG_CACHE_HOME, else ~/.cache
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -362,3 +362,9 @@ def test_mnist1d_sizes_follow_its_generator(tmp_path):
     for n in (10, 19, 2000):
         cfg = compose([f"workload.num_samples={n}", "trainer.batch_size=1"])
         assert cfg.workload.train_size() == len(mnist1d(str(tmp_path), n, 0).y_train)
+
+
+def test_a_bool_set_by_an_interpolation_is_its_resolved_value(monkeypatch):
+    """Only a literal bool is checked as one: `${...}` is resolved as OmegaConf resolves it."""
+    monkeypatch.setenv("REPRO_PROGRESS", "false")
+    assert compose(["trainer.progress=${oc.env:REPRO_PROGRESS}"]).trainer.progress is False
