@@ -25,7 +25,7 @@ from repro.claims.result import ClaimResult
 from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import OffSet, rungs_missing
 from repro.config import CONFIG_DIR, set_scales
-from repro.hydra_overrides import command_line, quoted
+from repro.override_quoting import command_line, quoted
 from repro.pages.writer import Code, Para
 from repro.track.runs import unfinished, untracked_run_dirs
 from repro.track.series import Seeded, any_seed

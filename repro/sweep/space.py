@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro.errors import UserError
-from repro.hydra_overrides import quoted
+from repro.override_quoting import quoted
 
 PARAM_TYPES = ("float", "int", "categorical")
 

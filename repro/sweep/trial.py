@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import StorageError, UserError
-from repro.hydra_overrides import quoted
+from repro.override_quoting import quoted
 from repro.sweep.space import format_override, suggest
 from repro.sweep.spec import STEPS_TO_TARGET, ArmSpec, ObjectiveSpec, SweepSpec, base_overrides
 from repro.sweep.stops import StopSignals, WriteRefused
