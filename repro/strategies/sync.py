@@ -24,7 +24,8 @@ def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommR
 
     For methods whose workers apply one update (`identical_workers`): the sum is formed in
     the first row and every worker's gradient is a view of it: the optimizer of shared
-    parameters reads one row, and the simulated engine need not write n copies of the sum."""
+    parameters reads one row, and a process holding n workers need not write n copies of the
+    sum."""
     flat = flatten([p.grad for p in params])
     rec = comm.allreduce_first(flat)
     first = flat[:1].div_(comm.group_size) if average else flat[:1]
