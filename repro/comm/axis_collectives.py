@@ -56,10 +56,15 @@ class AxisCollectives(Collectives):
                 f"axis tensor holds {t.shape[0]} workers, this engine has {self.world_size}"
             )
 
-    def _reduce_(self, t: torch.Tensor) -> None:
+    def _reduce_(self, t: torch.Tensor, first_only: bool = False) -> None:
+        """Each group's sum in its rows, or (`first_only`, one group) in row 0 alone."""
         if len(self.parts) == 1:
-            # one group of every rank in order: its rows are t's own, no gathered copy
-            t.copy_(_ordered_sum(t).expand_as(t))
+            # one group of every rank in order: row 0 adds the others as `_ordered_sum`
+            # does, in place, with no gathered copy
+            for r in t[1:]:
+                t[0].add_(r)
+            if not first_only:
+                t[1:].copy_(t[:1].expand_as(t[1:]))
             return
         for part in self.parts:
             total = _ordered_sum(t[part])
@@ -73,18 +78,10 @@ class AxisCollectives(Collectives):
         return self._record("allreduce", t, secs, self.algo)
 
     def allreduce_first(self, t: torch.Tensor) -> CommRecord:
-        """With one group, row 0 accumulates the others in rank order (the bits of
-        `_ordered_sum`) and nothing is copied back; with several, every part is reduced."""
+        """With one group the sum stays in row 0, not copied back; with several, every part
+        is reduced."""
         self._check(t)
-
-        def reduce_first():
-            if len(self.parts) > 1:
-                self._reduce_(t)
-                return
-            for r in t[1:]:
-                t[0].add_(r)
-
-        secs = self._timed(reduce_first, t)
+        secs = self._timed(lambda: self._reduce_(t, first_only=True), t)
         return self._record("allreduce", t, secs, self.algo)
 
     def allgather(self, t: torch.Tensor) -> tuple[torch.Tensor, CommRecord]:

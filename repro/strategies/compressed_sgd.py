@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from repro.netmodel.cost import Link
 from repro.strategies.base import Metrics, StepInfo, Strategy
+from repro.strategies.flat import grads_from
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,10 +90,9 @@ class CompressedSGD(Strategy):
     def setup(self, model, optimizer: StackedOptimizer, comm: Collectives, rehearsal) -> None:
         self.comm, self.rehearsal = comm, rehearsal
         self.params = model.named_parameters()
-        self.sizes = [p[0].numel() for _, p in self.params]
         self.compressor.bind([tuple(p.shape[1:]) for _, p in self.params])
         element = self.params[0][1].element_size()
-        self.nbytes = sum(self.sizes) * element * self.bytes_scale
+        self.nbytes = sum(p[0].numel() for _, p in self.params) * element * self.bytes_scale
 
     def gradient_targets(self) -> GradientTargets | None:
         """Where G forms (`ErrorFeedback.gradient_targets`), so the backward puts the
@@ -149,8 +149,7 @@ class CompressedSGD(Strategy):
         # taken, not copied: the update is usually one row expanded over the workers, of
         # which the optimizer reads one (the parameters are one shared row); copying wrote
         # every row
-        for (_, p), avg in zip(self.params, result.average.split(self.sizes, dim=1), strict=True):
-            p.grad = avg.reshape(p.shape)
+        grads_from([p for _, p in self.params], result.average)
         self.memory.update(flat, result)  # flat becomes the residual: read last
         return result
 

@@ -37,3 +37,12 @@ def copy_into(tensors: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         width = t[0].numel()
         t.copy_(flat[:, offset : offset + width].view_as(t))
         offset += width
+
+
+def grads_from(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    """Each parameter's gradient a view of its columns of `flat` (rows, total), no copy: where
+    `flat` is one row (a sum every worker applies, the parameters one shared row) that row
+    expanded over the parameter's workers."""
+    widths = [p[0].numel() for p in params]
+    for p, part in zip(params, flat.split(widths, dim=1), strict=True):
+        p.grad = part.reshape(part.shape[0], *p.shape[1:]).expand_as(p)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from repro.strategies.base import MethodConfig, StepInfo, Strategy, register
-from repro.strategies.flat import flatten
+from repro.strategies.flat import flatten, grads_from
 
 if TYPE_CHECKING:
     from repro.comm.collectives import Collectives
@@ -28,12 +28,7 @@ def allreduce_gradients(params: list, comm: Collectives, average: bool) -> CommR
     sum."""
     flat = flatten([p.grad for p in params])
     rec = comm.allreduce_first(flat)
-    first = flat[:1].div_(comm.group_size) if average else flat[:1]
-    offset = 0
-    for p in params:
-        width = p[0].numel()
-        p.grad = first[:, offset : offset + width].view(1, *p.shape[1:]).expand_as(p)
-        offset += width
+    grads_from(params, flat[:1].div_(comm.group_size) if average else flat[:1])
     return rec
 
 
