@@ -21,6 +21,8 @@ import importlib
 import os
 import select
 import sys
+import tempfile
+from pathlib import Path
 
 from repro.errors import UserError, dropped_stops_sent_again
 
@@ -48,8 +50,54 @@ def usage() -> str:
     return (__doc__ or "").split("\n\n")[1] if __doc__ else ""
 
 
+# variable -> (base directory variable, folder below it, below the home folder without it)
+_HOME_CACHES = {
+    "MPLCONFIGDIR": ("XDG_CONFIG_HOME", "matplotlib", ".config"),
+    "WANDB_CACHE_DIR": ("XDG_CACHE_HOME", "", ".cache"),
+}
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def caches_off_an_unwritable_home() -> None:
+    """matplotlib (which the MNIST-1D generator imports) and wandb's service keep a cache
+    below the home folder. Where that cannot be written (a read-only home on a cluster, a
+    container's user without one), each printed its complaint on every run: matplotlib's
+    advice to set MPLCONFIGDIR, wandb-core's own log of its service, 17-20 lines a run
+    does not own. Each is given a folder below the temporary directory instead, unless its
+    variable is set; worker processes and SLURM jobs inherit the variables."""
+    for variable, (base, below, in_home) in _HOME_CACHES.items():
+        if variable in os.environ:
+            continue
+        root = os.environ.get(base) or os.path.join(os.path.expanduser("~"), in_home)
+        if not _writable(Path(root, below)):
+            os.environ[variable] = str(_own_temporary_folder() / variable.lower())
+
+
+def _own_temporary_folder() -> Path:
+    """`repro-<uid>` below the temporary directory, kept across commands (matplotlib's font
+    cache takes seconds to build), made private; where another user holds that name (or a
+    link stands there), a fresh folder of this process's own."""
+    folder = Path(tempfile.gettempdir(), f"repro-{os.getuid()}")
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        held = folder.lstat()
+        if held.st_uid == os.getuid() and not folder.is_symlink():
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="repro-"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    caches_off_an_unwritable_home()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print("usage: repro COMMAND [args]\n" + usage())
         return 0

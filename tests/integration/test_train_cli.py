@@ -213,3 +213,26 @@ def test_a_paper_scale_run_on_the_cpu_says_so(tmp_path):
     proc = repro_cli("train", *args, f"runs_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("note: a paper-scale run on the CPU (no CUDA device here)") == 1
+
+
+@pytest.mark.slow
+def test_a_home_that_cannot_be_written_adds_no_lines_to_a_run(tmp_path, monkeypatch):
+    """matplotlib (which the MNIST-1D generator imports) and wandb's service keep caches below
+    the home folder: with none writable, a run printed 17-20 lines of their complaints."""
+    home = tmp_path / "home"
+    home.write_text("")  # a file: nothing can be made below it, by root either
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("MPLCONFIGDIR", "WANDB_CACHE_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    proc = repro_cli(
+        "train",
+        *TINY,
+        "workload=mnist1d_cnn",
+        "tracking=wandb_offline",
+        f"runs_root={tmp_path}/runs",
+        f"data.root={tmp_path}/data",  # generated afresh: matplotlib is imported
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["done sync"], lines
