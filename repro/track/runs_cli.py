@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -188,7 +189,8 @@ def main(argv: list[str]) -> int:
                 d
                 for d in run_dirs(args.root)
                 if d.absolute() not in listed
-                and not any(str(d) in line for line in damaged)  # named there, with its fix
+                # named there, with its fix (a folder of its own: not `a/run` in `a/run2/...`)
+                and not any(f"{d}{os.sep}" in line for line in damaged)
                 and not (d / "summary.json").exists()
                 and not held(d / RUN_LOCK)  # a live run yet to log its first point
             ]

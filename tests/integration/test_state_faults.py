@@ -396,3 +396,20 @@ def test_runs_ls_names_a_run_stopped_before_it_logged_and_reads_a_finishing_run_
     damaged: list[str] = []
     (run,) = runs.find_runs(done, damaged=damaged)
     assert damaged == [] and run.exit_code is None  # read as still running
+
+
+def test_runs_ls_notes_a_run_that_logged_nothing_beside_a_damaged_run_of_a_longer_name(
+    base, tmp_path
+):
+    """The damage lines were searched for a quiet run's folder as text: `a/run` was taken as
+    named in `a/run2/run`'s damage line, and its note went missing."""
+    quiet = _copy(base, tmp_path / "a", finished=False, tracked=True)
+    shutil.rmtree(quiet / "wandb")
+    damaged = _copy(base, tmp_path / "a" / "run2", finished=True, tracked=True)
+    for log in {p.resolve() for p in damaged.glob("wandb/*/run-*.wandb")}:
+        log.unlink()
+        log.mkdir()
+    code, _, err = cli("runs", "ls", str(tmp_path))
+    assert code == 2 and "holds no log of run" in err, err
+    said = "logged no points (stopped early, or tracking=disabled): the same command resumes it"
+    assert f"{quiet} is not finished and {said}" in err, err
