@@ -12,7 +12,7 @@ import pytest
 from repro.errors import UserError
 from repro.sweep.space import suggest
 from repro.sweep.spec import spec_from_dict
-from repro.sweep.study import BY_POINT, _same, make_sampler, open_study, sweep_search, tally
+from repro.sweep.study import BY_POINT, make_sampler, open_study, sweep_search, tally
 from repro.sweep.trial import TrialFailed, TrialRun, objective_values, sweep_trial_overrides
 from repro.sweep.worker import run_one_trial
 
@@ -261,8 +261,12 @@ def test_a_study_made_by_another_space_or_overrides_is_refused_not_mixed():
     )
     assert again.user_attrs["search"] == sweep_search(spec)
     assert dict([BY_POINT]).items() <= again.user_attrs.items()  # made here: keyed by point
-    # true and 1 are not one value, though Python's == says so
-    assert not _same([True, False], [1, 0]) and _same({"a": [1, 2.0]}, {"a": [1.0, 2]})
+    # true and 1 are not one choice, though Python's == says so
+    flags = {"key": "method.layerwise", "type": "categorical", "choices": [True, False]}
+    fresh = optuna.storages.InMemoryStorage()
+    open_study(make_spec("tpe", space=[*SPACE, flags]), fresh)
+    with pytest.raises(UserError, match="differs from this spec in its space, so"):
+        open_study(make_spec("tpe", space=[*SPACE, {**flags, "choices": [1, 0]}]), fresh)
     # a whole bound written as 1 rather than 1.0 is the same space: the same study
     assert SPACE[0]["high"] == 1.0 and sweep_search(spec).count('"high": 1.0') == 1
     whole = [{**SPACE[0], "high": 1}, *SPACE[1:]]
