@@ -87,6 +87,9 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
             {"band": {"at_most": "0.4", "reason": "r"}},
             "band.at_most='0.4' must be a number",
         ),
+        # a NaN or infinite paper's value was accepted and shown as "undefined" on the page
+        ({"published": float("nan")}, r"published=nan must be a finite number \(the paper's"),
+        ({"published": float("inf")}, r"published=inf must be a finite number"),
     ],
 )
 def test_bad_claims_are_user_errors(bad, message):
