@@ -30,7 +30,7 @@ from repro.claims.figure_specs import FigureSpec, SweepFrontSpec
 from repro.claims.findings import Finding, check_findings
 from repro.claims.published import PublishedTable
 from repro.claims.verdict_rules import Rule, band_rule
-from repro.config import SCALES
+from repro.config import SCALES, papers
 from repro.errors import UserError
 from repro.spec_loader import build, load, read_yaml
 from repro.track.series import Run, natural_key
@@ -271,11 +271,18 @@ def known_papers(claims_dir: Path) -> list[str]:
 
 
 def load_claims(paper: str, claims_dir: Path) -> ClaimsFile:
-    """Load and validate `<claims_dir>/<paper>.yaml`; UserError naming the mistake."""
+    """Load and validate `<claims_dir>/<paper>.yaml`; UserError naming the mistake. A file
+    for a paper with no run set is refused: its report could only tell the reader to run
+    `repro reproduce PAPER`, which refuses the paper."""
     path = claims_dir / f"{paper}.yaml"
     if not path.is_file():
         known = ", ".join(known_papers(claims_dir))
         raise UserError(f"unknown paper '{paper}': no {path}; known papers: {known}")
+    if paper not in papers():
+        raise UserError(
+            f"{path}: paper '{paper}' has no run set (configs/experiment/{paper}_<scale>.yaml); "
+            f"name one of {', '.join(papers())} or add its run set"
+        )
     parsed = load(ClaimsFile, read_yaml(path, "claims file"), str(path))
     if parsed.paper != paper:
         raise UserError(f"{path}: paper '{parsed.paper}' must match the file name '{paper}'")

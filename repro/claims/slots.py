@@ -70,11 +70,15 @@ def check_slots(text: str, values: Mapping, claim_ids: list[str]) -> None:
                 f"{shown} is no slot: a slot is {{ref}} or {{ref.field}} in lower case, with "
                 "an optional :format"
             )
-        if slot and slot.group(3) and "seeds" not in (slot.group(1), slot.group(2)):
+        if slot and slot.group(3):
+            count = "seeds" in (slot.group(1), slot.group(2))  # a whole number, not a value
             try:
-                format(1.0, slot.group(3))
+                format(1 if count else 1.0, slot.group(3))
             except ValueError as err:
-                raise UserError(f"slot {shown}: {err} (a number's format, e.g. .3g)") from None
+                example = "d" if count else ".3g"
+                raise UserError(
+                    f"slot {shown}: {err} (a number's format, e.g. {example})"
+                ) from None
     for shown, ref, name in references(text):
         known = ref == "" or ref in claim_ids or ref in values
         if not known or name not in FIELDS:
@@ -101,7 +105,7 @@ class Computed:
             return format(v, spec) if spec and math.isfinite(v) else fmt(v)
 
         if name == "seeds":
-            return str(len(values))
+            return format(len(values), spec)
         if name == "per_seed":
             return " / ".join(show(v) for v in values)
         if name in ("min", "max"):

@@ -96,7 +96,14 @@ BAND_KEYS = ("at_least", "at_most", "reason")
 
 def band_rule(band: Any, published: Any, where: str) -> Rule | None:
     """A claim's band as a rule; None for a claim stated only qualitatively. A numeric
-    published value needs one, with a reason and at least one finite bound, not inverted."""
+    published value needs one, with a reason and at least one finite bound, not inverted; a
+    NaN or infinite published value is none (the page would show the paper's number as
+    "undefined")."""
+    if is_number(published) and not math.isfinite(published):
+        raise UserError(
+            f"{where}: published={published!r} must be a finite number (the paper's value), or "
+            "a text for a claim the paper states only qualitatively"
+        )
     if band is None:
         if is_number(published):
             raise UserError(

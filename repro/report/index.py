@@ -88,16 +88,21 @@ def collect_runs(
     sections: list[Section] = []
     not_run: list[NotRun] = []
     groups = {run.group for run in found}
+    # every claims file is checked before any page is written, so that a mistake in one
+    # stops the command with no other paper's pages half-written
+    papers = []
     for paper in known_papers(claims_dir):
         claims = load_claims(paper, claims_dir)
         # the largest scale, the nearest the paper's, first; a tiny set is a quick look
         scales = [scale for scale in reversed(SCALES) if f"{paper}_{scale}" in groups]
-        if not scales:
-            how = reproduce_command(paper, "small", runs_root)
-            not_run.append(NotRun(paper, claims.title, how))
-            continue
         for scale in scales:
             check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")
+        papers.append((claims, scales))
+    for claims, scales in papers:
+        if not scales:
+            how = reproduce_command(claims.paper, "small", runs_root)
+            not_run.append(NotRun(claims.paper, claims.title, how))
+        for scale in scales:
             sections.append(_section(claims, scale, found, runs_root, out))
     return Index(sections, not_run, runs_root, command)
 

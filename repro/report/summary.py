@@ -48,10 +48,12 @@ def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
     if result.verdict == "not run" and scale is not None and scale not in claim.scales:
         # missing, whether this scale's set makes the run or not (the page says which)
         return f"not run: a run it reads is missing; stated for scale {stated}, not judged here"
+    # seeds run by hand (seeds=N) or a cap lowered since can leave a claim past its cap
+    at_cap = "its seed cap" if n == claim.cap else f"past its seed cap of {claim.cap}"
     text = {
         "partly": "partly reproduced",
         "undecided": f"undecided at {seeds}: the interval straddles a band edge",
-        "inconclusive": f"inconclusive at {seeds} (its seed cap), 95% CI {result.ci_text()}",
+        "inconclusive": f"inconclusive at {seeds} ({at_cap}), 95% CI {result.ci_text()}",
         "not run": "not run: a run it reads is missing",
         "not measured": "not measured: the runs lack a metric or setting it needs",
         "not assessed": f"not assessed: stated for scale {stated}",

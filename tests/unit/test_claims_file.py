@@ -1,6 +1,7 @@
 """Claims files: mistakes refused as user errors when loaded, and AdaComm's file judged on a
 full synthetic run set."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,9 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
             {"band": {"at_most": "0.4", "reason": "r"}},
             "band.at_most='0.4' must be a number",
         ),
+        # a NaN or infinite paper's value was accepted and shown as "undefined" on the page
+        ({"published": float("nan")}, r"published=nan must be a finite number \(the paper's"),
+        ({"published": float("inf")}, r"published=inf must be a finite number"),
     ],
 )
 def test_bad_claims_are_user_errors(bad, message):
@@ -110,6 +114,21 @@ def test_unknown_paper_lists_known(tmp_path):
         load_claims("nope", tmp_path)
     with pytest.raises(UserError, match="missing key"):
         load_claims("adacomm", tmp_path)
+
+
+def test_a_claims_file_for_a_paper_with_no_run_set_is_refused(tmp_path):
+    # it was accepted: `repro report all` listed the paper as "not run; run it with
+    # `repro reproduce other`", a command that refuses the paper
+    shutil.copy(CLAIMS_DIR / "adacomm.yaml", tmp_path / "other.yaml")
+    text = (tmp_path / "other.yaml").read_text().replace("paper: adacomm", "paper: other")
+    (tmp_path / "other.yaml").write_text(text)
+    with pytest.raises(UserError) as info:
+        load_claims("other", tmp_path)
+    assert str(info.value) == (
+        f"{tmp_path / 'other.yaml'}: paper 'other' has no run set "
+        "(configs/experiment/other_<scale>.yaml); name one of adacomm, adasum, topk or add "
+        "its run set"
+    )
 
 
 def test_a_key_written_twice_in_a_claim_is_refused_naming_both_lines(tmp_path):

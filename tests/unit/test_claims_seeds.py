@@ -14,6 +14,7 @@ from repro.claims.verdicts import evaluate, magnitude_text
 from repro.report.build import render_parts, select_runs
 from repro.report.compare import curves, figure
 from repro.report.plots import draw_figure, seeds_sentence
+from repro.report.summary import plain_verdict
 from repro.track.series import at_seed, every_run, seeds_of
 from tests.unit.report_data import adacomm_set, claim_dict, make_run, seeded
 
@@ -77,6 +78,23 @@ def test_at_the_cap_an_undecided_claim_is_inconclusive_with_its_interval():
     low, high = result.interval.low, result.interval.high
     assert result.verdict == "inconclusive"
     assert result.verdict_text() == f"inconclusive at 3 seeds, CI [{low:.4g}, {high:.4g}]"
+
+
+@pytest.mark.parametrize(("cap", "says"), [(3, "its seed cap"), (2, "past its seed cap of 2")])
+def test_the_summary_says_whether_an_inconclusive_claim_is_at_its_cap_or_past_it(cap, says):
+    # three seeds run against a cap of 2 were said to be "3 seeds (its seed cap)"
+    claims = ClaimsFile(
+        paper="adacomm",
+        title="t",
+        citation="c",
+        seed_cap=10,
+        claims=[claim_dict(verdict={"partly": {"at_most": 0.9}}, seed_cap=cap)],
+    ).claims
+    (result,) = evaluate(claims, three_seeds([60, 70, 90]), "small")
+    low, high = result.interval.low, result.interval.high
+    assert (
+        plain_verdict(result) == f"inconclusive at 3 seeds ({says}), 95% CI [{low:.4g}, {high:.4g}]"
+    )
 
 
 def test_one_seed_has_no_interval_and_is_undecided():

@@ -66,6 +66,14 @@ def test_slots_are_filled_with_the_claims_and_named_values_per_seed():
     ]
 
 
+def test_the_seed_count_is_filled_in_its_format():
+    # the format of {seeds} was dropped: "{seeds:>3}" gave "3"
+    cf = claims("[{seeds:>3}] [{steps.seeds:03d}]", {"steps": STEPS})
+    runs = three_seeds([60, 70, 90])
+    row = findings_table(cf.findings, evaluate(cf.claims, runs, "small"), "small", runs).rows[0]
+    assert row[2] == "[  3] [003]"
+
+
 def test_a_named_value_that_cannot_be_computed_says_so():
     lost = {"calculator": "final_metric", "params": {"run": "ghost", "metric": "train/loss"}}
     cf = claims("ghost: {lost}", {"lost": lost})
@@ -144,6 +152,8 @@ def test_a_slot_naming_nothing_computed_is_refused_when_loaded(tmp_path, why, na
         ("{mean:.3q}", "slot {mean:.3q}: Unknown format code 'q'"),
         ("{Mean:.3f} of it", "{Mean:.3f} is no slot: a slot is {ref} or {ref.field} in lower"),
         ("{local-loss}", "{local-loss} is no slot"),
+        # the seed count's format was never checked, and ignored when filled
+        ("{seeds:.2q}", "slot {seeds:.2q}: Unknown format code 'q' for object of type 'int'"),
     ],
 )
 def test_a_slot_that_formats_nothing_or_braces_that_are_none_are_refused(tmp_path, why, says):

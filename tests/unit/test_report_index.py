@@ -8,6 +8,7 @@ import pytest
 
 from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import FigureSpec
+from repro.errors import UserError
 from repro.report.colours import colour_for, line_style
 from repro.report.index import collect_runs
 from repro.report.index_page import environment_rows, to_html, to_markdown
@@ -16,22 +17,16 @@ from repro.report.report_cli import main as report_main
 from tests.unit.report_data import adacomm_set, as_set_runs, make_run, seeded
 
 REPO = Path(__file__).resolve().parents[2]
-OTHER_PAPER = """
-paper: other
-title: Another paper
-citation: Someone, 2020.
-seed_cap: 10
-claims: []
-"""
+TOPK_TITLE = load_claims("topk", REPO / "reports" / "claims").title
 
 
 @pytest.fixture
 def claims_dir(tmp_path):
-    """The AdaComm claims file and a second paper that has no runs."""
+    """The AdaComm claims file and a second paper's (Top-k) that has no runs."""
     d = tmp_path / "claims"
     d.mkdir()
     shutil.copy(REPO / "reports" / "claims" / "adacomm.yaml", d)
-    (d / "other.yaml").write_text(OTHER_PAPER)
+    shutil.copy(REPO / "reports" / "claims" / "topk.yaml", d)
     return d
 
 
@@ -62,7 +57,7 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
         f"reproduced; model checks: 2 hold, 1 not measured ({title})",
         "- [adacomm](adacomm/tiny/report.html), scale tiny: 3 outcome claims: 3 not assessed; "
         f"model checks: 3 not assessed ({title})",
-        "- other: not run; run it with `repro reproduce other scale=small` (Another paper)",
+        f"- topk: not run; run it with `repro reproduce topk scale=small` ({TOPK_TITLE})",
         "",
     ]
     tables = _claims_tables(md)
@@ -91,7 +86,7 @@ def test_index_separates_scales_and_lists_papers_not_run(tmp_path, claims_dir):
     ]
     # the counts name the three outcome claims only
     assert "Claims: 1 partly, 2 reproduced." in md
-    assert "| other | Another paper | not run | repro reproduce other scale=small |" in md
+    assert f"| topk | {TOPK_TITLE} | not run | repro reproduce topk scale=small |" in md
     for scale in ("small", "tiny"):
         report = out / Path(where[scale]).parent
         assert (report / "report.html").is_file()
@@ -112,6 +107,15 @@ def test_a_report_has_one_address_per_scale_whatever_else_has_runs(
     assert [s.where for s in index.sections] == [f"{where}/report.html"]
     assert index.sections[0].command.endswith(f"--scale {scale} --out {tmp_path}")
     assert index.sections[0].seeds == "0" and index.sections[0].runs == 5
+
+
+def test_a_bad_claims_file_stops_the_index_before_any_page_is_written(tmp_path, claims_dir):
+    # adacomm's pages were written before topk's broken file was read
+    (claims_dir / "topk.yaml").write_text("paper: topk\nseed_cap: [\n")
+    out = tmp_path / "reports"
+    with pytest.raises(UserError, match=r"topk\.yaml: not valid YAML"):
+        collect_runs(adacomm_set("tiny"), "runs", out, claims_dir)
+    assert not out.exists()
 
 
 def test_a_group_mixing_scales_is_refused_not_mixed(tmp_path, claims_dir):
