@@ -49,8 +49,8 @@ class NetworkConfig:
     `schedule` lists phases by increasing `from_epoch`, the first at epoch 0; when it is
     non-empty, the top-level `latency_ms` and `bandwidth_gbps` must equal the first phase's
     (they name the starting link, so an override of them alone is refused rather than
-    silently ignored). `inject` makes each collective also sleep until measured time catches
-    up with the model.
+    silently ignored). `inject` makes each worker process sleep after every step until its
+    measured time catches up with its modeled time (`TimeKeeper.advance`).
     """
 
     name: str = "loopback"
