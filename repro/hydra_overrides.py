@@ -12,6 +12,7 @@ this module only explains, so it never imports the first.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import os
@@ -27,6 +28,7 @@ from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
     ConfigTypeError,
+    MissingMandatoryValue,
     OmegaConfBaseException,
     ValidationError,
 )
@@ -173,6 +175,8 @@ def explain(e: Exception, overrides: list[str], config_dir: Path) -> str:
             if cause.full_key in unread_keys(root):  # `method.tau=` under AdaComm
                 return unknown_key(cause.full_key, known_keys(root), overrides, config_dir)
             return _wrong_value(cause)
+        if isinstance(cause, MissingMandatoryValue):
+            return _missing(cause)
         if isinstance(cause, ConfigTypeError) and "deletion" in str(cause):
             key = cause.full_key
             return (
@@ -247,6 +251,24 @@ def _set_by_file(key: str, file: str, overrides: list[str], config_dir: Path) ->
     fix = f"{choose}drop {key} from {path}"
     which = f"{group}={chosen}" if chosen else f"the {group} chosen"
     return f"{key} is set by {source} and is not a setting of {which}: {fix}"
+
+
+def _missing(e: MissingMandatoryValue) -> str:
+    """A required key left out (a network schedule phase without its bandwidth): which one,
+    and every key an entry of its list needs."""
+    kind = e.object_type
+    needed = [
+        f.name
+        for f in (dataclasses.fields(kind) if dataclasses.is_dataclass(kind) else ())
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    listed = re.match(r"(.+)\[\d+\]\.[^.]+$", e.full_key)
+    if listed and needed:
+        return (
+            f"{e.full_key} is not set: each entry of {listed[1]} names "
+            f"{', '.join(needed[:-1])} and {needed[-1]}"
+        )
+    return f"{e.full_key} is not set: give it a value"
 
 
 def _one_line(e: Exception) -> str:

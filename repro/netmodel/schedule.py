@@ -28,11 +28,13 @@ def gbps_to_Bps(gbps: float) -> float:
 
 @dataclass
 class NetworkPhase:
-    """Latency and bandwidth from `from_epoch` until the next phase starts."""
+    """Latency and bandwidth from `from_epoch` until the next phase starts. Every key is
+    required: a phase missing one had taken a default (a link of 1 Gbit/s or 0 ms) that the
+    user never wrote."""
 
-    from_epoch: float = 0.0
-    latency_ms: float = 0.0
-    bandwidth_gbps: float = 1.0
+    from_epoch: float
+    latency_ms: float
+    bandwidth_gbps: float
 
 
 @dataclass
@@ -47,8 +49,8 @@ class NetworkConfig:
     `schedule` lists phases by increasing `from_epoch`, the first at epoch 0; when it is
     non-empty, the top-level `latency_ms` and `bandwidth_gbps` must equal the first phase's
     (they name the starting link, so an override of them alone is refused rather than
-    silently ignored). `inject` makes each collective also sleep until measured time catches
-    up with the model.
+    silently ignored). `inject` makes each worker process sleep after every step until its
+    measured time catches up with its modeled time (`TimeKeeper.advance`).
     """
 
     name: str = "loopback"
@@ -79,8 +81,9 @@ class NetworkConfig:
                 if getattr(self, key) != getattr(first, key):
                     raise UserError(
                         f"network.{key}={getattr(self, key)} differs from "
-                        f"network.schedule[0].{key}={getattr(first, key)}; "
-                        "with a schedule, change the phases"
+                        f"network.schedule[0].{key}={getattr(first, key)}: with a schedule "
+                        f"the top-level link is its first phase; set network.{key}="
+                        f"{getattr(first, key)} with this schedule, or change its phases"
                     )
 
 

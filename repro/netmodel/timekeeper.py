@@ -50,6 +50,13 @@ class TimeKeeper:
         """Modeled time of the slowest worker (identical in every process)."""
         return self.clock.now()
 
+    def synced_now(self) -> float:
+        """Modeled time with every worker's compute so far, its measured seconds exchanged
+        first (a collective: every process calls it at the same step). In sampled mode
+        `now()` has them already."""
+        self.flush()
+        return self.clock.now()
+
     def wall_s(self) -> float:
         """Measured seconds of the run so far, earlier segments of a resumed run included."""
         return time.perf_counter() - self.wall_start

@@ -93,7 +93,12 @@ class AdaCommStrategy(LocalSGDStrategy):
         self.tau = self.schedule.tau
 
     def on_average(self, info: StepInfo, avg_loss: float, steps: int) -> None:
-        now = float(info.step) if self.by_steps else info.modeled_s
+        # its tau periods are local steps: under measured compute the clock as the step began
+        # lacks the period's compute until the workers' seconds are exchanged
+        if self.by_steps:
+            now = float(info.step)
+        else:
+            now = info.synced_s() if info.synced_s is not None else info.modeled_s
         self.tau = self.schedule.observe(now, avg_loss, info.lr)
 
     def metrics(self) -> Metrics:

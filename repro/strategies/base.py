@@ -118,7 +118,11 @@ class StepInfo:
 
     `losses` holds the mini-batch training loss of each worker this process holds (axis
     order, as `Collectives.ranks`); `modeled_s` the modeled time so far, identical for
-    every worker; `link` the modeled network in force for this epoch.
+    every worker; `link` the modeled network in force for this epoch. Under measured
+    compute `modeled_s` stands at the last exchange of the workers' seconds (a step that
+    communicated), so a strategy deciding by the time of a step that follows local steps
+    calls `synced_s()`: the same clock with every worker's compute up to this step, which
+    exchanges them where measured (every rank calls it at the same step); None: `modeled_s`.
     """
 
     step: int
@@ -127,6 +131,7 @@ class StepInfo:
     lr: float
     modeled_s: float
     link: Link
+    synced_s: Callable[[], float] | None = None
 
 
 class Rehearsal(Protocol):

@@ -131,7 +131,7 @@ class Trainer:
         self.guard.check_loss(step, per_worker)
 
         # time.now() is identical for every worker, so strategies that decide from it agree
-        info = StepInfo(step, epoch, losses, lr, self.time.now(), link)
+        info = StepInfo(step, epoch, losses, lr, self.time.now(), link, self.time.synced_now)
         records = self.strategy.after_backward(info)
         compute_s += watch.time(self.optimizer.step)[1]
         records += self.strategy.after_step(info)

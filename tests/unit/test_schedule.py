@@ -6,6 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from repro.config import compose as compose_run
 from repro.errors import UserError
 from repro.netmodel.cost import Link
 from repro.netmodel.schedule import NetworkConfig, NetworkPhase, NetworkSchedule, gbps_to_Bps
@@ -128,3 +129,32 @@ def test_preset_rejects_a_bad_override():
         composed = compose(overrides=["+network=eth1g", "network.bandwidth_gbps=0"])
     with pytest.raises(UserError, match="network.bandwidth_gbps=0.0"):
         OmegaConf.to_object(composed.network)
+
+
+@pytest.mark.parametrize(
+    ("phase", "missing"),
+    [
+        ("{from_epoch:12,latency_ms:1}", "bandwidth_gbps"),
+        ("{from_epoch:12,bandwidth_gbps:1}", "latency_ms"),
+        ("{latency_ms:50,bandwidth_gbps:1}", "from_epoch"),
+    ],
+)
+def test_a_phase_missing_a_key_is_refused(phase, missing):
+    # each had run on a default the user never wrote: 1 Gbit/s, 0 ms, or epoch 0 (refused
+    # then only as "from_epoch=0.0 must be greater", a value nobody had given)
+    schedule = f"network.schedule=[{{from_epoch:0,latency_ms:1,bandwidth_gbps:25}},{phase}]"
+    with pytest.raises(UserError) as refused:
+        compose_run(["network=flex_c1", schedule])
+    assert str(refused.value) == (
+        f"network.schedule[1].{missing} is not set: each entry of network.schedule names "
+        "from_epoch, latency_ms and bandwidth_gbps"
+    )
+
+
+def test_a_schedule_on_a_plain_preset_names_the_top_level_fix():
+    schedule = "network.schedule=[{from_epoch:0,latency_ms:1,bandwidth_gbps:25}]"
+    with pytest.raises(UserError, match=r"set network.latency_ms=1.0 with this schedule"):
+        compose_run(["network=eth1g", schedule])
+    link = ["network.latency_ms=1", "network.bandwidth_gbps=25"]
+    net = compose_run(["network=eth1g", schedule, *link])
+    assert NetworkSchedule.from_config(net.network).link_at(3.0) == Link(1e-3, 3.125e9)

@@ -3,10 +3,16 @@
 import math
 
 import pytest
+import torch
 
+from repro.comm.axis_collectives import AxisCollectives
 from repro.config import compose
 from repro.errors import UserError
+from repro.netmodel.compute import ComputeConfig
+from repro.netmodel.cost import Link
+from repro.netmodel.timekeeper import TimeKeeper
 from repro.strategies.adacomm import AdaCommStrategy
+from repro.strategies.base import StepInfo
 from repro.strategies.tau_schedule import TauSchedule
 
 
@@ -126,3 +132,22 @@ def test_state_round_trip():
 def test_bad_adacomm_settings(overrides, needle):
     with pytest.raises(UserError, match=needle):
         compose(["method=adacomm", *overrides])
+
+
+def test_the_interval_is_judged_on_every_workers_compute_under_measured_compute():
+    """A period's local steps exchange no compute seconds under compute.mode=measured, so the
+    clock as the averaging step began had stood at the previous averaging (0 s at the
+    first): AdaComm's T0 intervals ended one period late there, not under sampled compute."""
+    ends = {}
+    for mode in ("measured", "sampled"):
+        compute = ComputeConfig(mode=mode, dist="constant", mean_ms=10.0)
+        keeper = TimeKeeper(compute, AxisCollectives(2), seed=0, bytes_scale=1.0)
+        link = Link(1e-3, 1e9)
+        for step in (1, 2, 3):  # three local steps of 10 ms on each worker
+            keeper.advance(step, 0.01, [], link)
+        cfg = compose(["method=adacomm", "method.tau0=4", "method.interval_s=0.025"]).method
+        strategy = AdaCommStrategy(cfg, world_size=2)
+        info = StepInfo(4, 0.0, torch.ones(2), 0.1, keeper.now(), link, keeper.synced_now)
+        strategy.on_average(info, avg_loss=1.0, steps=4)
+        ends[mode] = strategy.schedule.interval_start  # 0.03 s >= T0: a new interval began
+    assert ends == {"measured": pytest.approx(0.03), "sampled": pytest.approx(0.03)}
