@@ -34,8 +34,8 @@ class ClaimResult:
     its verdict, each seed's value, and how we got there. `edge` is the band or partly edge
     an undecided interval straddles; `magnitude` what the claim's magnitude claims say when
     one of them is not reproduced; `off_set` the settings where the runs it read are not the
-    run set's, `unfinished` the runs it reads that have not run to their end (with either,
-    it is not assessed)."""
+    run set's, `unfinished` the runs it reads that have not run to their end, `moved` which
+    of its terms changed after its runs began (with any of these, it is not assessed)."""
 
     claim: Any  # the `repro.claims.claims_file.Claim` judged, not imported: this is a leaf
     ours: float | None
@@ -48,6 +48,7 @@ class ClaimResult:
     magnitude: str = ""
     off_set: str = ""
     unfinished: str = ""
+    moved: str = ""
 
     @property
     def seeds(self) -> int:

@@ -154,7 +154,9 @@ def rungs_missing(claim: Claim, runs: Seeded, scale: str, made: Made) -> list[st
     return sorted(takes - set(runs)) if takes & set(runs) else []
 
 
-def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, made: Made) -> ClaimResult:
+def _one(
+    claim: Claim, runs: Seeded, scale: str, off: OffSet, made: Made, moved: dict[str, str]
+) -> ClaimResult:
     if absent := rungs_missing(claim, runs, scale, made):
         missing = f"no {', '.join(absent)} run, which its run set makes"
         return ClaimResult(claim, None, "not run", missing)
@@ -180,6 +182,9 @@ def _one(claim: Claim, runs: Seeded, scale: str, off: OffSet, made: Made) -> Cla
     if away := departed(claim, runs, seeds, off):
         note = f"its runs are not the run set's ({away}); {note}"
         return ClaimResult(claim, ours, "not assessed", note, values, off_set=away)
+    if shift := moved.get(claim.id):
+        note = f"its terms moved after its runs began ({shift}); {note}"
+        return ClaimResult(claim, ours, "not assessed", note, values, moved=shift)
     judged = {seed: claim.judge(value) for seed, value in values.items()}
     if claim.kind == "model_check":
         worst = min(judged.values(), key=ORDER.index)
@@ -209,12 +214,14 @@ def evaluate(
     scale: str,
     off: OffSet | None = None,
     made: Made | None = None,
+    moved: dict[str, str] | None = None,
 ) -> list[ClaimResult]:
     """Evaluate every claim on the runs of one reproduction at `scale` (never raises); a
-    claim reading a run that `off` lists, or one that has not run to its end, is not
-    assessed; one whose selection takes a run of its set (`made`, `labels_made`) that is
-    missing is not run."""
-    results = [_one(claim, runs, scale, off or {}, made or {}) for claim in claims]
+    claim reading a run that `off` lists, one that has not run to its end, or one whose
+    terms `moved` after its runs began (`repro.claims.fixed_terms`) is not assessed; one
+    whose selection takes a run of its set (`made`, `labels_made`) that is missing is not
+    run."""
+    results = [_one(claim, runs, scale, off or {}, made or {}, moved or {}) for claim in claims]
     by_id = {r.claim.id: r for r in results}
     return [replace(r, magnitude=magnitude_text(r, by_id)) for r in results]
 
@@ -246,7 +253,8 @@ VERDICTS_TEXT = (
     "the claim's seed cap, past which it is inconclusive at N seeds, with its interval; "
     "not run / not measured / not assessed: a run or metric is missing, or the claim is "
     "stated for another scale or read from runs the run set does not make (other settings) "
-    "or that have not run to their end (killed, stopped). "
+    "or that have not run to their end (killed, stopped), or its terms (band, published "
+    "number, metric, seed cap) moved after its runs began (the set's claims_terms.json). "
     "Model checks (claims that follow from the modeled clock or the rule itself) are listed "
     "apart, judged on their worst seed, and not counted"
 )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
+from repro.claims.fixed_terms import moved
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.set_regime import departures, set_settings
@@ -160,7 +161,9 @@ def render_parts(
     refers only to files that exist, and an earlier report's file of that figure is removed.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    results = evaluate(claims.claims, runs, scale, off, set_settings(f"{claims.paper}_{scale}"))
+    name = f"{claims.paper}_{scale}"
+    shifts = moved(claims.claims, Path(runs_root) / name)
+    results = evaluate(claims.claims, runs, scale, off, set_settings(name), shifts)
     with staged_folder(out_dir, "--out") as stage:
         figures = draw_figures(claims, runs, stage)
         regenerate = [*notes, f"Regenerate: {command}"]

@@ -45,6 +45,11 @@ def plain_verdict(result: ClaimResult, scale: str | None = None) -> str:
         return CHECK_WORDS[result.verdict]
     if result.off_set:
         return f"not assessed: its runs are not the run set's ({result.off_set})"
+    if result.moved:
+        return (
+            f"not assessed: its terms moved after its runs began ({result.moved}); new terms "
+            "are judged on runs made afresh (another runs_root)"
+        )
     if result.verdict == "not run" and scale is not None and scale not in claim.scales:
         # missing, whether this scale's set makes the run or not (the page says which)
         return f"not run: a run it reads is missing; stated for scale {stated}, not judged here"

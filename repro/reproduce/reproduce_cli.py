@@ -25,6 +25,7 @@ import argparse
 import functools
 from pathlib import Path
 
+from repro.claims.fixed_terms import record
 from repro.claims.set_regime import changed_by
 from repro.cluster.launcher import launch_runs, runs_here
 from repro.comm.capacity import usable_cores
@@ -126,6 +127,8 @@ def main(argv: list[str]) -> int:
     report = report_command(args.paper, scale, str(root), args.reports, claims=args.claims)
     if claims is not None:  # a report that cannot be written stops us before any run
         check_creatable(reports / report_subdir(args.paper, scale), "--reports")
+    if claims is not None and not away:  # the terms its runs are judged by, as they begin
+        record(claims.claims, root / name)
     try:
         with sigterm_stops():
             launched = launch_runs(

@@ -1,5 +1,6 @@
 """The AdaComm run set at test size: reproduce -> runs read back -> report; repeats skip."""
 
+import json
 import re
 import shutil
 
@@ -7,9 +8,10 @@ import pytest
 import yaml
 
 from repro.claims.calculators.final_values import final_metric
+from repro.claims.fixed_terms import TERMS_FILE
 from repro.track.runs import find_runs
 from repro.track.series import label_of, seed_of
-from tests.helpers import repro_cli, reproduce_tiny_args
+from tests.helpers import REPO, repro_cli, reproduce_tiny_args
 from tests.integration.test_startup import probe_run
 
 SECTIONS = ("## Setup", "## Claims", "## Figures", "## Final metrics per run")
@@ -212,3 +214,34 @@ def test_paper_scale_composes_and_starts_until_the_data_is_missing(tmp_path):
     )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "cifar10" in proc.stderr and "data.root" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_reproduction_records_its_claims_and_its_report_names_a_band_moved_since(tmp_path):
+    """A band edited once the runs exist judged those runs by terms chosen with their
+    results in view, and the page gave no sign of it."""
+    data = yaml.safe_load((REPO / "reports" / "claims" / "adacomm.yaml").read_text())
+    tiny = {**data["claims"][0], "scales": ["tiny", "small", "paper"], "seed_cap": 3}
+    data["claims"] = [tiny, *data["claims"][1:]]
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    runs, reports = tmp_path / "runs", tmp_path / "reports"
+    args = ["adacomm", "scale=tiny", f"runs_root={runs}", f"data.root={tmp_path / 'data'}"]
+    proc = repro_cli("reproduce", *args, "--claims", str(tmp_path), "--reports", str(reports))
+    assert proc.returncode == 0, proc.stderr
+    recorded = json.loads((runs / "adacomm_tiny" / TERMS_FILE).read_text())["claims"]
+    assert recorded[tiny["id"]]["terms"]["band"] == {
+        k: v for k, v in tiny["band"].items() if k != "reason"
+    }
+    page = (reports / "adacomm" / "tiny" / "report.md").read_text()
+    assert "its terms moved" not in page
+
+    old = tiny["band"]["at_least"]
+    tiny["band"]["at_least"] = 0.01
+    (tmp_path / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    out = ["--runs", str(runs), "--out", str(reports), "--claims", str(tmp_path)]
+    proc = repro_cli("report", "adacomm", "--scale", "tiny", *out)
+    assert proc.returncode == 0, proc.stderr
+    page = (reports / "adacomm" / "tiny" / "report.md").read_text()
+    assert (
+        f'not assessed: its terms moved after its runs began (band was {{"at_least": {old}' in page
+    )
