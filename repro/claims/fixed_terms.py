@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UserError
+from repro.errors import StorageError, UserError
 from repro.storage import atomic_write
 
 TERMS_FILE = "claims_terms.json"
@@ -60,7 +60,8 @@ def _read(path: Path) -> dict:
 
 def record(claims: list[Any], set_dir: Path) -> None:
     """Record the terms of each claim not yet recorded for the runs in `set_dir` (those
-    recorded keep the terms they had: a later change is what `moved` reports)."""
+    recorded keep the terms they had: a later change is what `moved` reports); where
+    `set_dir` cannot be written, nothing."""
     path = set_dir / TERMS_FILE
     data = _read(path)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -70,7 +71,12 @@ def record(claims: list[Any], set_dir: Path) -> None:
     if new:
         data["claims"].update(new)
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-        atomic_write(path, lambda f: f.write(text.encode()), "runs_root", prefix=".terms-")
+        try:
+            atomic_write(path, lambda f: f.write(text.encode()), "runs_root", prefix=".terms-")
+        except StorageError:
+            # a runs root that cannot be written (an archive, a colleague's) is only read: a
+            # run still to make there stops at its own folder, in its own line
+            return
 
 
 def _shown(value: Any) -> str:
