@@ -1,10 +1,12 @@
 """The record of submitted jobs, `<runs_root>/jobs.jsonl`, and their live states.
 
 One JSON line per job at submission: its id, what it runs (`run`, `run_set`, `sweep`), the
-label, the cluster kind, submitit's folder and the log paths of each task. States come from
-SLURM's accounting (one `sacct` call for all jobs, read by submitit's parser; an accounting
-that does not answer is one line, not sacct's own errors),
-or, for submitit's LocalExecutor, from the job's result file and whether its process lives.
+label, the cluster kind, submitit's folder and the log paths of each task, and the host it was
+submitted from. Paths under the runs root are written relative to it, so a runs folder moved
+or copied whole (from a cluster to a laptop) still finds its job files and run directories.
+States come from SLURM's accounting (one `sacct` call for all jobs, read by submitit's parser;
+an accounting that does not answer is one line, not sacct's own errors), or, for submitit's
+LocalExecutor, from the job's result file and whether its process lives.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import pickle
 import re
+import socket
 import subprocess
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -43,6 +46,7 @@ class JobRecord:
     run_dir: str = ""
     env_file: str | None = None
     submitted: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    host: str = field(default_factory=socket.gethostname)
 
     def paths(self, task: int = 0) -> JobPaths:
         return JobPaths(self.folder, job_id=self.job_id, task_id=task)
@@ -60,6 +64,27 @@ def _crc(fields: dict) -> int:
     return zlib.crc32(json.dumps(fields, sort_keys=True).encode())
 
 
+_PATHS = ("folder", "run_dir", "stdout", "stderr")
+
+
+def _relative(fields: dict, root: Path) -> dict:
+    """`fields` with its paths under `root` made relative to it (see the module doc)."""
+    out = dict(fields)
+    for key in _PATHS:
+        path = Path(out.get(key) or "")
+        if path.is_absolute() and path.is_relative_to(root):
+            out[key] = str(path.relative_to(root))
+    return out
+
+
+def _rooted(fields: dict, root: Path) -> dict:
+    """`fields` with its relative paths read from `root`, where the record lies now."""
+    return {
+        k: str(root / v) if k in _PATHS and v and not Path(v).is_absolute() else v
+        for k, v in fields.items()
+    }
+
+
 def append_records(runs_root: str | Path, records: list[JobRecord]) -> Path:
     """Add `records` to `<runs_root>/jobs.jsonl` (created if needed); one line each, with the
     log paths spelt out so that the file alone tells where to look, and a `crc` of the
@@ -71,14 +96,15 @@ def append_records(runs_root: str | Path, records: list[JobRecord]) -> Path:
         with path.open("a", encoding="utf-8") as f:
             for r in records:
                 fields = {**asdict(r), "stdout": r.stdout, "stderr": r.stderr}
+                fields = _relative(fields, path.parent.absolute())
                 f.write(json.dumps({**fields, "crc": _crc(fields)}) + "\n")
     except OSError as e:
         raise storage_error(path, e, "runs_root") from None
     return path
 
 
-def _parse(line: str) -> JobRecord:
-    """One line's record; ValueError when the line is damaged."""
+def _parse(line: str, root: Path) -> JobRecord:
+    """One line's record, its paths read from `root`; ValueError when the line is damaged."""
     raw = json.loads(line)
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
@@ -87,7 +113,7 @@ def _parse(line: str) -> JobRecord:
         raise ValueError("its checksum does not match")
     known = set(JobRecord.__dataclass_fields__)
     try:
-        return JobRecord(**{k: v for k, v in raw.items() if k in known})
+        return JobRecord(**{k: v for k, v in _rooted(raw, root).items() if k in known})
     except TypeError:
         raise ValueError("a field is missing") from None
 
@@ -111,7 +137,7 @@ def scan_records(runs_root: str | Path) -> tuple[list[JobRecord], list[str], boo
         if not line.strip():
             continue
         try:
-            records.append(_parse(line.decode()))
+            records.append(_parse(line.decode(), path.parent.absolute()))
         except ValueError as e:  # UnicodeDecodeError and JSONDecodeError too
             if i == len(lines) - 1:  # no newline after it: its write was cut short
                 notes.append(f"note: {path} line {i + 1} is torn (skipped): {_why(e)}")
@@ -131,12 +157,16 @@ def _why(e: ValueError) -> str:
 
 
 def _local_state(record: JobRecord) -> str:
-    """LocalExecutor jobs: the id is the controller's pid, the result file tells the end."""
+    """LocalExecutor jobs: the id is the controller's pid, the result file tells the end.
+    The pid names a process of the host that submitted the job only: elsewhere (the runs
+    folder copied from there) it is some other process or none, so the state is unknown."""
     result = record.paths().result_pickle
     if result.exists():
         with result.open("rb") as f:
             outcome = pickle.load(f)[0]
         return "COMPLETED" if outcome == "success" else "FAILED"
+    if record.host != socket.gethostname():
+        return "UNKNOWN"
     try:
         os.kill(int(record.job_id), 0)
     except (ProcessLookupError, ValueError):

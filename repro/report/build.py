@@ -54,6 +54,13 @@ class Selection(NamedTuple):
     off: dict[str, dict[int, list[str]]]
 
 
+def made_here(run: Run) -> bool:
+    """Whether `run` lies in the directory it was made in, by name (its summary's `run_dir`,
+    from where it was made: a runs folder moved whole keeps its directories' names), not a
+    copy of that directory under another name."""
+    return run.path.name == Path(str(run.summary.get("run_dir", ""))).name
+
+
 def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) -> Selection:
     """The runs one report of `paper` reads, and which of them are not the run set's.
 
@@ -61,9 +68,11 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
     scale was chosen, and when runs of the group name different scales. Of several runs with
     one label and seed the run set's own is kept (`repro.claims.set_regime`: not one made
     with extra overrides beside it), then a finished one over an unfinished one (a crashed
-    run beside its re-run), then the newest: a changed config or method default gets a run
-    directory of its own, and the report must show what the current code computes. A label
-    the set does not list (a method run beside it for a comparison) is never off the set.
+    run beside its re-run, or a copy of a run directory taken while it ran), then the one in
+    the directory it was made in over a copy of it under another name (`made_here`), then the
+    newest: a changed config or method default gets a run directory of its own, and the
+    report must show what the current code computes. A label the set does not list (a
+    method run beside it for a comparison) is never off the set.
     """
     scales = [scale] if scale else list(SCALES)
     groups = {f"{paper}_{s}": s for s in scales}
@@ -91,8 +100,8 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
         for run in members
     }
 
-    def rank(run: Run) -> tuple[bool, bool, float]:
-        return not away[id(run)], run.exit_code == 0, run.started
+    def rank(run: Run) -> tuple[bool, bool, bool, float]:
+        return not away[id(run)], run.exit_code == 0, made_here(run), run.started
 
     candidates: dict[tuple[str, int], list[Run]] = {}
     for run in members:
@@ -107,6 +116,9 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
             off.setdefault(label, {})[seed] = away[id(keep)]
         if others:
             why = " (the run set's own)" if rank(keep)[0] > rank(others[0])[0] else ""
+            copies = [str(o.path) for o in others if o.run_id == keep.run_id]
+            if copies:
+                why += f" from {keep.path}, not its copy in {copies[0]}"
             notes.append(
                 f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}{why}"
             )

@@ -70,8 +70,10 @@ def resolve(args: Sequence[str], runs_root: Path) -> list[Run]:
                     f"'{arg}' is not a run directory, run id or group under {runs_root} "
                     f"(groups: {groups})"
                 )
-        for run in found:
-            chosen.setdefault(run.run_id, run)
+        for run in found:  # a run directory's copy has the same id: the finished one is drawn
+            kept = chosen.get(run.run_id)
+            if kept is None or (kept.exit_code != 0 and run.exit_code == 0):
+                chosen[run.run_id] = run
     return list(chosen.values())
 
 

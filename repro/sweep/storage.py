@@ -245,11 +245,23 @@ class WorkerLocks:
     def _path(self, host: str, pid: int | str) -> Path:
         return self.dir / f"{host}-{pid}.lock"
 
-    def is_alive(self, worker: str) -> bool:
+    def lock_file(self, worker: str) -> Path:
+        """The lock file of the worker stamped `worker` ("host:pid")."""
         host, _, pid = worker.rpartition(":")
-        if host != self.host:
-            return True  # another machine's process: nothing here can tell, so never steal
-        path = self._path(host, pid)
+        return self._path(host, pid)
+
+    def here(self, worker: str) -> bool:
+        """Whether the worker stamped `worker` runs (or ran) on this host."""
+        return worker.rpartition(":")[0] == self.host
+
+    def is_alive(self, worker: str) -> bool:
+        path = self.lock_file(worker)
+        if not self.here(worker):
+            # Its flock need not reach this host (a cluster file system with node-local
+            # locks): its lock file's presence is all that tells, so it is never stolen while
+            # the file is here. A study copied here without that file (or with it deleted:
+            # `_say_waiting` names it) has no worker of that host left.
+            return path.exists()
         if held(path):
             return True
         path.unlink(missing_ok=True)

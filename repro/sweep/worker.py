@@ -168,23 +168,32 @@ def _adaptive_points(
                 continue
             if not waiting:
                 waiting = True
-                _say_waiting(spec, study)
+                _say_waiting(spec, study, locks)
         yield None
 
 
-def _say_waiting(spec: SweepSpec, study: Any) -> None:
+def _say_waiting(spec: SweepSpec, study: Any, locks: WorkerLocks) -> None:
     """Why a worker starts nothing while the budget is spoken for: the last trials run in
     another worker, or in a dead one whose trial storage fails only once its heartbeat is
-    `grace_s` old (a killed sweep's, resumed on PostgreSQL, waited so without a word)."""
+    `grace_s` old (a killed sweep's, resumed on PostgreSQL, waited so without a word). On a
+    journal, a trial stamped by another host's worker waits as long as that worker's lock
+    file is here (`WorkerLocks.is_alive`): a study copied from a cluster node waited without
+    end, so the file to delete is named."""
     from optuna.trial import TrialState
 
-    numbers = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    which = ", ".join(map(str, numbers)) or "the last trials"
-    lapse = f"; a dead worker's runs again once its heartbeat is {spec.grace_s} s old"
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    which = ", ".join(str(t.number) for t in running) or "the last trials"
+    away = [w for t in running if (w := t.user_attrs.get("worker")) and not locks.here(w)]
+    why = ""
+    if spec.storage is not None:
+        why = f"; a dead worker's runs again once its heartbeat is {spec.grace_s} s old"
+    elif away:
+        why = (
+            f"; worker {away[0]} is on another host: if it is gone (the study was copied "
+            f"here), delete {locks.lock_file(away[0])} and its trial runs again here"
+        )
     print(
-        f"sweep {spec.name}: waiting for trial {which}, running in another worker"
-        + ("" if spec.storage is None else lapse),
-        flush=True,
+        f"sweep {spec.name}: waiting for trial {which}, running in another worker{why}", flush=True
     )
 
 

@@ -7,7 +7,11 @@ last complete record.
 One training run can own several segments (`offline-run-*` directories) with the same run
 id: a restart after a kill writes a new one that re-logs the steps after the last
 checkpoint. Segments are merged in start order; a later segment's rows replace the rows of
-the same or later steps from earlier ones.
+the same or later steps from earlier ones. Only the segments of one run directory are
+merged: a run directory copied under a second name (a backup, a copy taken while the run was
+still going) holds the same run id, and merged with the original its rows, cut where the copy
+was taken, would replace the finished run's. Each copy is read as a run of its own, at its
+own path; segments copied out of their run directory (for `wandb sync`) still join.
 """
 
 from __future__ import annotations
@@ -162,6 +166,13 @@ def _run_dir(segment_file: Path) -> Path:
     return seg_dir.parent.parent if seg_dir.parent.name == "wandb" else seg_dir
 
 
+def _home(segment_file: Path) -> Path | None:
+    """The training run directory whose segments `segment_file` merges with; None for a
+    loose segment, which merges with every loose one of its run id."""
+    run_dir = _run_dir(segment_file)
+    return None if run_dir == segment_file.parent else run_dir
+
+
 def _merge(segments: list[_Segment]) -> RunData:
     """One run from its segments (same run id), oldest first."""
     segments = sorted(segments, key=lambda s: (s.start, str(s.file)))
@@ -227,10 +238,14 @@ def _finished_last(file: Path) -> bool:
     return (run_dir / "summary.json").exists() and latest.resolve() == file.resolve()
 
 
-def _grouped(files: list[Path], damaged: list[str] | None = None) -> dict[str, list[_Segment]]:
-    """Segments by run id. A damaged file, or a finished run's last segment cut short
-    (which only damage does: the run waits for its exit record), is flagged and left out."""
-    by_id: dict[str, list[_Segment]] = {}
+Segments = dict[tuple[str, Path | None], list[_Segment]]
+
+
+def _grouped(files: list[Path], damaged: list[str] | None = None) -> Segments:
+    """Segments by run id and run directory (`_home`). A damaged file, or a finished run's
+    last segment cut short (which only damage does: the run waits for its exit record), is
+    flagged and left out."""
+    by_id: Segments = {}
     for file in files:
         # asked first: a run that finishes while its file is read is read as still running,
         # not as a finished run cut short
@@ -241,7 +256,7 @@ def _grouped(files: list[Path], damaged: list[str] | None = None) -> dict[str, l
             _flag(f"{e}; {_relog_fix(file)}", damaged)
             continue
         if seg is not None and (seg.exit_code is not None or not finished):
-            by_id.setdefault(seg.run_id, []).append(seg)
+            by_id.setdefault((seg.run_id, _home(file)), []).append(seg)
         elif seg is not None or finished:
             summary = _run_dir(file) / "summary.json"
             _flag(
@@ -252,14 +267,14 @@ def _grouped(files: list[Path], damaged: list[str] | None = None) -> dict[str, l
     return by_id
 
 
-def _check_logged(root: Path, by_id: dict, damaged: list[str] | None) -> None:
+def _check_logged(root: Path, by_id: Segments, damaged: list[str] | None) -> None:
     """A finished run whose tracker run (`run_id`, written when it opened) left no file:
     its log was deleted, which is damage too, not a run that was never tracked."""
     for id_file in root.rglob("run_id"):
         summary = id_file.parent / "summary.json"
         run_id = id_file.read_text(errors="replace").strip()
         logs = (p for p in id_file.parent.glob(f"wandb/*/run-{run_id}.wandb") if p.is_file())
-        if summary.exists() and run_id not in by_id and next(logs, None) is None:
+        if summary.exists() and (run_id, id_file.parent) not in by_id and next(logs, None) is None:
             _flag(
                 f"{id_file.parent / 'wandb'} holds no log of run {run_id} though {summary} "
                 f"says the run finished; remove {summary}, then run the run again to log it anew",
@@ -352,7 +367,8 @@ def find_runs(
     root: str | Path, group: str | None = None, damaged: list[str] | None = None
 ) -> list[RunData]:
     """Every run with a `.wandb` file anywhere under `root` (in `group` if given), oldest
-    first. Segments of one run id are merged wherever they lie. A damaged file ends the
+    first. Segments of one run id are merged within their run directory (see the module doc:
+    a copied run directory is a run of its own, with the same id). A damaged file ends the
     search with one line naming it, or, given a `damaged` list, is reported there and the
     search goes on with the others."""
     root = Path(root)
@@ -363,6 +379,9 @@ def find_runs(
         )
     by_id = _grouped(_unique(root.rglob("run-*.wandb")), damaged)
     _check_logged(root, by_id, damaged)
-    ordered = sorted(by_id.values(), key=lambda segs: (min(s.start for s in segs), segs[0].run_id))
+    ordered = sorted(
+        by_id.values(),
+        key=lambda segs: (min(s.start for s in segs), segs[0].run_id, str(segs[0].file)),
+    )
     runs = [_merge(segs) for segs in ordered]
     return [r for r in runs if group is None or r.group == group]

@@ -130,9 +130,15 @@ def _find(run: str, root: str) -> RunData:
             "for run ids in; give a run's directory, or --root the runs folder"
         )
     damaged: list[str] = []
-    for found in find_runs(root, damaged=damaged):
-        if found.run_id == run:
-            return found
+    found = [r for r in find_runs(root, damaged=damaged) if r.run_id == run]
+    if len(found) > 1:  # a run directory copied under another name holds the same run id
+        where = ", ".join(str(r.path) for r in found)
+        raise UserError(
+            f"repro runs show: run {run} lies in {len(found)} run directories under {root} "
+            f"({where}), copies of one run; give the directory of the one to show"
+        )
+    if found:
+        return found[0]
     if damaged:  # the run asked for may be the damaged one
         raise UserError(f"repro runs show: no readable run {run!r} under {root}; {damaged[0]}")
     raise UserError(f"repro runs show: no run {run!r} under {root} (`repro runs ls {root}`)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 CLOCKS = {"step": "step", "modeled": "time/modeled_s", "wall": "time/wall_s"}
@@ -33,6 +34,7 @@ class Run(Protocol):
     summary: dict
     exit_code: int | None
     started: float
+    path: Path
 
 
 class NotMeasurable(Exception):

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+import submitit
 
 from repro.cluster.executor import job_folder, read_env_file
-from repro.cluster.jobs import JobRecord, append_records, failure_report, read_records
+from repro.cluster.jobs import (
+    JobRecord,
+    append_records,
+    failure_report,
+    job_states,
+    read_records,
+)
 from repro.cluster.slurm_env import rendezvous_port
 from repro.cluster.submit import _tasks_per_node
 from repro.config import compose
@@ -87,3 +97,34 @@ def test_a_failure_report_keeps_sruns_word_on_a_task_that_later_lines_push_out(
         "    srun: error: localhost: task 0: Terminated",
         f"  task 1 log {rec.paths(1).stderr} (empty)",
     ]
+
+
+def test_a_runs_folder_moved_whole_keeps_its_jobs_states_and_logs(tmp_path: Path) -> None:
+    """A runs folder copied from where its jobs ran (a cluster) to elsewhere (a laptop):
+    `repro jobs` called a completed job FAILED, its result file looked for at the old path,
+    and named logs that were not there. A job of submitit's LocalExecutor is its pid, which
+    on another host names some other process: its state there is unknown, not RUNNING."""
+    root = tmp_path / "cluster" / "runs"
+    job = submitit.LocalExecutor(folder=root / "slurm").submit(print, "the job ran")
+    job.result()
+    run_dir = root / "default" / "sync-abc123"
+    rec = JobRecord(job.job_id, "run", "sync", "submitit_local", str(job.paths.folder))
+    append_records(root, [dataclasses.replace(rec, run_dir=str(run_dir))])
+    assert job_states(read_records(root)) == {job.job_id: "COMPLETED"}
+
+    moved = tmp_path / "laptop" / "runs"
+    shutil.copytree(root, moved)
+    shutil.rmtree(root)
+    (back,) = read_records(moved)
+    assert (back.folder, back.run_dir) == (
+        str(moved / "slurm"),
+        str(moved / "default" / run_dir.name),
+    )
+    assert back.stdout == str(moved / "slurm" / f"{job.job_id}_0_log.out")
+    assert "the job ran" in Path(back.stdout).read_text()
+    assert job_states([back]) == {job.job_id: "COMPLETED"}
+
+    mine = str(os.getpid())  # a live process here: what a copied pid may name
+    unfinished = dataclasses.replace(back, job_id=mine, folder=str(tmp_path / "none"))
+    assert job_states([unfinished]) == {mine: "RUNNING"}
+    assert job_states([dataclasses.replace(unfinished, host="gpu-node7")]) == {mine: "UNKNOWN"}

@@ -269,3 +269,37 @@ def test_the_command_that_makes_a_papers_runs_names_a_scale_it_has(tmp_path, mon
     )
     monkeypatch.undo()
     assert missing_runs.reproduce_command("adacomm", None, "runs") == "repro reproduce adacomm"
+
+
+def test_a_copy_of_a_run_directory_never_stands_for_the_run(tmp_path):
+    """A copy of a finished run's directory taken while it ran (`cp -r` of a live run, its
+    log cut there) lies beside it with the same run id: the report reads the finished run,
+    with the same verdicts as without the copy, and says which directory it read."""
+    runs_root = tmp_path / "runs"
+    write_offline_runs(runs_root, as_set_runs(adacomm_set()))
+    out = tmp_path / "reports"
+    argv = ["adacomm", "--runs", str(runs_root), "--out", str(out), "--claims", str(CLAIMS_DIR)]
+    assert report_main(argv) == 0
+    before = (out / "adacomm" / "report.md").read_text()
+    sync = next(runs_root.glob("sync*"))
+    snap = runs_root / f"{sync.name}_snap"
+    shutil.copytree(sync, snap)
+    cut = next(snap.glob("wandb/offline-run-*/run-*.wandb"))
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+
+    _, chosen, notes, _ = select_runs(find_runs(runs_root), "adacomm", None, str(runs_root))
+    kept = chosen["sync"][0]
+    assert (kept.path, kept.exit_code, len(kept.history)) == (
+        sync,
+        0,
+        len(make_run("sync").history),
+    )
+    assert notes == [
+        f"several runs labelled 'sync' with seed 0: kept run {kept.run_id} from {sync}, "
+        f"not its copy in {snap}"
+    ]
+    assert report_main(argv) == 0
+    after = (out / "adacomm" / "report.md").read_text()
+    summary = [ln for ln in before.splitlines() if ln.startswith("| ")]
+    assert [ln for ln in after.splitlines() if ln.startswith("| ")] == summary
+    assert "not finished" not in after and "not finished" not in before

@@ -65,8 +65,11 @@ def test_worker_lock_tells_live_from_dead(tmp_path):
     assert not (tmp_path / "workers" / f"{stamp.replace(':', '-')}.lock").exists()
     mine = locks.register()
     assert locks.is_alive(mine)  # a second descriptor in the same process is still refused
-    assert locks.is_alive("some-other-host:1")  # cannot be judged from here: never stolen
     assert not locks.is_alive(f"{locks.host}:999999999")  # no lock file at all
+    # another host's flock may not reach here: its lock file's presence alone keeps it alive
+    assert not locks.is_alive("some-other-host:1")
+    (tmp_path / "workers" / "some-other-host-1.lock").touch()
+    assert locks.is_alive("some-other-host:1")
 
 
 def test_restart_fails_only_dead_workers_trials_and_queues_them_again(tmp_path):
@@ -205,3 +208,43 @@ def test_optunas_fallback_guess_is_not_printed(tmp_path):
     assert [t.number for t in trials] == [0]
     assert len(failed) == 1 and "IN (" in failed[0]  # the fallback ran
     assert logged == []
+
+
+def test_a_study_copied_from_another_host_names_the_lock_file_that_holds_its_trial(
+    tmp_path, capsys
+):
+    """A journal study killed on a cluster node and copied here (`rsync -a`) holds a RUNNING
+    trial stamped by that node's worker, and that worker's lock file. The sweep continued
+    here waited for it without end; it says which file keeps it waiting, and once that file
+    is gone the trial is failed and its point runs again here."""
+    import yaml
+
+    from repro.sweep.spec import spec_from_dict
+    from repro.sweep.stops import StopSignals
+    from repro.sweep.worker import _adaptive_points
+
+    raw = yaml.safe_load((Path(__file__).parents[2] / "sweeps" / "tiny.yaml").read_text())
+    spec = spec_from_dict({**raw, "out": str(tmp_path), "n_trials": 1}, "t.yaml")
+    (spec.study_dir / "workers").mkdir(parents=True)
+    storage = JournalStorage(JournalFileBackend(str(spec.study_dir / "journal.log")))
+    study = optuna.create_study(study_name="s", storage=storage)
+    lost = study.ask()
+    lost.suggest_float("x", 0.0, 1.0)
+    lost.set_user_attr("worker", "gpu-node7:4242")
+    copied = spec.study_dir / "workers" / "gpu-node7-4242.lock"
+    copied.write_text("4242 gpu-node7\n")
+
+    locks = WorkerLocks(spec.study_dir)
+    points = _adaptive_points(spec, study, storage, locks, locks.register(), None, StopSignals())
+    assert next(points) is None and next(points) is None
+    assert capsys.readouterr().out == (
+        "sweep tiny: waiting for trial 0, running in another worker; worker gpu-node7:4242 is "
+        f"on another host: if it is gone (the study was copied here), delete {copied} and its "
+        "trial runs again here\n"
+    )
+    copied.unlink()
+    assert callable(next(points))  # the budget is free again: a point to run here
+    (failed,) = study.get_trials(states=(TrialState.FAIL,))
+    assert failed.user_attrs["stale"] == "worker gpu-node7:4242 died"
+    (queued,) = study.get_trials(states=(TrialState.WAITING,))
+    assert queued.params == failed.params

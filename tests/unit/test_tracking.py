@@ -265,3 +265,37 @@ def test_reader_errors(tmp_path):
         read_run(__file__)
     with pytest.raises(UserError, match="not a directory"):
         find_runs(tmp_path / "missing")
+
+
+def test_a_copied_run_directory_is_a_run_of_its_own(logged, tmp_path, capsys):
+    """A run directory copied under another name holds the same run id. Merged with the
+    original, a copy taken while the run was going (its log cut where it was copied, sorting
+    after the original) replaced the finished run's 30 points with its own and its exit."""
+    run_dir, run_id = logged
+    root = tmp_path / "runs"
+    shutil.copytree(run_dir, root / "exp" / run_dir.name)
+    snap = root / "exp" / f"{run_dir.name}_snap"  # '_' sorts after '/': read after the run
+    shutil.copytree(run_dir, snap)
+    cut = next(snap.glob("wandb/offline-run-*/run-*.wandb"))
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    shutil.copytree(run_dir, root / "exp" / f"{run_dir.name}.bak")  # sorts before it
+
+    found = {r.path.name: r for r in find_runs(root)}
+    assert sorted(found) == [run_dir.name, f"{run_dir.name}.bak", f"{run_dir.name}_snap"]
+    assert {r.run_id for r in found.values()} == {run_id}
+    for name in (run_dir.name, f"{run_dir.name}.bak"):
+        assert found[name].exit_code == 0
+        assert found[name].history == [point(s) | {"step": s} for s in range(30)]
+    assert found[f"{run_dir.name}_snap"].exit_code is None
+    assert 0 < len(found[f"{run_dir.name}_snap"].history) < 30
+
+    assert runs_cli.main(["ls", str(root)]) == 0
+    states = sorted(ln.split()[4] for ln in capsys.readouterr().out.splitlines()[1:])
+    assert states == ["finished", "finished", "incomplete"]
+    with pytest.raises(UserError) as err:
+        runs_cli.main(["show", run_id, "--root", str(root)])
+    assert str(err.value).startswith(
+        f"repro runs show: run {run_id} lies in 3 run directories under {root} ("
+    )
+    assert runs_cli.main(["show", str(root / "exp" / run_dir.name), "--last", "1"]) == 0
+    assert "finished" in capsys.readouterr().out
