@@ -58,11 +58,13 @@ _HOME_CACHES = {
 
 
 def _writable(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK | os.X_OK)
+    """Whether `folder` is, or could be made, a folder this user writes (nothing is made:
+    a command creates nothing in a home folder it does not use)."""
+    while not folder.exists():
+        if folder.parent == folder:
+            return False
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
 def caches_off_an_unwritable_home() -> None:
