@@ -24,6 +24,7 @@ from typing import Any
 
 from repro.errors import StorageError, UserError
 from repro.storage import atomic_write
+from repro.track.series import Seeded, every_run
 
 TERMS_FILE = "claims_terms.json"
 
@@ -100,4 +101,15 @@ def moved(claims: list[Any], set_dir: Path) -> dict[str, str]:
         ]
         if changed:
             out[claim.id] = f"{'; '.join(changed)}; recorded {entry.get('recorded')}"
+    return out
+
+
+def moved_for(claims: list[Any], runs: Seeded, set_dir: Path) -> dict[str, str]:
+    """`moved` for the runs a verdict reads, by the records in `set_dir` (where `repro
+    reproduce` writes it) and in the folder holding each run: a report given the set's own
+    folder, or a folder above the runs root, reads the same runs and must find their record."""
+    out: dict[str, str] = {}
+    for folder in dict.fromkeys([set_dir, *(run.path.parent for _, _, run in every_run(runs))]):
+        for claim_id, shift in moved(claims, folder).items():
+            out.setdefault(claim_id, shift)
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from repro.claims.claims_file import SCALES, ClaimsFile, load_claims
-from repro.claims.fixed_terms import moved
+from repro.claims.fixed_terms import moved_for
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.claims.set_regime import departures, set_settings
@@ -174,7 +174,7 @@ def render_parts(
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
     name = f"{claims.paper}_{scale}"
-    shifts = moved(claims.claims, Path(runs_root) / name)
+    shifts = moved_for(claims.claims, runs, Path(runs_root) / name)
     results = evaluate(claims.claims, runs, scale, off, set_settings(name), shifts)
     with staged_folder(out_dir, "--out") as stage:
         figures = draw_figures(claims, runs, stage)

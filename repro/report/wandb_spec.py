@@ -36,7 +36,7 @@ from repro.claims.choices import choices_table
 from repro.claims.claims_file import ClaimsFile, load_claims
 from repro.claims.figure_specs import FigureSpec
 from repro.claims.findings import findings_table
-from repro.claims.fixed_terms import moved
+from repro.claims.fixed_terms import moved_for
 from repro.claims.result import ClaimResult
 from repro.claims.set_regime import set_settings
 from repro.claims.verdicts import VERDICTS_TEXT, evaluate, model_checks, summary
@@ -211,7 +211,7 @@ def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, ou
     project = cfg(first, "tracking.project") or "repro"
     entity = cfg(first, "tracking.entity") or None
     name = f"{paper}_{chosen}"
-    shifts = moved(claims.claims, Path(runs_root) / name)
+    shifts = moved_for(claims.claims, runs, Path(runs_root) / name)
     results = evaluate(claims.claims, runs, chosen, off, set_settings(name), shifts)
     spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
     return publish_spec(spec, out_dir)

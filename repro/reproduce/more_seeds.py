@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from repro.claims.claims_file import ClaimsFile
-from repro.claims.fixed_terms import moved
+from repro.claims.fixed_terms import moved_for
 from repro.claims.reads import labels_read
 from repro.claims.result import ClaimResult
 from repro.claims.set_regime import set_settings
@@ -116,7 +116,7 @@ def extend(
         found = find_runs(root) if root.is_dir() else []
         _, runs, _, off = select_runs(found, paper, scale, str(root))
         name = f"{paper}_{scale}"
-        shifts = moved(claims.claims, root / name)
+        shifts = moved_for(claims.claims, runs, root / name)
         results = evaluate(claims.claims, runs, scale, off, set_settings(name), shifts)
         pairs, why = wanted(results, runs)
         if not pairs:

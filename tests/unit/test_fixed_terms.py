@@ -2,15 +2,27 @@
 assessed on those runs (bands are fixed before results and never moved after)."""
 
 import json
+import shutil
 
 import pytest
+import yaml
 
+from repro.claims.claims_file import load_claims
 from repro.claims.fixed_terms import TERMS_FILE, moved, record
 from repro.claims.verdicts import evaluate
 from repro.errors import UserError
+from repro.report.report_cli import main as report_main
 from repro.report.summary import plain_verdict
-from tests.unit.report_data import HEADLINE_BAND, claim_dict, claims_file
+from tests.unit.report_data import (
+    HEADLINE_BAND,
+    adacomm_set,
+    as_set_runs,
+    claim_dict,
+    claims_file,
+    write_offline_runs,
+)
 from tests.unit.test_more_seeds import runs_with
+from tests.unit.test_report_build import CLAIMS_DIR
 
 
 def _claims(**over):
@@ -74,3 +86,22 @@ def test_a_damaged_record_is_one_line(tmp_path, text):
     (tmp_path / TERMS_FILE).write_text(text)
     with pytest.raises(UserError, match=f"^{tmp_path / TERMS_FILE} cannot be read .*restore it"):
         moved(_claims(), tmp_path)
+
+
+@pytest.mark.parametrize("given", ["runs/adacomm_small", "."])
+def test_a_report_given_the_sets_folder_or_one_above_the_root_finds_the_record(tmp_path, given):
+    """`--runs runs/adacomm_small` or `--runs .` reads the same runs as `--runs runs`; the
+    record beside them was missed and a band moved since judged them as reproduced."""
+    set_dir = tmp_path / "runs" / "adacomm_small"
+    write_offline_runs(set_dir, as_set_runs(adacomm_set()))
+    claims_dir = tmp_path / "claims"
+    shutil.copytree(CLAIMS_DIR, claims_dir)
+    record(load_claims("adacomm", claims_dir).claims, set_dir)
+    data = yaml.safe_load((claims_dir / "adacomm.yaml").read_text())
+    data["claims"][0]["band"]["at_least"] = 0.001
+    (claims_dir / "adacomm.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "reports"
+    argv = ["adacomm", "--runs", str(tmp_path / given), "--out", str(out)]
+    assert report_main([*argv, "--claims", str(claims_dir)]) == 0
+    page = (out / "adacomm" / "report.md").read_text()
+    assert "not assessed: its terms moved after its runs began (band was" in page
