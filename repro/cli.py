@@ -50,16 +50,22 @@ def usage() -> str:
     return (__doc__ or "").split("\n\n")[1] if __doc__ else ""
 
 
-# variable -> (base directory variable, folder below it, below the home folder without it)
+# variable -> the folders it stands for: (base directory variable, folder below it, below the
+# home folder without it); MPLCONFIGDIR is matplotlib's config and font cache both
 _HOME_CACHES = {
-    "MPLCONFIGDIR": ("XDG_CONFIG_HOME", "matplotlib", ".config"),
-    "WANDB_CACHE_DIR": ("XDG_CACHE_HOME", "", ".cache"),
+    "MPLCONFIGDIR": (
+        ("XDG_CONFIG_HOME", "matplotlib", ".config"),
+        ("XDG_CACHE_HOME", "matplotlib", ".cache"),
+    ),
+    "WANDB_CACHE_DIR": (("XDG_CACHE_HOME", "", ".cache"),),
 }
 
 
 def _writable(folder: Path) -> bool:
     """Whether `folder` is, or could be made, a folder this user writes (nothing is made:
-    a command creates nothing in a home folder it does not use)."""
+    a command creates nothing in a home folder it does not use). A link on the way is read
+    where it points: ~/.cache linked to a scratch space not mounted cannot be made."""
+    folder = Path(os.path.realpath(folder))
     while not folder.exists():
         if folder.parent == folder:
             return False
@@ -74,12 +80,14 @@ def caches_off_an_unwritable_home() -> None:
     advice to set MPLCONFIGDIR, wandb-core's own log of its service, 17-20 lines a run
     does not own. Each is given a folder below the temporary directory instead, unless its
     variable is set; worker processes and SLURM jobs inherit the variables."""
-    for variable, (base, below, in_home) in _HOME_CACHES.items():
+    for variable, folders in _HOME_CACHES.items():
         if variable in os.environ:
             continue
-        root = os.environ.get(base) or os.path.join(os.path.expanduser("~"), in_home)
-        if not _writable(Path(root, below)):
-            os.environ[variable] = str(_own_temporary_folder() / variable.lower())
+        for base, below, in_home in folders:
+            root = os.environ.get(base) or os.path.join(os.path.expanduser("~"), in_home)
+            if not _writable(Path(root, below)):
+                os.environ[variable] = str(_own_temporary_folder() / variable.lower())
+                break
 
 
 def _own_temporary_folder() -> Path:

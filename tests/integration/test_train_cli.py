@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import repro_cli
+from tests.helpers import REPO, repro_cli
 
 TINY = ["workload=synthetic_mlp", "trainer.steps=20", "trainer.progress=false", "tracking=disabled"]
 
@@ -236,3 +236,40 @@ def test_a_home_that_cannot_be_written_adds_no_lines_to_a_run(tmp_path, monkeypa
     assert proc.returncode == 0, proc.stderr
     lines = (proc.stdout + proc.stderr).splitlines()
     assert [line.split(":")[0] for line in lines] == ["done sync"], lines
+
+
+@pytest.mark.parametrize("cache", ["a file", "a link to nothing"])
+def test_a_home_whose_cache_folder_cannot_be_written_adds_no_matplotlib_lines(tmp_path, cache):
+    """~/.config writable but ~/.cache not (a file, or a link to a scratch space not mounted):
+    the check looked at matplotlib's config folder only, and its font cache, kept under
+    ~/.cache, printed matplotlib's advice to set MPLCONFIGDIR on every run."""
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    if cache == "a file":
+        (home / ".cache").write_text("")
+    else:
+        (tmp_path / "unmounted").write_text("")  # nothing can be made below it, by root either
+        (home / ".cache").symlink_to(tmp_path / "unmounted" / "scratch")
+    unset = ("MPLCONFIGDIR", "WANDB_CACHE_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    code = "from repro.cli import main; main(['--help']); import matplotlib.font_manager"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "HOME": str(home)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+    nowhere = tmp_path / "no-home"  # a command makes no home folder of its own
+    env["HOME"] = str(nowhere)
+    check = subprocess.run(
+        [sys.executable, "-c", "from repro.cli import main; main(['--help'])"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        check=False,
+    )
+    assert check.returncode == 0 and not nowhere.exists()
