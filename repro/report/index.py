@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from repro.claims.claims_file import SCALES, ClaimsFile, known_papers, load_claims
+from repro.claims.fixed_terms import moved
 from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
@@ -88,8 +89,8 @@ def collect_runs(
     sections: list[Section] = []
     not_run: list[NotRun] = []
     groups = {run.group for run in found}
-    # every claims file is checked before any page is written, so that a mistake in one
-    # stops the command with no other paper's pages half-written
+    # every claims file (and the record of its terms) is checked before any page is written,
+    # so that a mistake in one stops the command with no other paper's pages half-written
     papers = []
     for paper in known_papers(claims_dir):
         claims = load_claims(paper, claims_dir)
@@ -97,6 +98,10 @@ def collect_runs(
         scales = [scale for scale in reversed(SCALES) if f"{paper}_{scale}" in groups]
         for scale in scales:
             check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")
+            group = f"{paper}_{scale}"
+            held = (run.path.parent for run in found if run.group == group)
+            for folder in {Path(runs_root) / group, *held}:
+                moved(claims.claims, folder)  # a damaged record of its terms: one line
         papers.append((claims, scales))
     for claims, scales in papers:
         if not scales:

@@ -8,6 +8,7 @@ import pytest
 
 from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import FigureSpec
+from repro.claims.fixed_terms import TERMS_FILE
 from repro.errors import UserError
 from repro.report.colours import colour_for, line_style
 from repro.report.index import collect_runs
@@ -115,6 +116,20 @@ def test_a_bad_claims_file_stops_the_index_before_any_page_is_written(tmp_path, 
     out = tmp_path / "reports"
     with pytest.raises(UserError, match=r"topk\.yaml: not valid YAML"):
         collect_runs(adacomm_set("tiny"), "runs", out, claims_dir)
+    assert not out.exists()
+
+
+def test_a_damaged_record_of_claims_terms_stops_the_index_before_any_page_is_written(
+    tmp_path, claims_dir
+):
+    # adacomm's pages were written before the index met topk's damaged record
+    runs = tmp_path / "runs"
+    (runs / "topk_tiny").mkdir(parents=True)
+    (runs / "topk_tiny" / TERMS_FILE).write_text("{not json")
+    out = tmp_path / "reports"
+    found = [*adacomm_set("tiny"), make_run("dense_ring", group="topk_tiny", scale="tiny")]
+    with pytest.raises(UserError, match=rf"^{runs}/topk_tiny/{TERMS_FILE} cannot be read"):
+        collect_runs(found, str(runs), out, claims_dir)
     assert not out.exists()
 
 
