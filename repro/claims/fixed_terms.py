@@ -104,12 +104,11 @@ def moved(claims: list[Any], set_dir: Path) -> dict[str, str]:
     return out
 
 
-def moved_for(claims: list[Any], runs: Seeded, set_dir: Path) -> dict[str, str]:
-    """`moved` for the runs a verdict reads, by the records in `set_dir` (where `repro
-    reproduce` writes it) and in the folder holding each run: a report given the set's own
-    folder, or a folder above the runs root, reads the same runs and must find their record."""
+def moved_for(claims: list[Any], runs: Seeded) -> dict[str, str]:
+    """`moved` by the record in each folder holding a run the verdicts read (where `repro
+    reproduce` wrote it, beside the set's runs), however `--runs` named those runs."""
     out: dict[str, str] = {}
-    for folder in dict.fromkeys([set_dir, *(run.path.parent for _, _, run in every_run(runs))]):
+    for folder in dict.fromkeys(run.path.parent for _, _, run in every_run(runs)):
         for claim_id, shift in moved(claims, folder).items():
             out.setdefault(claim_id, shift)
     return out

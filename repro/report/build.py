@@ -173,9 +173,8 @@ def render_parts(
     refers only to files that exist, and an earlier report's file of that figure is removed.
     """
     runs, out_dir = ordered(claims, runs), Path(out_dir)
-    name = f"{claims.paper}_{scale}"
-    shifts = moved_for(claims.claims, runs, Path(runs_root) / name)
-    results = evaluate(claims.claims, runs, scale, off, set_settings(name), shifts)
+    made = set_settings(f"{claims.paper}_{scale}")
+    results = evaluate(claims.claims, runs, scale, off, made, moved_for(claims.claims, runs))
     with staged_folder(out_dir, "--out") as stage:
         figures = draw_figures(claims, runs, stage)
         regenerate = [*notes, f"Regenerate: {command}"]

@@ -98,9 +98,8 @@ def collect_runs(
         scales = [scale for scale in reversed(SCALES) if f"{paper}_{scale}" in groups]
         for scale in scales:
             check_caps_for_scale(claims, scale, claims_dir / f"{paper}.yaml")
-            group = f"{paper}_{scale}"
-            held = (run.path.parent for run in found if run.group == group)
-            for folder in {Path(runs_root) / group, *held}:
+            held = {run.path.parent for run in found if run.group == f"{paper}_{scale}"}
+            for folder in held:
                 moved(claims.claims, folder)  # a damaged record of its terms: one line
         papers.append((claims, scales))
     for claims, scales in papers:

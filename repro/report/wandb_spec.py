@@ -210,8 +210,7 @@ def publish(paper: str, runs_root: Path, scale: str | None, claims_dir: Path, ou
     first = every_run(runs)[0][2]
     project = cfg(first, "tracking.project") or "repro"
     entity = cfg(first, "tracking.entity") or None
-    name = f"{paper}_{chosen}"
-    shifts = moved_for(claims.claims, runs, Path(runs_root) / name)
-    results = evaluate(claims.claims, runs, chosen, off, set_settings(name), shifts)
+    made = set_settings(f"{paper}_{chosen}")
+    results = evaluate(claims.claims, runs, chosen, off, made, moved_for(claims.claims, runs))
     spec = build_spec(claims, runs, results, chosen, project=project, entity=entity)
     return publish_spec(spec, out_dir)

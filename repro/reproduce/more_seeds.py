@@ -115,9 +115,8 @@ def extend(
     while True:
         found = find_runs(root) if root.is_dir() else []
         _, runs, _, off = select_runs(found, paper, scale, str(root))
-        name = f"{paper}_{scale}"
-        shifts = moved_for(claims.claims, runs, root / name)
-        results = evaluate(claims.claims, runs, scale, off, set_settings(name), shifts)
+        made = set_settings(f"{paper}_{scale}")
+        results = evaluate(claims.claims, runs, scale, off, made, moved_for(claims.claims, runs))
         pairs, why = wanted(results, runs)
         if not pairs:
             return

@@ -2,6 +2,7 @@
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,8 @@ def test_a_damaged_record_of_claims_terms_stops_the_index_before_any_page_is_wri
     (runs / "topk_tiny").mkdir(parents=True)
     (runs / "topk_tiny" / TERMS_FILE).write_text("{not json")
     out = tmp_path / "reports"
-    found = [*adacomm_set("tiny"), make_run("dense_ring", group="topk_tiny", scale="tiny")]
+    dense = make_run("dense_ring", group="topk_tiny", scale="tiny")
+    found = [*adacomm_set("tiny"), replace(dense, path=runs / "topk_tiny" / "dense_ring")]
     with pytest.raises(UserError, match=rf"^{runs}/topk_tiny/{TERMS_FILE} cannot be read"):
         collect_runs(found, str(runs), out, claims_dir)
     assert not out.exists()
