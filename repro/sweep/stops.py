@@ -45,12 +45,9 @@ class Stopped(BaseException):
     failure of the trial."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
 
     def exit(self) -> BaseException:
         """What the worker raises once the trial is marked: KeyboardInterrupt for Ctrl-C, and
@@ -157,22 +154,21 @@ class StopSignals:
         self.check()
 
 
+_CAUSES = {
+    "SIGINT": "interrupted (Ctrl-C)",
+    WriteRefused.name: "its disk refused a write (full or read-only)",
+}
+
+
 def stop_reason(trial: Any) -> str | None:
     """The one-line reason `repro sweep show` gives for a stopped trial, None for others (a
     retry carries its original's attributes, so the mark names the trial it is for)."""
     mark = trial.user_attrs.get("stopped")
     if not isinstance(mark, dict) or mark.get("trial") != trial.number:
         return None
-    if mark.get("signal") == "SIGINT":
-        return "interrupted (Ctrl-C); its point runs again, resuming its run"
-    if mark.get("signal") == WriteRefused.name:
-        return (
-            "its disk refused a write (full or read-only); its point runs again, resuming its run"
-        )
-    return (
-        f"stopped by {mark.get('signal')} (a kill, or its job cancelled or preempted); its "
-        "point runs again, resuming its run"
-    )
+    sent = mark.get("signal")
+    cause = _CAUSES.get(sent, f"stopped by {sent} (a kill, or its job cancelled or preempted)")
+    return f"{cause}; its point runs again, resuming its run"
 
 
 def mark_stopped(
