@@ -149,15 +149,12 @@ def suggest(trial: Any, p: ParamSpec) -> Any:
 
 def value_at(p: ParamSpec, u: float) -> Any:
     """The value of entry `p` at position u in [0, 1)."""
-    if p.type == "categorical":
-        return p.choices[min(int(u * len(p.choices)), len(p.choices) - 1)]
-    if p.type == "int":
-        step = p.step or 1
-        count = (p.high - p.low) // step + 1
-        if p.log:  # cells of equal width in log space over [low, high + 1)
-            v = math.floor(math.exp(math.log(p.low) + u * math.log((p.high + 1) / p.low)))
-            return int(min(max(v, p.low), p.high))
-        return int(p.low + step * min(int(u * count), count - 1))
+    if p.type == "categorical" or (p.type == "int" and not p.log):  # a cell per grid point
+        values = p.grid_values()
+        return values[min(int(u * len(values)), len(values) - 1)]
+    if p.type == "int":  # cells of equal width in log space over [low, high + 1)
+        v = math.floor(math.exp(math.log(p.low) + u * math.log((p.high + 1) / p.low)))
+        return int(min(max(v, p.low), p.high))
     if p.log:
         v = math.exp(math.log(p.low) + u * (math.log(p.high) - math.log(p.low)))
     else:
