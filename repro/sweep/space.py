@@ -118,13 +118,14 @@ def grid_size(space: tuple[ParamSpec, ...]) -> int:
 
 
 def format_override(key: str, value: Any) -> str:
-    """A Hydra override for one sampled value; strings outside plain identifiers are quoted."""
+    """A Hydra override for one sampled value; a string is quoted unless it is a plain word
+    that Hydra reads back as that string."""
     if value is None:
         return f"{key}=null"
     if isinstance(value, bool):
         return f"{key}={str(value).lower()}"
-    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
-        return quoted(key, value, always=True)
+    if isinstance(value, str):  # `null`, `true` or `1e-3` bare would read as another type
+        return quoted(key, value, always=not re.fullmatch(r"[A-Za-z0-9_./-]+", value))
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 

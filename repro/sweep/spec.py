@@ -224,7 +224,7 @@ class SweepSpec:
         if self.grace_s <= self.heartbeat_s:
             raise UserError(f"grace_s={self.grace_s} must exceed heartbeat_s={self.heartbeat_s}")
         m = self.minutes_per_trial
-        if m < 0:
+        if number(m, "minutes_per_trial") < 0:
             raise UserError(f"minutes_per_trial={m!r} must be a number >= 0 (0: unknown)")
         _overrides(self.overrides, "overrides")
         require_path("out", self.out)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from repro.errors import UserError
 from repro.sweep.cli import main as sweep_main
@@ -198,6 +199,14 @@ def test_format_override_quotes_only_what_hydra_would_misread():
     assert format_override("x.name", "a b,c") == "x.name='a b,c'"
     assert format_override("x.name", "it's") == "x.name='it\\'s'"  # read back whole
     assert format_override("x.v", None) == "x.v=null"
+
+
+def test_format_override_keeps_a_string_choice_that_reads_as_another_type_a_string():
+    parser = OverridesParser.create()
+    for text in ("null", "true", "1e-3", "16"):
+        override = format_override("x.name", text)
+        assert override == f"x.name='{text}'"
+        assert parser.parse_override(override).value() == text
 
 
 def test_mask_url_and_scrub_hide_the_password():

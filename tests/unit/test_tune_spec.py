@@ -105,6 +105,7 @@ def test_a_run_the_set_lacks_is_refused():
             r"arms\.a: unknown key\(s\) tau",
         ),
         ({"minutes_per_trial": -1}, "minutes_per_trial=-1 must be a number >= 0"),
+        ({"minutes_per_trial": float("nan")}, "minutes_per_trial=nan must be a finite number"),
         ({"seeds": [1, "2"]}, r"t\.yaml: seeds\[1\]='2' must be an integer"),
         ({"spaces": {"lr": []}}, "spaces.lr is empty"),
     ],
