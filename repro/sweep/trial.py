@@ -33,8 +33,7 @@ def trial_overrides(
     spec: Any, params: dict[str, Any], place: list[str], tag: str, arm: Any = None, runs: Any = None
 ) -> list[str]:
     """One trial's full override list, of a sweep or of a tuning search's `arm`: its study's
-    base (a sweep's experiment and overrides; an arm's run of the run set `runs`, as the set
-    composes it, under the search's and the arm's overrides), the sampled values, where its
+    base (`base_overrides`, or `arm_base` of the run set `runs`), the sampled values, where its
     run lives (`place`), and the study's own wandb group and tags ending in `tag`: its trials
     are not a reproduction's runs. A sweep stores it on the trial so it can be rerun by hand."""
     if arm is None:
