@@ -355,11 +355,9 @@ class SweepSpec:
 
 
 def spec_from_dict(raw: Any, source: str = "") -> SweepSpec:
-    """Build and validate a spec from parsed YAML; `source` names the file in messages. The
-    name defaults to the experiment for a search with arms (its journal and tuned file are the
-    run set's), else to the file's stem; `sampler` may be a name, or null for Sobol with arms,
-    NSGA-II with two or more objectives and TPE with one; a search with arms lives under
-    runs/tune unless `out` says otherwise."""
+    """Build and validate a spec from parsed YAML; `source` names the file in messages. A
+    search with arms is named by its experiment (its journal and tuned file are the run set's)
+    and lives under runs/tune; `sampler` may be a bare name, or null for `SamplerSpec`'s default."""
     if isinstance(raw, dict):
         arms = bool(raw.get("arms"))
         name = raw.get("experiment") if arms else (Path(source).stem if source else "")
