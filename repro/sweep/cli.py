@@ -49,13 +49,7 @@ OPTIONS = {"run": ("--workers", "--cluster"), "show": (), "dashboard": ("--port"
 def _parser() -> argparse.ArgumentParser:
     about = "`repro sweep`: run, continue, show and browse an Optuna sweep."
     p = CommandParser(prog="repro sweep", usage=USAGE, description=about)
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=ACTIONS,
-        default="run",
-        help=argparse.SUPPRESS,
-    )
+    p.add_argument("action", nargs="?", choices=ACTIONS, default="run", help=argparse.SUPPRESS)
     # optional here so that `repro sweep show` alone is a missing spec, not a spec named show
     p.add_argument("spec", nargs="?", help="sweep spec YAML, e.g. sweeps/topk_cr_pareto.yaml")
     p.add_argument("--workers", type=int, default=1, help="trials in parallel (processes)")

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from repro.errors import UserError
 from repro.storage import storage_error
@@ -44,6 +44,19 @@ def ends_whole(path: Path) -> bool:
         return f.read(1) == b"\n"
 
 
+def _tail(f: BinaryIO, newlines: int) -> tuple[int, bytes]:
+    """Read `f` backwards from its end, 4 KiB at a time, until what was read holds `newlines`
+    newlines or is the whole file; returns where it starts and what was read."""
+    end = f.seek(0, os.SEEK_END)
+    tail = b""
+    while end > 0 and tail.count(b"\n") < newlines:
+        start = max(0, end - 4096)
+        f.seek(start)
+        tail = f.read(end - start) + tail
+        end = start
+    return end, tail
+
+
 def cut_torn_tail(path: Path) -> int:
     """Cut an unterminated last line off the journal (the caller holds Optuna's lock);
     returns how many bytes were cut."""
@@ -51,18 +64,8 @@ def cut_torn_tail(path: Path) -> int:
         return 0
     with open(path, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
-        step, end = 4096, size
-        while end > 0:  # find the last newline, reading backwards
-            start = max(0, end - step)
-            f.seek(start)
-            chunk = f.read(end - start)
-            at = chunk.rfind(b"\n")
-            if at >= 0:
-                keep = start + at + 1
-                break
-            end = start
-        else:
-            keep = 0
+        start, tail = _tail(f, 1)
+        keep = start + tail.rfind(b"\n") + 1  # 0 when no line ends
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
@@ -113,13 +116,7 @@ def last_line(path: Path) -> bytes | None:
     """The journal's last whole line (a record another process is still appending, not yet
     ended by its newline, is not one); None when it has none."""
     with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0 and tail.count(b"\n") < 2:
-            start = max(0, end - 4096)
-            f.seek(start)
-            tail = f.read(end - start) + tail
-            end = start
+        tail = _tail(f, 2)[1]
     whole = tail[: tail.rfind(b"\n") + 1]
     return whole.splitlines()[-1] if whole.strip(b"\n") else None
 
@@ -134,17 +131,10 @@ def is_record(line: bytes | None) -> bool:
         return False
 
 
-def first_unreadable_line(path: Path) -> int | None:
-    """The number (from 1) of the journal's first line that is not a JSON object."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            if not is_record(line):
-                return number
-    return None
-
-
 def damaged(path: Path, err: BaseException) -> UserError:
-    line = first_unreadable_line(path)
+    """One line: the journal's first line (from 1) that is no record, else what replay raised."""
+    with open(path, "rb") as f:
+        line = next((n for n, text in enumerate(f, start=1) if not is_record(text)), None)
     where = f"line {line} is not a record" if line else f"{type(err).__name__}: {err}"
     return UserError(
         f"the study journal {path} is damaged ({where.splitlines()[0][:200]}); Optuna cannot "

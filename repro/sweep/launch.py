@@ -1,33 +1,31 @@
 """Starting a sweep or a tuning search: every check first, then K workers (`Workers`).
 
-`repro sweep SPEC --workers K [--cluster NAME]`. The workers
-go where `repro.cluster.launcher.Workers` puts them for the `cluster` group of the spec's base
-config (or `NAME`): processes here, or one job array sharing the study's storage.
-`repro tune PAPER` (`run_tune`) is the same launch of a search of one study per arm, whose
-workers always run here, followed by its export to `configs/tuned/` (`repro.sweep.tuned`).
+`repro sweep SPEC --workers K [--cluster NAME]` (`run_sweep`): the workers go where
+`repro.cluster.launcher.Workers` puts them for the `cluster` group of the spec's base config
+(or `NAME`): processes here, or one job array sharing the study's storage. Before any worker
+starts or any job is queued, in this order, so that a refused sweep leaves nothing behind (no
+study, no directory, no job):
 
-Before any worker starts or any job is queued, in this order, so that a refused sweep leaves
-nothing behind (no study, no directory, no job):
-
-1. the storage suits the cluster: workers on several SLURM hosts need Optuna's heartbeat, which
+1. every search key and value composes into a valid config, and workers that run here fit
+   this machine's cores;
+2. the storage suits the cluster: workers on several SLURM hosts need Optuna's heartbeat, which
    only a database server gives. A journal file has none (a trial lost with a preempted worker
    job would stay RUNNING, count towards the budget, and leave the other workers idle until
    `timeout_s`), and a SQLite file cannot be shared between hosts;
-2. every search key and value composes into a valid config;
 3. a database answers (an unreachable one is one line naming it, its password masked);
 4. the cluster can run the workers (sbatch, partition, CPUs);
 
 and only then is the study created (or loaded, to continue it). A study that already has its
 `n_trials` runs nothing and queues no job.
 
-A search with arms (`run_tune`, from `repro tune PAPER` or `repro sweep SPEC`) that exports
-is checked against its run set (every label in an arm or untuned), and every arm with trials
-left is composed at both ends of its space; on a new search this happens
-before the journal exists, so a refused spec leaves nothing behind. Its workers run on this
-machine, as many as it has usable cores and trials left when every trial runs simulated (one
-process and one thread each, as the simulated runs of a run set), else one. Once every arm
-has its trials, the chosen values are written atomically to `configs/tuned/<paper>_<scale>.yaml`
-(`repro.sweep.tuned`); a search left unfinished writes nothing.
+A search with arms (`run_tune`, from `repro tune PAPER` or `repro sweep SPEC`), one study per
+arm, is checked the same way before its journal exists: its run set when it exports (every
+label in an arm or untuned), and every arm with trials left composed at both ends of its space.
+Its workers always run here, as many as it has usable cores and trials left when every trial
+runs simulated (one process and one thread each, as the simulated runs of a run set), else
+one. Once every arm has its trials, the chosen values are written atomically to
+`configs/tuned/<paper>_<scale>.yaml` (`repro.sweep.tuned`); a search left unfinished writes
+nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -168,12 +165,11 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
         print(f"sweep {spec.name}: {words}; nothing to run", flush=True)
         return []
     log.info(
-        "sweep %s on %s: %d trials, %d worker%s (cluster=%s)",
+        "sweep %s on %s: %d trials, %s (cluster=%s)",
         spec.name,
         spec.storage_label,
         spec.n_trials,
-        workers,
-        "s" if workers != 1 else "",
+        counted(workers, "worker"),
         cfg.cluster.name,
     )
     return pool.start(
@@ -185,45 +181,42 @@ def run_sweep(spec: SweepSpec, workers: int = 1, cluster: str | None = None) -> 
 def check_coverage(spec: SweepSpec, runs: dict[str, list[str]]) -> None:
     """Refuse a spec that names a label the run set lacks or leaves one of its labels out."""
     where = spec.source or "the tuning spec"
-    for label, arm in [*spec.labels().items(), *((u, "untuned") for u in spec.untuned)]:
+    listed = {**spec.labels(), **dict.fromkeys(spec.untuned, "untuned")}
+    for label, arm in listed.items():
         if label not in runs:
             raise UserError(
                 f"{where}: {arm} lists run {label}, which experiment={spec.experiment} does not "
                 f"have; its runs: {', '.join(runs)}"
             )
     for label in runs:
-        if label not in spec.labels() and label not in spec.untuned:
+        if label not in listed:
             raise UserError(
                 f"{where}: run {label} of experiment={spec.experiment} is in no arm; add it to "
                 "an arm, or under untuned with the reason it keeps its configured values"
             )
 
 
-@dataclass(frozen=True)
-class RunSet:
-    """What a search needs of its run set: label -> overrides and the measured minutes per
-    run (0: not measured)."""
-
-    runs: dict[str, list[str]]
-    minutes_per_run: float
-
-
-def check_run_set(spec: SweepSpec) -> RunSet:
-    """The run set of `spec`, after `check_coverage` when the search exports its values."""
+def check_run_set(spec: SweepSpec) -> tuple[dict[str, list[str]], float]:
+    """The run set of `spec` (label -> overrides) and its measured minutes per run (0: not
+    measured), after `check_coverage` when the search exports its values."""
     from repro.config import compose
 
     base = compose([f"experiment={spec.experiment}"])
     runs = {label: list(ovs) for label, ovs in base.experiment.runs.items()}
     if spec.export is not None:
         check_coverage(spec, runs)
-    return RunSet(runs, base.experiment.expected_minutes / len(runs))
+    return runs, base.experiment.expected_minutes / len(runs)
 
 
-def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> tuple[bool, int]:
+def probe_arms(
+    spec: SweepSpec, runs: dict[str, list[str]], arms: list[str], workers: int | None
+) -> bool:
     """Compose each arm's trial at every probe point of its space (both ends of a range,
     every choice of a categorical entry, walked together), so that a bad key or value fails
-    before any trial. Returns whether every trial runs simulated (then side by side) and the
-    most processes one trial starts (its world size on the process engine, else 1)."""
+    before any trial, and refuse `--workers` (when given) past the cores here, whatever
+    cluster the experiment names, for trials that each start the most processes one starts
+    (its world size on the process engine, else 1). Returns whether every trial runs
+    simulated (then side by side)."""
     from repro.config import compose
 
     where = spec.source or "the tuning spec"
@@ -244,7 +237,9 @@ def probe_arms(spec: SweepSpec, runs: dict[str, list[str]], arms: list[str]) -> 
                 )
             if cfg.trainer.engine == "processes":
                 simulated, spawned = False, max(spawned, cfg.trainer.world_size)
-    return simulated, spawned
+    if workers is not None:
+        check_cores(workers, per_trial=spawned)
+    return simulated
 
 
 def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: float) -> str:
@@ -267,43 +262,34 @@ def expected_line(spec: SweepSpec, left: int, workers: int, minutes_per_run: flo
     )
 
 
-def _check_tune_cores(workers: int | None, spawned: int) -> None:
-    """`check_cores` for `--workers` given: the search runs here, whatever cluster the
-    experiment names, and each trial starts `spawned` processes."""
-    if workers is not None:
-        check_cores(workers, per_trial=spawned)
-
-
 def run_tune(spec: SweepSpec, workers: int | None = None, out: Path = TUNED_DIR) -> Path | None:
     """Run (or finish) the search with arms `spec` here and write its tuned file when it has an
     export; returns the file's path."""
     check_workers(workers)
-    run_set = check_run_set(spec)
+    runs, minutes_per_run = check_run_set(spec)
     fresh = not (spec.study_dir / "journal.log").exists()
     if fresh:  # probe before the journal exists: a refused spec leaves nothing behind
-        simulated, spawned = probe_arms(spec, run_set.runs, list(spec.arms))
-        _check_tune_cores(workers, spawned)
+        simulated = probe_arms(spec, runs, list(spec.arms), workers)
     storage = open_journal(spec)
-    arms = spec.arms.values()
-    studies = {arm.name: open_arm_study(spec, arm, run_set.runs, storage) for arm in arms}
+    studies = {arm.name: open_arm_study(spec, arm, runs, storage) for arm in spec.arms.values()}
     left = {name: spec.n_trials - len(completed(study)) for name, study in studies.items()}
     busy = [name for name, n in left.items() if n > 0]
+    todo = sum(left.values())
     title = f"tune {spec.experiment}"
     if busy:
         if not fresh:
-            simulated, spawned = probe_arms(spec, run_set.runs, busy)
-            _check_tune_cores(workers, spawned)
-        k = workers or (min(usable_cores(), sum(left.values())) if simulated else 1)
-        expected = expected_line(spec, sum(left.values()), k, run_set.minutes_per_run)
+            simulated = probe_arms(spec, runs, busy, workers)
+        k = workers or (min(usable_cores(), todo) if simulated else 1)
+        expected = expected_line(spec, todo, k, minutes_per_run)
         print(
-            f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {sum(left.values())} "
-            f"trials to do; {expected}",
+            f"{title}: {len(spec.arms)} arms x {spec.n_trials} trials, {todo} trials to do; "
+            f"{expected}",
             flush=True,
         )
         started = datetime.now()
         # the trials run here, whatever cluster the experiment names
         pool = Workers(ClusterConfig(), str(spec.study_dir), "tune", spec.experiment, cpus=1)
-        pool.start([functools.partial(tune_worker, spec, run_set.runs) for _ in range(k)])
+        pool.start([functools.partial(tune_worker, spec, runs) for _ in range(k)])
         print(f"{title}: trials ran in {(datetime.now() - started).total_seconds():.0f} s")
     else:
         print(f"{title}: every arm has its {spec.n_trials} trials; nothing to run", flush=True)
