@@ -25,9 +25,6 @@ sweep` on the same study) are left alone. Workers check under `<study dir>/ask.l
 a worker holds from counting the budget until its new trial is stamped, so an unstamped RUNNING
 trial seen under the lock belongs to a dead worker. Either way the lost point is queued again
 by the same Optuna callback the heartbeat uses.
-
-Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
-is scrubbed of the password before it reaches a message.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote
 
 from repro.errors import UserError
-from repro.locks import FileLock, held, take
+from repro.locks import held, take
 from repro.storage import make_dir
 
 if TYPE_CHECKING:
@@ -92,7 +89,8 @@ def mask_url(url: str) -> str:
 
 
 def scrub(text: str, url: str) -> str:
-    """Remove the URL's password (raw and percent-decoded) from any text, e.g. a driver error."""
+    """Remove the URL's password (raw and percent-decoded) from any text, e.g. a driver error,
+    before it reaches a message."""
     secret = _password(url)
     text = text.replace(url, mask_url(url))
     for s in {secret, unquote(secret)} if secret else ():
@@ -227,15 +225,13 @@ class WorkerLocks:
         self.dir = study_dir / "workers"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = socket.gethostname()
-        self._own: FileLock | None = None
 
     def register(self) -> str:
         """Hold this process's lock for its lifetime; returns the `worker` stamp for trials."""
         me = f"{self.host}:{os.getpid()}"
-        if self._own is None:
-            self._own = take(self.lock_file(me), wait_s=0)
-            if self._own is None:  # a pid is one live process: nobody else holds its file
-                raise RuntimeError(f"worker lock of pid {os.getpid()} is held by another process")
+        self._own = take(self.lock_file(me), wait_s=0)
+        if self._own is None:  # a pid is one live process: nobody else holds its file
+            raise RuntimeError(f"worker lock of pid {os.getpid()} is held by another process")
         return me
 
     def lock_file(self, worker: str) -> Path:
