@@ -178,8 +178,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
             f"\n{head} ({len(rows)} of {len(members)} completed trials; * = {mark}):",
             file=stream,
         )
-        table = format_table(spec, rows, knee)
-        print(table, file=stream)
+        print(format_table(spec, rows, knee), file=stream)
         k = rows[knee]
         print(
             f"{mark}{label}: trial {k['trial']} {shown_settings(k['params'])} -> "
