@@ -23,8 +23,6 @@ from __future__ import annotations
 import io
 import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +36,7 @@ from repro.sweep.front import (
     group_front,
     reference_point,
     result_words,
+    to_min,
     write_csv,
 )
 from repro.sweep.front_page import write_front_page
@@ -93,36 +92,6 @@ def format_table(spec: SweepSpec, rows: list[dict[str, Any]], knee: int) -> str:
     )
 
 
-@contextmanager
-def _optuna_figures() -> Iterator[None]:
-    """Optuna's matplotlib plots restyle matplotlib globally and are marked experimental:
-    keep both to the figures drawn inside."""
-    import matplotlib
-    import optuna
-
-    with matplotlib.rc_context(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        yield
-
-
-def _figure_pair(ax: Any, stem: Path, title: str, table: str) -> list[Path]:
-    """Write `stem.png` and a standalone `stem.html` (inline SVG + the data as a table)."""
-    import matplotlib.pyplot as plt
-
-    fig = ax.figure
-    ax.set_title(title)
-    fig.set_layout_engine("constrained")
-    fig.savefig(stem.with_suffix(".png"), dpi=120)
-    svg = io.StringIO()
-    fig.savefig(svg, format="svg")
-    plt.close(fig)
-    inline = svg.getvalue()[svg.getvalue().find("<svg") :]
-    stem.with_suffix(".html").write_text(
-        to_html(Page(title, [Raw(inline), Pre(table)])), encoding="utf-8"
-    )
-    return [stem.with_suffix(".png"), stem.with_suffix(".html")]
-
-
 def plot_front(front: Front, folder: Path) -> list[Path]:
     """The front's table and figures in `folder`: front.csv, pareto.png, pareto.html."""
     spec, directions = front.spec, ", ".join(front.spec.directions)
@@ -140,13 +109,21 @@ def plot_front(front: Front, folder: Path) -> list[Path]:
 
 
 def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any], folder: Path) -> list[Path]:
-    """Optuna's hypervolume history (two or more objectives), in `folder`. Optuna takes the
-    reference point in the objectives' own directions, `reference_point` gives it minimised."""
+    """Optuna's hypervolume history (two or more objectives) in `folder`: `hypervolume.png` and
+    a standalone `hypervolume.html` (inline SVG and the data as a table). Optuna takes the
+    reference point in the objectives' own directions, `reference_point` gives it minimised.
+    Optuna's matplotlib plots restyle matplotlib globally and are marked experimental: both
+    are kept to this figure."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
-    ref_min = reference_point([t.values for t in trials], spec.directions)
-    ref = [-r if d == "maximize" else r for r, d in zip(ref_min, spec.directions, strict=True)]
-    with _optuna_figures():
+    ref = to_min(reference_point([t.values for t in trials], spec.directions), spec.directions)
+    title = f"{spec.name}: hypervolume history"
+    svg = io.StringIO()
+    with matplotlib.rc_context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         ax = optuna_plots.plot_hypervolume_history(study, ref)
         line = ax.lines[0]
         table = "reference point: " + ", ".join(f"{r:.4g}" for r in ref) + "\n"
@@ -154,8 +131,15 @@ def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any], folder: Pat
             f"trial {int(n):>4}  {h:.6g}"
             for n, h in zip(line.get_xdata(), line.get_ydata(), strict=True)
         )
-        title = f"{spec.name}: hypervolume history"
-        return _figure_pair(ax, folder / "hypervolume", title, table)
+        ax.set_title(title)
+        ax.figure.set_layout_engine("constrained")
+        ax.figure.savefig(folder / "hypervolume.png", dpi=120)
+        ax.figure.savefig(svg, format="svg")
+        plt.close(ax.figure)
+    inline = svg.getvalue()[svg.getvalue().find("<svg") :]
+    page = to_html(Page(title, [Raw(inline), Pre(table)]))
+    (folder / "hypervolume.html").write_text(page, encoding="utf-8")
+    return [folder / "hypervolume.png", folder / "hypervolume.html"]
 
 
 def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
@@ -172,8 +156,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
     )
     for t in failed:
         reason = t.user_attrs.get("fail_reason") or stop_reason(t) or t.user_attrs.get("stale")
-        reason = reason or LOST
-        print(f"  failed trial {t.number}: {reason}", file=stream)
+        print(f"  failed trial {t.number}: {reason or LOST}", file=stream)
     if not trials:
         raise UserError(f"study {spec.name} has no completed trial yet: nothing to show")
     groups: dict[Any, list[Any]] = {}
@@ -181,13 +164,13 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         for t in trials:
             groups.setdefault(t.params.get(spec.group_by), []).append(t)
     result: dict[str, Any] = {"groups": {}}
-    whole = front_rows(spec, study.best_trials)
+    front = front_of(spec, study)
     fronts = [
         (value, members, front_rows(spec, group_front(spec, members)))
         for value, members in groups.items()
     ]
     found, mark = result_words(spec)
-    for value, members, (rows, knee) in [(None, trials, whole), *fronts]:
+    for value, members, (rows, knee) in [(None, trials, (front.front, front.knee)), *fronts]:
         label = "" if value is None else f" for {spec.group_by}={value}"
         tied = len(rows) > 1 and mark == "best"
         head = f"{found.capitalize()}{'s' if tied else ''}{label}{', tied' if tied else ''}"
@@ -195,8 +178,7 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
             f"\n{head} ({len(rows)} of {len(members)} completed trials; * = {mark}):",
             file=stream,
         )
-        table = format_table(spec, rows, knee)
-        print(table, file=stream)
+        print(format_table(spec, rows, knee), file=stream)
         k = rows[knee]
         print(
             f"{mark}{label}: trial {k['trial']} {shown_settings(k['params'])} -> "
@@ -205,12 +187,11 @@ def show_sweep(spec: SweepSpec, stream: TextIO = sys.stdout) -> dict[str, Any]:
         )
         if value is not None:
             result["groups"][value] = {"front": rows, "knee": k}
-    rows, knee = whole
     with staged_folder(spec.study_dir, "the spec's `out:`") as stage:
-        written = plot_front(front_of(spec, study), stage)
+        written = plot_front(front, stage)
         if len(spec.metric_names) > 1:
             written += plot_hypervolume(spec, study, trials, stage)
     files = [spec.study_dir / f.name for f in written]
     print("\nwrote " + ", ".join(str(f) for f in files), file=stream)
-    result.update(front=rows, knee=rows[knee], files=files)
+    result.update(front=front.front, knee=front.knee_row, files=files)
     return result

@@ -25,9 +25,6 @@ sweep` on the same study) are left alone. Workers check under `<study dir>/ask.l
 a worker holds from counting the budget until its new trial is stamped, so an unstamped RUNNING
 trial seen under the lock belongs to a dead worker. Either way the lost point is queued again
 by the same Optuna callback the heartbeat uses.
-
-Passwords: a URL is only ever shown through `mask_url`, and error text from the database driver
-is scrubbed of the password before it reaches a message.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote
 
 from repro.errors import UserError
-from repro.locks import FileLock, held, take
+from repro.locks import held, take
 from repro.storage import make_dir
 
 if TYPE_CHECKING:
@@ -63,6 +60,7 @@ class StudyPlace(Protocol):
 
     storage: str | None
     study_dir: Path
+    source: str
     heartbeat_s: int
     grace_s: int
 
@@ -70,12 +68,15 @@ class StudyPlace(Protocol):
 _ENV = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
+def _userinfo(url: str) -> str:
+    """The URL's `user:password` part ("" when it has none)."""
+    rest = url.split("://", 1)[-1]
+    return rest[: rest.rfind("@")] if "@" in rest else ""
+
+
 def _password(url: str) -> str | None:
-    rest = url.split("://", 1)[1] if "://" in url else url
-    if "@" not in rest:
-        return None
-    userinfo = rest[: rest.rfind("@")]
-    return userinfo.split(":", 1)[1] if ":" in userinfo else None
+    _, colon, secret = _userinfo(url).partition(":")
+    return secret if colon else None
 
 
 def mask_url(url: str) -> str:
@@ -83,14 +84,13 @@ def mask_url(url: str) -> str:
     secret = _password(url)
     if not secret:
         return url
-    head, rest = url.split("://", 1) if "://" in url else ("", url)
-    at = rest.rfind("@")
-    user = rest[:at].split(":", 1)[0]
-    return f"{head + '://' if head else ''}{user}:***{rest[at:]}"
+    at = url.rfind("@")  # the password ends there
+    return f"{url[: at - len(secret)]}***{url[at:]}"
 
 
 def scrub(text: str, url: str) -> str:
-    """Remove the URL's password (raw and percent-decoded) from any text, e.g. a driver error."""
+    """Remove the URL's password (raw and percent-decoded) from any text, e.g. a driver error,
+    before it reaches a message."""
     secret = _password(url)
     text = text.replace(url, mask_url(url))
     for s in {secret, unquote(secret)} if secret else ():
@@ -135,9 +135,7 @@ def _check_encoded_secrets(raw: str) -> None:
     """A variable in the URL's user and password holding a character that ends them ('@',
     '/', '?', '#'): the URL would split inside the password and name a piece of it as the
     host, in every error after. Refused naming the variable, never its value."""
-    rest = raw.split("://", 1)[1] if "://" in raw else raw
-    userinfo = rest[: rest.rfind("@")] if "@" in rest else ""
-    for a, b in _ENV.findall(userinfo):
+    for a, b in _ENV.findall(_userinfo(raw)):
         found = [c for c in "@/?#" if c in os.environ[a or b]]
         if found:
             raise UserError(
@@ -158,18 +156,13 @@ def retry_callback() -> RetryHeartbeatStaleTrialCallback:
         return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
 
 
-class _NoFallbackWarning(logging.Filter):
+def _no_fallback_warning(record: logging.LogRecord) -> bool:
     """Drops Optuna's "Caught an error from sqlalchemy ... Falling back to a slower
     alternative" warning. Optuna guesses that the error was a query with too many variables
     and runs a slower one: that either works, and there is nothing to act on, or meets the
     same error again, and `lost_database` says in one line that the server went (a database
     dropped while a trial was read printed the warning, its SQL and the guess first)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Caught an error from sqlalchemy")
-
-
-_FALLBACK_FILTER = _NoFallbackWarning()
+    return not record.getMessage().startswith("Caught an error from sqlalchemy")
 
 
 def open_storage(spec: StudyPlace) -> BaseStorage:
@@ -177,7 +170,7 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
     import optuna
 
     # the logger of Optuna's RDB storage module: a filter applies to its own records only
-    logging.getLogger("optuna.storages._rdb.storage").addFilter(_FALLBACK_FILTER)
+    logging.getLogger("optuna.storages._rdb.storage").addFilter(_no_fallback_warning)
 
     if spec.storage is None:
         from repro.sweep.journal import open_journal_file
@@ -201,7 +194,7 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
         except Exception as err:  # driver, DNS, auth and schema errors all mean "cannot use"
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             # the URL as the spec writes it, named by its file as the spec's other errors are
-            where = f"{spec.source}: " if getattr(spec, "source", "") else ""
+            where = f"{spec.source}: " if spec.source else ""
             msg = f"{where}storage {mask_url(spec.storage)}: cannot connect ({scrub(first, url)})"
             raise UserError(msg) from None
 
@@ -232,23 +225,19 @@ class WorkerLocks:
         self.dir = study_dir / "workers"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = socket.gethostname()
-        self._own: FileLock | None = None
 
     def register(self) -> str:
         """Hold this process's lock for its lifetime; returns the `worker` stamp for trials."""
-        if self._own is None:
-            self._own = take(self._path(self.host, os.getpid()), wait_s=0)
-            if self._own is None:  # a pid is one live process: nobody else holds its file
-                raise RuntimeError(f"worker lock of pid {os.getpid()} is held by another process")
-        return f"{self.host}:{os.getpid()}"
-
-    def _path(self, host: str, pid: int | str) -> Path:
-        return self.dir / f"{host}-{pid}.lock"
+        me = f"{self.host}:{os.getpid()}"
+        self._own = take(self.lock_file(me), wait_s=0)
+        if self._own is None:  # a pid is one live process: nobody else holds its file
+            raise RuntimeError(f"worker lock of pid {os.getpid()} is held by another process")
+        return me
 
     def lock_file(self, worker: str) -> Path:
         """The lock file of the worker stamped `worker` ("host:pid")."""
         host, _, pid = worker.rpartition(":")
-        return self._path(host, pid)
+        return self.dir / f"{host}-{pid}.lock"
 
     def here(self, worker: str) -> bool:
         """Whether the worker stamped `worker` runs (or ran) on this host."""
@@ -279,7 +268,6 @@ def fail_orphaned_trials(
     import optuna
     from optuna.trial import TrialState
 
-    study_id = storage.get_study_id_from_name(study.study_name)
     now = datetime.now()
     failed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -291,12 +279,21 @@ def fail_orphaned_trials(
             heartbeat_grace_s
         ):
             continue
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         try:
-            storage.set_trial_user_attr(trial_id, "stale", f"worker {owner or 'unknown'} died")
-            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            fail_stale(study, storage, t)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # finished meanwhile (e.g. failed by the heartbeat check of another worker)
         failed += 1
         retry_callback()(study, t)
     return failed
+
+
+def fail_stale(study: optuna.Study, storage: BaseStorage, trial: optuna.trial.FrozenTrial) -> None:
+    """Fail a trial whose worker is gone, its `stale` attribute naming that worker."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+    owner = trial.user_attrs.get("worker", "unknown")
+    storage.set_trial_user_attr(trial_id, "stale", f"worker {owner} died")
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)

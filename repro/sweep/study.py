@@ -23,6 +23,7 @@ from typing import Any
 from repro.errors import UserError
 from repro.locks import take
 from repro.sweep.spec import ArmSpec, SweepSpec, base_overrides
+from repro.sweep.storage import fail_stale, open_storage
 from repro.sweep.trial import arm_base
 
 
@@ -36,21 +37,18 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
     others never."""
     import optuna
 
-    samplers = optuna.samplers
-    if spec.sampler.name == "random":
-        return _numbered(samplers.RandomSampler, spec.sampler.seed, seed=spec.sampler.seed)
-    if spec.sampler.name == "grid":
-        return samplers.GridSampler(
-            {p.key: p.grid_values() for p in spec.space}, seed=spec.sampler.seed
-        )
-    seed = spec.sampler.seed + seed_offset
+    samplers, name, seed = optuna.samplers, spec.sampler.name, spec.sampler.seed
+    if name == "random":
+        return _numbered(samplers.RandomSampler, seed, seed=seed)
+    if name == "grid":
+        return samplers.GridSampler({p.key: p.grid_values() for p in spec.space}, seed=seed)
     plain = {"tpe": samplers.TPESampler, "gp": samplers.GPSampler}
-    if spec.sampler.name in plain:
-        return plain[spec.sampler.name](seed=seed)
+    if name in plain:
+        return plain[name](seed=seed + seed_offset)
     size = spec.sampler.population_size or 50  # nsga2, the one left (sobol is for arms)
     # crossover and selection keep the worker's own seed: workers seeded alike would breed
     # the same children from the same parents
-    return _numbered(samplers.NSGAIISampler, spec.sampler.seed, population_size=size, seed=seed)
+    return _numbered(samplers.NSGAIISampler, seed, population_size=size, seed=seed + seed_offset)
 
 
 # A study made since its draws are keyed on the point's number carries this mark; one made
@@ -106,15 +104,10 @@ def tally(study: Any) -> tuple[int, int]:
     """(trials that count towards the budget, trials running now)."""
     from optuna.trial import TrialState
 
-    done = running = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.COMPLETE or (
-            t.state == TrialState.FAIL and "fail_reason" in t.user_attrs
-        ):
-            done += 1
-        elif t.state == TrialState.RUNNING:
-            running += 1
-    return done, running
+    trials = study.get_trials(deepcopy=False)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    failed = sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials)
+    return sum(t.state == TrialState.COMPLETE for t in trials) + failed, running
 
 
 def finished_words(done: int, n_trials: int) -> str:
@@ -205,8 +198,6 @@ def open_journal(spec: SweepSpec) -> Any:
     (each trial prints its own line)."""
     import optuna
 
-    from repro.sweep.storage import open_storage
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return open_storage(spec)
 
@@ -281,13 +272,9 @@ def ask_point(spec: SweepSpec, study: Any, storage: Any, index: int, point: dict
     and any WAITING trial (enqueued by a worker that died before asking it back)."""
     from optuna.trial import TrialState
 
-    study_id = storage.get_study_id_from_name(study.study_name)
     with take(spec.study_dir / "ask.lock"):
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
             if t.state == TrialState.WAITING or t.user_attrs.get("design_index") == index:
-                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-                owner = t.user_attrs.get("worker", "unknown")
-                storage.set_trial_user_attr(trial_id, "stale", f"worker {owner} died")
-                storage.set_trial_state_values(trial_id, TrialState.FAIL)
+                fail_stale(study, storage, t)
         study.enqueue_trial(point, user_attrs={"design_index": index, "worker": me})
         return study.ask()

@@ -80,7 +80,7 @@ def _entry(p: Any) -> dict[str, Any]:
 
 def _arm_data(spec: Any, arm: Any, done: list[Any], best: Any) -> dict[str, Any]:
     """One arm's part of the file: its search, chosen values and every point it tried."""
-    entries = {p.key: _entry(p) for p in spec.space_of(arm)}
+    types = {p.key: p.type for p in spec.space_of(arm)}
     return {
         "run": arm.trained,
         "labels": list(arm.labels),
@@ -100,7 +100,7 @@ def _arm_data(spec: Any, arm: Any, done: list[Any], best: Any) -> dict[str, Any]
         "at_edge": [
             k
             for k, v in best.params.items()
-            if entries[k]["type"] != "categorical"
+            if types[k] != "categorical"
             and v in (min(t.params[k] for t in done), max(t.params[k] for t in done))
         ],
     }
@@ -122,8 +122,7 @@ def export_data(spec: Any, studies: dict[str, Any]) -> dict[str, Any]:
         arms[arm.name] = _arm_data(spec, arm, done, best)
         for label in arm.labels:
             runs[label] = [format_override(k, v) for k, v in best.params.items()]
-    for label in spec.untuned:
-        runs[label] = []
+    runs |= {label: [] for label in spec.untuned}
     start = min(t.datetime_start for t in trials)
     end = max(t.datetime_complete for t in trials)
     search = {
@@ -267,7 +266,6 @@ def tuning_table(paper: str, scale: str, root: Path = TUNED_DIR) -> TuningTable 
         extra = ", ".join(e["key"] for e in arm["extra"])
         space = arm["space"] + (f" + {extra}" if extra else "")
         trials = f"{arm['trials']} ({arm['diverged_trials']} with a diverged seed)"
-        best = fmt(arm["objective"])
-        rows.append([name, ", ".join(arm["labels"]), space, chosen, best, trials])
+        rows.append([name, ", ".join(arm["labels"]), space, chosen, fmt(arm["objective"]), trials])
     headers = ["arm", "runs", "space", "chosen", "best objective", "trials"]
     return TuningTable(summary, "Tuning: chosen values per arm", headers, rows)
