@@ -93,12 +93,8 @@ def reference_point(points: Sequence[Point], directions: Sequence[str]) -> tuple
     """A hypervolume reference point (minimise form) just worse than every point: the worst
     value of each objective pushed out by 10% of its spread (or of its size, or by 1, if it has
     none), so every point, extreme ones included, adds volume. Optuna asks the caller for one."""
-    mins = [to_min(p, directions) for p in points]
-    ref = []
-    for column in zip(*mins, strict=True):
-        worst, spread = max(column), max(column) - min(column)
-        ref.append(worst + 0.1 * (spread or abs(worst) or 1.0))
-    return tuple(ref)
+    columns = zip(*(to_min(p, directions) for p in points), strict=True)
+    return tuple(max(c) + 0.1 * ((max(c) - min(c)) or abs(max(c)) or 1.0) for c in columns)
 
 
 def row_of(spec: SweepSpec, trial: Any) -> dict[str, Any]:
@@ -152,6 +148,17 @@ class Front:
             return PALETTE[0]
         return self.colours().get(row["params"].get(self.colour_by), OTHER)
 
+    def table(self, mark_head: str, mark: str) -> tuple[list[str], list[list[Any]]]:
+        """The front as a table's head and rows: trial number, `mark` on the knee, then the
+        parameters and objectives (the CSV file and the page's table both write it)."""
+        keys = [p.key for p in self.spec.space]
+        rows = [
+            [r["trial"], mark if i == self.knee else "", *(r["params"].get(k, "") for k in keys)]
+            + list(r["values"].values())
+            for i, r in enumerate(self.front)
+        ]
+        return [TRIAL, mark_head, *keys, *self.spec.metric_names], rows
+
     def dominated(self) -> list[dict[str, Any]]:
         on_front = {r["trial"] for r in self.front}
         return [r for r in self.trials if r["trial"] not in on_front]
@@ -195,6 +202,11 @@ def coordinate(row: dict[str, Any], key: str) -> float:
     return float(row["values"][key] if key in row["values"] else row["params"][key])
 
 
+def coordinates(rows: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+    """The rows' positions on axes `x` and `y`, as a scatter takes them."""
+    return [coordinate(r, x) for r in rows], [coordinate(r, y) for r in rows]
+
+
 def front_of(spec: SweepSpec, study: Any) -> Front:
     """The `Front` of a loaded study (its `front` empty when no trial has completed)."""
     rows, knee = front_rows(spec, study.best_trials)
@@ -205,12 +217,7 @@ def write_csv(front: Front, path: Path) -> Path:
     """Every front trial, one row each: its number, whether it is the knee, its parameters
     and its objectives (floats written at full precision: the table holds the study's own
     values)."""
-    keys = [p.key for p in front.spec.space]
+    head, rows = front.table("knee", "yes")
     with path.open("w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        out.writerow([TRIAL, "knee", *keys, *front.spec.metric_names])
-        for i, row in enumerate(front.front):
-            params = [row["params"].get(k, "") for k in keys]
-            values = [row["values"][m] for m in front.spec.metric_names]
-            out.writerow([row["trial"], "yes" if i == front.knee else "", *params, *values])
+        csv.writer(f).writerows([head, *rows])
     return path
