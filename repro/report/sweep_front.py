@@ -72,8 +72,7 @@ def _chosen_ends(ax: Any, front: SweepFrontSpec, runs: Seeded) -> int:
     if ends:
         # a thin cross under the front's points: where it meets one, the point stays visible
         ax.scatter(
-            [x for x, _ in ends],
-            [y for _, y in ends],
+            *zip(*ends, strict=True),
             marker="x",
             s=70,
             color=colour_for(front.chosen_run),

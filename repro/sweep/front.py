@@ -9,12 +9,11 @@ search parameter (the spec's `group_by`, else its first categorical key: the col
 CR sweep), one colour per choice in the order the spec lists them, so a collective has the same
 colour in every figure of every study that searches the same choices.
 
-The dominance rule, knee and hypervolume reference point are what Optuna lacks for reading a
-multi-objective study: it gives the whole study's front (`study.best_trials`) and computes
-hypervolumes, and `pareto_indices` reproduces its dominance rule (tested against `best_trials`) for
-the per-group fronts of `repro sweep show`. They are plain functions on lists of floats, checked
-against hand-computed values, working in "minimise everything" form (a maximised objective is
-negated), the convention of multi-objective optimisation texts.
+Optuna computes hypervolumes but not the knee, the hypervolume reference point it asks for, nor
+the fronts of part of a study (`repro sweep show`'s per-group fronts: `pareto_indices`, its
+dominance rule, tested against `best_trials`): those are plain functions on lists of floats here,
+in the "minimise everything" form of multi-objective optimisation texts (a maximised objective is
+negated), checked against hand-computed values.
 """
 
 from __future__ import annotations

@@ -49,10 +49,8 @@ def _fmt(v: Any) -> str:
 
 def settings(row: dict[str, Any], role: str) -> str:
     """A trial's hover text: its number and role, its parameters, its objectives."""
-    lines = [f"trial {row['trial']} ({role})"]
-    lines += [f"{k} = {_fmt(v)}" for k, v in row["params"].items()]
-    lines += [f"{m} = {_fmt(v)}" for m, v in row["values"].items()]
-    return "\n".join(lines)
+    pairs = [*row["params"].items(), *row["values"].items()]
+    return "\n".join([f"trial {row['trial']} ({role})", *(f"{k} = {_fmt(v)}" for k, v in pairs)])
 
 
 class _Scale:
@@ -83,13 +81,12 @@ class _Scale:
         from matplotlib.ticker import LogLocator, MaxNLocator
 
         if self.log:
-            decades = [math.log10(v) for v in LogLocator().tick_values(10**self.lo, 10**self.hi)]
-            decades = [t for t in decades if self.lo <= t <= self.hi]
-            if len(decades) >= 2:
-                return decades
-        return [
-            t for t in MaxNLocator(nbins=6).tick_values(self.lo, self.hi) if self.lo <= t <= self.hi
-        ]
+            decades = LogLocator().tick_values(10**self.lo, 10**self.hi)
+            inside = [t for t in map(math.log10, decades) if self.lo <= t <= self.hi]
+            if len(inside) >= 2:
+                return inside
+        ticks = MaxNLocator(nbins=6).tick_values(self.lo, self.hi)
+        return [t for t in ticks if self.lo <= t <= self.hi]
 
 
 def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
