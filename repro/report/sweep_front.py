@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.claims.figure_specs import SweepFrontSpec
+from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.canvas import save
 from repro.report.colours import colour_for
@@ -29,6 +30,7 @@ from repro.report.sweep_source import find_source
 from repro.sweep.front import Front, coordinates, write_csv
 from repro.sweep.front_page import write_front_page
 from repro.sweep.front_plot import FRONT_POINT, KNEE_RING, draw_front, legend_entries
+from repro.sweep.spec import SweepSpec
 from repro.track.series import Seeded, last_logged
 
 
@@ -47,6 +49,19 @@ def chosen_shares(front: SweepFrontSpec, runs: Seeded) -> dict[float, float]:
     counts = Counter(float(f"{v:.3g}") for v in logged if v is not None)
     total = sum(counts.values())
     return {v: n / total for v, n in sorted(counts.items())}
+
+
+def _check_names(front: SweepFrontSpec, spec: SweepSpec) -> None:
+    """The claims file's axes and parameter must be the drawn search's own objectives and
+    searched key: a misspelt one would otherwise end the report in a KeyError."""
+    keys = [p.key for p in spec.space]
+    for setting, known in (("x", spec.metric_names), ("y", spec.metric_names), ("param", keys)):
+        name = getattr(front, setting)
+        if name not in known:
+            raise UserError(
+                f"sweep_fronts {front.id}: {setting} '{name}' is not in the search "
+                f"{spec.source}; use one of {', '.join(known)}"
+            )
 
 
 def _knee_words(front: SweepFrontSpec, data: Front) -> str:
@@ -127,6 +142,7 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     if isinstance(source, str):
         return FigureOut(front.id, front.title, front.caption, None, source)
     data = source.front
+    _check_names(front, data.spec)
     shares = chosen_shares(front, runs)
     fig = Figure(figsize=(11, 5.2), layout="constrained")
     FigureCanvasAgg(fig)
