@@ -73,8 +73,6 @@ def knee_index(points: Sequence[Point], directions: Sequence[str]) -> int:
     """The knee of a front: the point closest (Euclidean) to the ideal point after scaling each
     objective to [0, 1] over the given points, 1 being the best value seen. An objective with no
     spread scales to 1 everywhere, so it does not move the choice."""
-    if not points:
-        raise ValueError("knee of an empty front")
     mins = [to_min(p, directions) for p in points]
     lows = [min(c) for c in zip(*mins, strict=True)]
     highs = [max(c) for c in zip(*mins, strict=True)]
