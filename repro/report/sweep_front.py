@@ -16,33 +16,52 @@ as `<id>.csv` and an interactive `<id>.html` (hover shows a trial's settings).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from repro.claims.figure_specs import SweepFrontSpec
+from repro.errors import UserError
 from repro.pages.writer import FigureOut
 from repro.report.canvas import save
 from repro.report.colours import colour_for
 from repro.report.plots import axis_label
 from repro.report.sweep_source import find_source
-from repro.sweep.front import Front, write_csv
+from repro.sweep.front import Front, coordinates, write_csv
 from repro.sweep.front_page import write_front_page
-from repro.sweep.front_plot import KNEE_RING, draw_front
+from repro.sweep.front_plot import FRONT_POINT, KNEE_RING, draw_front, legend_entries
+from repro.sweep.spec import SweepSpec
 from repro.track.series import Seeded, last_logged
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def chosen_shares(front: SweepFrontSpec, runs: Seeded) -> dict[float, float]:
     """Each value the `chosen_run` logged for `chosen_metric` (3 significant digits) and its
     share of that run's log points, pooled over its seeds; empty without such a run."""
-    counts: dict[float, int] = {}
-    for run in runs.get(front.chosen_run, {}).values():
-        for row in run.history:
-            value = row.get(front.chosen_metric)
-            if isinstance(value, int | float) and math.isfinite(value):
-                key = float(f"{value:.3g}")
-                counts[key] = counts.get(key, 0) + 1
+    logged = [
+        _finite(row.get(front.chosen_metric))
+        for run in runs.get(front.chosen_run, {}).values()
+        for row in run.history
+    ]
+    counts = Counter(float(f"{v:.3g}") for v in logged if v is not None)
     total = sum(counts.values())
     return {v: n / total for v, n in sorted(counts.items())}
+
+
+def _check_names(front: SweepFrontSpec, spec: SweepSpec) -> None:
+    """The claims file's axes and parameter must be the drawn search's own objectives and
+    searched key: a misspelt one would otherwise end the report in a KeyError."""
+    keys = [p.key for p in spec.space]
+    for setting, known in (("x", spec.metric_names), ("y", spec.metric_names), ("param", keys)):
+        name = getattr(front, setting)
+        if name not in known:
+            raise UserError(
+                f"sweep_fronts {front.id}: {setting} '{name}' is not in the search "
+                f"{spec.source}; use one of {', '.join(known)}"
+            )
 
 
 def _knee_words(front: SweepFrontSpec, data: Front) -> str:
@@ -57,24 +76,18 @@ def _knee_words(front: SweepFrontSpec, data: Front) -> str:
     )
 
 
-def _end(run: Any, metric: str) -> float | None:
-    """The run's last logged value of `metric` (its final point, as a trial's objective),
-    None where that is not a finite number."""
-    value = last_logged(run, metric)
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
 def _chosen_ends(ax: Any, front: SweepFrontSpec, runs: Seeded) -> int:
-    """The chosen run's end in objective space, one cross per seed; how many were drawn."""
+    """The chosen run's end in objective space (its last logged values, as a trial's
+    objectives), one cross per seed; how many were drawn."""
     ends = [
-        (_end(run, front.x), _end(run, front.y)) for run in runs.get(front.chosen_run, {}).values()
+        (_finite(last_logged(run, front.x)), _finite(last_logged(run, front.y)))
+        for run in runs.get(front.chosen_run, {}).values()
     ]
     ends = [(x, y) for x, y in ends if x is not None and y is not None]
     if ends:
         # a thin cross under the front's points: where it meets one, the point stays visible
         ax.scatter(
-            [x for x, _ in ends],
-            [y for _, y in ends],
+            *zip(*ends, strict=True),
             marker="x",
             s=70,
             color=colour_for(front.chosen_run),
@@ -101,8 +114,7 @@ def _against_param(ax: Any, front: SweepFrontSpec, data: Front, shares: dict) ->
         )
     other = [r for r in data.dominated() if param in r["params"]]
     ax.scatter(
-        [float(r["params"][param]) for r in other],
-        [float(r["values"][front.y]) for r in other],
+        *coordinates(other, param, front.y),
         s=22,
         facecolors="none",
         edgecolors=[data.colour(r) for r in other],
@@ -110,33 +122,12 @@ def _against_param(ax: Any, front: SweepFrontSpec, data: Front, shares: dict) ->
         zorder=1,
     )
     for row in data.front:
-        ax.scatter(
-            [float(row["params"][param])],
-            [float(row["values"][front.y])],
-            s=42,
-            color=data.colour(row),
-            edgecolors="white",
-            linewidths=0.6,
-            zorder=3,
-        )
-    knee = data.knee_row
-    ax.scatter(
-        [float(knee["params"][param])], [float(knee["values"][front.y])], zorder=4, **KNEE_RING
-    )
+        ax.scatter(*coordinates([row], param, front.y), color=data.colour(row), **FRONT_POINT)
+    ax.scatter(*coordinates([data.knee_row], param, front.y), **KNEE_RING)
     ax.set_xscale("log")
     ax.set_xlabel(param)
     ax.set_ylabel(axis_label(front.y))
     ax.set_title(f"{axis_label(front.y)} against {param}", fontsize=10)
-
-
-def _legend_below(fig: Any, axes: list[Any]) -> None:
-    """One legend for both panels, under them: it covers no data."""
-    seen: dict[str, Any] = {}
-    for ax in axes:
-        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(text, handle)
-    names = sorted(seen, key=lambda text: text.startswith("dominated"))
-    fig.legend([seen[n] for n in names], names, loc="outside lower center", ncol=3, fontsize=8)
 
 
 def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> FigureOut:
@@ -151,6 +142,7 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     if isinstance(source, str):
         return FigureOut(front.id, front.title, front.caption, None, source)
     data = source.front
+    _check_names(front, data.spec)
     shares = chosen_shares(front, runs)
     fig = Figure(figsize=(11, 5.2), layout="constrained")
     FigureCanvasAgg(fig)
@@ -165,7 +157,9 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     _against_param(right, front, data, shares)
     for ax in (left, right):
         ax.grid(alpha=0.3)
-    _legend_below(fig, [left, right])
+    # one legend for both panels, under them: it covers no data
+    entries = legend_entries([left, right], ("dominated",))
+    fig.legend(*entries, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(front.title)
     path = save(fig, out_dir / f"{front.id}.svg")
     write_csv(data, out_dir / f"{front.id}.csv")

@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro.errors import UserError
-from repro.sweep.front import Front
+from repro.sweep.front import Front, front_of
+from repro.sweep.results import load_study
 from repro.sweep.spec import SweepSpec, identity_name, load_spec, spec_path
+from repro.sweep.study import tally
 from repro.track.series import Seeded, cfg
 
 
@@ -33,10 +35,6 @@ class Source:
 
 def _load(spec: SweepSpec) -> Source | None:
     """The study's front, or None when the study does not exist or has no completed trial."""
-    from repro.sweep.front import front_of
-    from repro.sweep.results import load_study
-    from repro.sweep.study import tally
-
     try:
         study = load_study(spec)
     except UserError:

@@ -9,12 +9,11 @@ search parameter (the spec's `group_by`, else its first categorical key: the col
 CR sweep), one colour per choice in the order the spec lists them, so a collective has the same
 colour in every figure of every study that searches the same choices.
 
-The dominance rule, knee and hypervolume reference point are what Optuna lacks for reading a
-multi-objective study: it gives the whole study's front (`study.best_trials`) and computes
-hypervolumes, and `pareto_indices` reproduces its dominance rule (tested against `best_trials`) for
-the per-group fronts of `repro sweep show`. They are plain functions on lists of floats, checked
-against hand-computed values, working in "minimise everything" form (a maximised objective is
-negated), the convention of multi-objective optimisation texts.
+Optuna computes hypervolumes but not the knee, the hypervolume reference point it asks for, nor
+the fronts of part of a study (`repro sweep show`'s per-group fronts: `pareto_indices`, its
+dominance rule, tested against `best_trials`): those are plain functions on lists of floats here,
+in the "minimise everything" form of multi-objective optimisation texts (a maximised objective is
+negated), checked against hand-computed values.
 """
 
 from __future__ import annotations
@@ -74,8 +73,6 @@ def knee_index(points: Sequence[Point], directions: Sequence[str]) -> int:
     """The knee of a front: the point closest (Euclidean) to the ideal point after scaling each
     objective to [0, 1] over the given points, 1 being the best value seen. An objective with no
     spread scales to 1 everywhere, so it does not move the choice."""
-    if not points:
-        raise ValueError("knee of an empty front")
     mins = [to_min(p, directions) for p in points]
     lows = [min(c) for c in zip(*mins, strict=True)]
     highs = [max(c) for c in zip(*mins, strict=True)]
@@ -93,12 +90,8 @@ def reference_point(points: Sequence[Point], directions: Sequence[str]) -> tuple
     """A hypervolume reference point (minimise form) just worse than every point: the worst
     value of each objective pushed out by 10% of its spread (or of its size, or by 1, if it has
     none), so every point, extreme ones included, adds volume. Optuna asks the caller for one."""
-    mins = [to_min(p, directions) for p in points]
-    ref = []
-    for column in zip(*mins, strict=True):
-        worst, spread = max(column), max(column) - min(column)
-        ref.append(worst + 0.1 * (spread or abs(worst) or 1.0))
-    return tuple(ref)
+    columns = zip(*(to_min(p, directions) for p in points), strict=True)
+    return tuple(max(c) + 0.1 * ((max(c) - min(c)) or abs(max(c)) or 1.0) for c in columns)
 
 
 def row_of(spec: SweepSpec, trial: Any) -> dict[str, Any]:
@@ -152,6 +145,17 @@ class Front:
             return PALETTE[0]
         return self.colours().get(row["params"].get(self.colour_by), OTHER)
 
+    def table(self, mark_head: str, mark: str) -> tuple[list[str], list[list[Any]]]:
+        """The front as a table's head and rows: trial number, `mark` on the knee, then the
+        parameters and objectives (the CSV file and the page's table both write it)."""
+        keys = [p.key for p in self.spec.space]
+        rows = [
+            [r["trial"], mark if i == self.knee else "", *(r["params"].get(k, "") for k in keys)]
+            + list(r["values"].values())
+            for i, r in enumerate(self.front)
+        ]
+        return [TRIAL, mark_head, *keys, *self.spec.metric_names], rows
+
     def dominated(self) -> list[dict[str, Any]]:
         on_front = {r["trial"] for r in self.front}
         return [r for r in self.trials if r["trial"] not in on_front]
@@ -195,6 +199,11 @@ def coordinate(row: dict[str, Any], key: str) -> float:
     return float(row["values"][key] if key in row["values"] else row["params"][key])
 
 
+def coordinates(rows: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+    """The rows' positions on axes `x` and `y`, as a scatter takes them."""
+    return [coordinate(r, x) for r in rows], [coordinate(r, y) for r in rows]
+
+
 def front_of(spec: SweepSpec, study: Any) -> Front:
     """The `Front` of a loaded study (its `front` empty when no trial has completed)."""
     rows, knee = front_rows(spec, study.best_trials)
@@ -205,12 +214,7 @@ def write_csv(front: Front, path: Path) -> Path:
     """Every front trial, one row each: its number, whether it is the knee, its parameters
     and its objectives (floats written at full precision: the table holds the study's own
     values)."""
-    keys = [p.key for p in front.spec.space]
+    head, rows = front.table("knee", "yes")
     with path.open("w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        out.writerow([TRIAL, "knee", *keys, *front.spec.metric_names])
-        for i, row in enumerate(front.front):
-            params = [row["params"].get(k, "") for k in keys]
-            values = [row["values"][m] for m in front.spec.metric_names]
-            out.writerow([row["trial"], "yes" if i == front.knee else "", *params, *values])
+        csv.writer(f).writerows([head, *rows])
     return path

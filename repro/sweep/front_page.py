@@ -49,16 +49,8 @@ def _fmt(v: Any) -> str:
 
 def settings(row: dict[str, Any], role: str) -> str:
     """A trial's hover text: its number and role, its parameters, its objectives."""
-    lines = [f"trial {row['trial']} ({role})"]
-    lines += [f"{k} = {_fmt(v)}" for k, v in row["params"].items()]
-    lines += [f"{m} = {_fmt(v)}" for m, v in row["values"].items()]
-    return "\n".join(lines)
-
-
-def _ticks(lo: float, hi: float) -> list[float]:
-    from matplotlib.ticker import MaxNLocator
-
-    return [t for t in MaxNLocator(nbins=6).tick_values(lo, hi) if lo <= t <= hi]
+    pairs = [*row["params"].items(), *row["values"].items()]
+    return "\n".join([f"trial {row['trial']} ({role})", *(f"{k} = {_fmt(v)}" for k, v in pairs)])
 
 
 class _Scale:
@@ -86,14 +78,15 @@ class _Scale:
 
     def ticks(self) -> list[float]:
         """Round values on the axis's scale: decades on a log axis that spans two."""
-        if self.log:
-            from matplotlib.ticker import LogLocator
+        from matplotlib.ticker import LogLocator, MaxNLocator
 
-            decades = [math.log10(v) for v in LogLocator().tick_values(10**self.lo, 10**self.hi)]
-            decades = [t for t in decades if self.lo <= t <= self.hi]
-            if len(decades) >= 2:
-                return decades
-        return _ticks(self.lo, self.hi)
+        if self.log:
+            decades = LogLocator().tick_values(10**self.lo, 10**self.hi)
+            inside = [t for t in map(math.log10, decades) if self.lo <= t <= self.hi]
+            if len(inside) >= 2:
+                return inside
+        ticks = MaxNLocator(nbins=6).tick_values(self.lo, self.hi)
+        return [t for t in ticks if self.lo <= t <= self.hi]
 
 
 def _axes(sx: _Scale, sy: _Scale, xname: str, yname: str) -> list[str]:
@@ -165,29 +158,29 @@ def _legend(front: Front) -> list[str]:
 def front_svg(front: Front) -> str:
     """The figure: every completed trial, the front joined and coloured, the knee ringed."""
     x, y = front.axes()
-    every = front.trials
-    sx = _Scale([coordinate(r, x) for r in every], LEFT, WIDTH - RIGHT, front.log_x())
-    sy = _Scale([coordinate(r, y) for r in every], HEIGHT - BOTTOM, TOP)
+    sx = _Scale([coordinate(r, x) for r in front.trials], LEFT, WIDTH - RIGHT, front.log_x())
+    sy = _Scale([coordinate(r, y) for r in front.trials], HEIGHT - BOTTOM, TOP)
+
+    def at(r: dict[str, Any]) -> tuple[float, float]:
+        return sx(coordinate(r, x)), sy(coordinate(r, y))
+
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
         *_axes(sx, sy, axis_name(front, x), axis_name(front, y)),
-    ]
-    out += [
-        _point(front, r, sx(coordinate(r, x)), sy(coordinate(r, y)), False)
-        for r in front.dominated()
+        *(_point(front, r, *at(r), False) for r in front.dominated()),
     ]
     line = sorted(front.front, key=lambda r: coordinate(r, x))
     if len(line) > 1 and x != TRIAL:
-        pts = " ".join(f"{sx(coordinate(r, x)):.1f},{sy(coordinate(r, y)):.1f}" for r in line)
+        pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in map(at, line))
         out.append(f'<polyline points="{pts}" fill="none" stroke="#555" stroke-width="1"/>')
     for r in front.front:
-        px, py = sx(coordinate(r, x)), sy(coordinate(r, y))
+        px, py = at(r)
         out.append(_point(front, r, px, py, True))
         out.append(f'<text x="{px + 12:.1f}" y="{py - 9:.1f}">#{r["trial"]}</text>')
-    k = front.knee_row
+    kx, ky = at(front.knee_row)
     out.append(
-        f'<circle class="knee" cx="{sx(coordinate(k, x)):.1f}" cy="{sy(coordinate(k, y)):.1f}" '
+        f'<circle class="knee" cx="{kx:.1f}" cy="{ky:.1f}" '
         'r="11" fill="none" stroke="#000" stroke-width="2"/>'
     )
     out += _legend(front)
@@ -197,17 +190,12 @@ def front_svg(front: Front) -> str:
 
 def front_table(front: Front) -> Table:
     """The front under the figure, one row per front trial, the knee (or best) marked."""
-    keys = [p.key for p in front.spec.space]
-    head = ["trial", front.ring_word, *keys, *front.spec.metric_names]
-    rows: list[list[Cell]] = []
-    for i, r in enumerate(front.front):
-        cells = [r["trial"], front.ring_word if i == front.knee else ""]
-        cells += [*(r["params"].get(k, "") for k in keys), *r["values"].values()]
-        rows.append([_fmt(c) for c in cells])
-    plural = "s" if len(front.front) != 1 else ""
+    head, rows = front.table(front.ring_word, front.ring_word)
+    cells: list[list[Cell]] = [[_fmt(c) for c in row] for row in rows]
     if front.ring_word == "best":
-        return Table("The best trial", head, rows)
-    return Table(f"The front: {len(front.front)} trial{plural}", head, rows)
+        return Table("The best trial", head, cells)
+    plural = "s" if len(front.front) != 1 else ""
+    return Table(f"The front: {len(front.front)} trial{plural}", head, cells)
 
 
 def write_front_page(front: Front, path: Path, title: str, note: str = "") -> Path:

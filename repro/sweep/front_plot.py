@@ -14,9 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro.sweep.front import OTHER, TRIAL, Front, coordinate
+from repro.sweep.front import OTHER, TRIAL, Front, coordinate, coordinates
 
-KNEE_RING = {"s": 260, "facecolors": "none", "edgecolors": "black", "linewidths": 1.6}
+KNEE_RING = {"s": 260, "facecolors": "none", "edgecolors": "black", "linewidths": 1.6, "zorder": 4}
+FRONT_POINT = {"s": 42, "edgecolors": "white", "linewidths": 0.6, "zorder": 3}
+"""How a front point is drawn here and in the report's panel against the searched number."""
 
 
 def trial_label(row: dict[str, Any]) -> str:
@@ -35,8 +37,7 @@ def draw_front(
     if other:
         # open circles in their collective's colour: the reader sees where each one lies
         ax.scatter(
-            [coordinate(r, x) for r in other],
-            [coordinate(r, y) for r in other],
+            *coordinates(other, x, y),
             s=24,
             facecolors="none",
             edgecolors=[front.colour(r) for r in other],
@@ -53,34 +54,20 @@ def draw_front(
         )
     ordered = sorted(front.front, key=lambda r: coordinate(r, x))
     if len(ordered) > 1 and x != TRIAL:
-        xs, ys = [coordinate(r, x) for r in ordered], [coordinate(r, y) for r in ordered]
-        ax.plot(xs, ys, "-", color="#555555", lw=0.8, zorder=2)
+        ax.plot(*coordinates(ordered, x, y), "-", color="#555555", lw=0.8, zorder=2)
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in front.front:
         groups.setdefault(front.colour(row), []).append(row)
     names = {colour: value for value, colour in reversed(front.colours().items())}
     for colour, rows in groups.items():
-        ax.scatter(
-            [coordinate(r, x) for r in rows],
-            [coordinate(r, y) for r in rows],
-            s=42,
-            color=colour,
-            edgecolors="white",
-            linewidths=0.6,
-            label=str(names.get(colour, "front")) if front.colour_by else "front",
-            zorder=3,
-        )
+        name = str(names.get(colour, "front")) if front.colour_by else "front"
+        ax.scatter(*coordinates(rows, x, y), color=colour, label=name, **FRONT_POINT)
     for colour in dict.fromkeys(front.colour(r) for r in other):
         if colour not in groups and front.colour_by:  # a collective only off the front
             ax.scatter([], [], s=42, color=colour, label=str(names.get(colour, "other")))
     knee = front.knee_row
-    ax.scatter(
-        [coordinate(knee, x)],
-        [coordinate(knee, y)],
-        label=f"{front.ring_word}: trial {knee['trial']}",
-        zorder=4,
-        **KNEE_RING,
-    )
+    label_knee = f"{front.ring_word}: trial {knee['trial']}"
+    ax.scatter(*coordinates([knee], x, y), label=label_knee, **KNEE_RING)
     for row in front.front:
         ax.annotate(
             label(row),
@@ -91,20 +78,15 @@ def draw_front(
         )
 
 
-def legend_outside(ax: Any, title: str | None = None) -> None:
-    """The legend to the right of the axes, where it covers no point; the colours first,
-    the dominated trials last."""
-    pairs = list(zip(*ax.get_legend_handles_labels(), strict=True))
-    pairs.sort(key=lambda hl: hl[1].startswith(("dominated", "other")))
-    ax.legend(
-        [h for h, _ in pairs],
-        [lb for _, lb in pairs],
-        loc="upper left",
-        bbox_to_anchor=(1.02, 1.0),
-        fontsize=8,
-        title=title,
-        title_fontsize=8,
-    )
+def legend_entries(axes: list[Any], last: tuple[str, ...]) -> tuple[list[Any], list[str]]:
+    """The handles and labels of `axes`, each label once, those starting with `last` (the
+    dominated trials) after the colours."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(text, handle)
+    names = sorted(seen, key=lambda text: text.startswith(last))
+    return [seen[n] for n in names], names
 
 
 def axis_name(front: Front, key: str) -> str:
@@ -135,6 +117,14 @@ def plot_front_png(front: Front, path: Path, title: str) -> Path:
         ax.set_xscale("log")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    legend_outside(ax, front.colour_by)
+    # the legend to the right of the axes, where it covers no point
+    ax.legend(
+        *legend_entries([ax], ("dominated", "other")),
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        fontsize=8,
+        title=front.colour_by,
+        title_fontsize=8,
+    )
     fig.savefig(path, dpi=200)
     return path

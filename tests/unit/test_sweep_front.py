@@ -183,6 +183,28 @@ def test_a_set_without_a_search_says_what_to_set(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("setting", "name", "known"),
+    [
+        ("param", "method.crx", "method.cr, method.collective"),
+        ("y", "test/accc", "test/acc, throughput/run_modeled_samples_per_s"),
+    ],
+)
+def test_an_axis_or_parameter_the_search_lacks_is_one_line(tmp_path, setting, name, known):
+    from repro.errors import UserError
+
+    set_dir = tmp_path / "runs" / "topk_small"
+    study_at(set_search(set_dir, "topk_small"))
+    spec = replace(front_spec(full_sweep(tmp_path, 24)), **{setting: name})
+    with pytest.raises(UserError) as err:
+        draw_sweep_front(spec, tmp_path, moo_runs(set_dir))
+    assert str(err.value) == (
+        f"sweep_fronts cr_pareto_front: {setting} '{name}' is not in the search "
+        f"sweeps/topk_cr_pareto_small.yaml; use one of {known}"
+    )
+    assert not list(tmp_path.glob("cr_pareto_front.*"))  # nothing drawn
+
+
 def test_chosen_shares_pool_every_seed_and_ignore_missing_points():
     front = SweepFrontSpec(
         id="f",
