@@ -59,7 +59,7 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
                 means[label] = mean
         for ref in refs:
             draw_reference(ax, ref)
-            if "cross" in ref and "x" not in ref:
+            if "cross" in ref:  # FigureSpec allows it on a horizontal line only
                 _mark_crossings(ax, ref, means)
     if not drawn:
         raise NotMeasurable(f"no selected run logged '{spec.y}' against '{x_metric(spec.x)}'")
