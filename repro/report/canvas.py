@@ -57,14 +57,11 @@ def open_canvas(
     fig = Figure(figsize=size, dpi=BASE_DPI, layout="constrained")
     grid = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
     cells = list(grid.flat)
-    axes, spare = cells[:n], cells[n:]
-    for ax in spare:
+    axes = cells[:n]
+    for ax in cells[n:]:
         fig.delaxes(ax)
-    for ax in axes:
-        # an axes with no panel below it shows its own x tick labels
-        if ax.get_subplotspec().rowspan.stop < nrows and any(
-            other.get_subplotspec().colspan == ax.get_subplotspec().colspan for other in spare
-        ):
+    for i, ax in enumerate(axes):
+        if i + ncols >= n:  # no panel below it (the spare cells end the last row)
             ax.xaxis.set_tick_params(labelbottom=True)
         ax.grid(True, alpha=0.3)
     xlabel, ylabel = spec.xlabel or axis_label(xname), spec.ylabel or axis_label(spec.y, tasks)
