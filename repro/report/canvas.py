@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,25 +34,17 @@ REFERENCE_STYLES = {
     "published": {"color": "black", "linestyle": (0, (1.2, 1.8)), "linewidth": 1.8},
     "target": {"color": "0.55", "linestyle": "-", "linewidth": 1.5},
 }
-REFERENCE_MARKERS = {"published": "*", "target": "o"}
+REFERENCE_MARKERS = {"published": ("*", 11), "target": ("o", 8)}  # marker, size
 CROSSING_LABEL = "where the mean first reaches the target line"
 LEGEND_FONT = 8
 SHORT_ENTRY_CHARS = 32  # legend entries this short fit three columns under one axes
 
 
-@dataclass(frozen=True)
-class Canvas:
-    """A figure and its axes, one per panel in panel order."""
-
-    fig: Figure
-    axes: list
-
-
 def open_canvas(
     spec: FigureSpec, titles: Sequence[str], xname: str, tasks: Iterable[str] = ()
-) -> Canvas:
-    """A figure with one axes per title (shared x and y), labelled for `spec` (a loss for
-    the `workload.task`s of the runs drawn)."""
+) -> Figure:
+    """A figure with one axes per title (shared x and y; `fig.axes` in panel order), labelled
+    for `spec` (a loss for the `workload.task`s of the runs drawn)."""
     from matplotlib.figure import Figure  # loads only when a figure is drawn
 
     n = max(1, len(titles))
@@ -66,14 +57,11 @@ def open_canvas(
     fig = Figure(figsize=size, dpi=BASE_DPI, layout="constrained")
     grid = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)
     cells = list(grid.flat)
-    axes, spare = cells[:n], cells[n:]
-    for ax in spare:
+    axes = cells[:n]
+    for ax in cells[n:]:
         fig.delaxes(ax)
-    for ax in axes:
-        # an axes with no panel below it shows its own x tick labels
-        if ax.get_subplotspec().rowspan.stop < nrows and any(
-            other.get_subplotspec().colspan == ax.get_subplotspec().colspan for other in spare
-        ):
+    for i, ax in enumerate(axes):
+        if i + ncols >= n:  # no panel below it (the spare cells end the last row)
             ax.xaxis.set_tick_params(labelbottom=True)
         ax.grid(True, alpha=0.3)
     xlabel, ylabel = spec.xlabel or axis_label(xname), spec.ylabel or axis_label(spec.y, tasks)
@@ -81,36 +69,28 @@ def open_canvas(
         axes[0].set_title(spec.title)
         axes[0].set_xlabel(xlabel)
         axes[0].set_ylabel(ylabel)
-        return Canvas(fig, axes)
+        return fig
     fig.suptitle(spec.title)
     fig.supylabel(ylabel, fontsize=10)
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title, fontsize=10)
         if ax.xaxis.get_tick_params()["labelbottom"]:  # the lowest panel of its column
             ax.set_xlabel(xlabel, fontsize=9)
-    return Canvas(fig, axes)
+    return fig
 
 
 def draw_reference(ax: Axes, ref: dict) -> None:
     """One resolved reference: a horizontal or vertical line, or a marker."""
     role = ref.get("role", "published")
-    label = ref.get("label", role)
     style = REFERENCE_STYLES[role]
+    named = {"label": ref.get("label", role), "gid": f"ref-{role}"}
     if "x" in ref and "y" in ref:
-        ax.plot(
-            [ref["x"]],
-            [ref["y"]],
-            linestyle="none",
-            marker=REFERENCE_MARKERS[role],
-            markersize=11 if role == "published" else 8,
-            color=style["color"],
-            label=label,
-            gid=f"ref-{role}",
-        )
+        marker, size = REFERENCE_MARKERS[role]
+        ax.plot([ref["x"]], [ref["y"]], marker, markersize=size, color=style["color"], **named)
     elif "y" in ref:
-        ax.axhline(ref["y"], **style, label=label, gid=f"ref-{role}", zorder=1.5)
+        ax.axhline(ref["y"], **style, **named, zorder=1.5)
     else:
-        ax.axvline(ref["x"], **style, label=label, gid=f"ref-{role}", zorder=1.5)
+        ax.axvline(ref["x"], **style, **named, zorder=1.5)
 
 
 def mark_crossing(ax: Axes, x: float, y: float, colour: str, label: str) -> None:
@@ -118,8 +98,7 @@ def mark_crossing(ax: Axes, x: float, y: float, colour: str, label: str) -> None
     ax.plot(
         [x],
         [y],
-        linestyle="none",
-        marker="v",
+        "v",
         markersize=9,
         color=colour,
         markeredgecolor="black",
@@ -139,8 +118,7 @@ def mark_off_scale(ax: Axes, x: float, y: float, ylim: Sequence[float], colour: 
     ax.plot(
         [x],
         [edge],
-        linestyle="none",
-        marker=marker,
+        marker,
         markersize=9,
         color=colour,
         clip_on=False,
@@ -159,13 +137,13 @@ def mark_off_scale(ax: Axes, x: float, y: float, ylim: Sequence[float], colour: 
     )
 
 
-def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> Figure:
+def finish(fig: Figure, spec: FigureSpec, settings: Sequence[float] = ()) -> Figure:
     """Scales, limits and the one legend outside the data. `settings`: the x values of a
     figure of run settings (a handful of batches or ratios), ticked and written plainly
     (4096, 0.001) instead of as a log axis's powers of ten."""
     from matplotlib.ticker import NullFormatter
 
-    first = canvas.axes[0]
+    first = fig.axes[0]
     if spec.logx:
         first.set_xscale("log")
     if spec.logy:
@@ -181,17 +159,17 @@ def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> 
     if spec.ylim is not None:
         first.set_ylim(*spec.ylim)
     entries: dict[str, Any] = {}
-    for ax in canvas.axes:
+    for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
-        if len(canvas.axes) == 1:
+        if len(fig.axes) == 1:
             # under one axes: three columns of short entries, two of long ones
             columns = 2 if max(map(len, entries)) > SHORT_ENTRY_CHARS else 3
         else:
             # as many columns as the panels have, so the legend is no wider than they are
-            columns = len({ax.get_subplotspec().colspan.start for ax in canvas.axes})
-        canvas.fig.legend(
+            columns = len({ax.get_subplotspec().colspan.start for ax in fig.axes})
+        fig.legend(
             list(entries.values()),
             list(entries),
             loc="outside lower center",
@@ -199,7 +177,7 @@ def finish(canvas: Canvas, spec: FigureSpec, settings: Sequence[float] = ()) -> 
             fontsize=LEGEND_FONT,
             frameon=False,
         )
-    return canvas.fig
+    return fig
 
 
 def plain_log_formatter():
@@ -222,9 +200,7 @@ def save(fig: Figure, path: Path) -> Path:
     if path.suffix not in (".svg", ".png"):
         raise UserError(f"figure file {path.name} must end in .svg or .png")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".svg":
-        with rc_context({"svg.hashsalt": "repro-report"}):
-            fig.savefig(path, format="svg", metadata={"Date": None}, dpi=BASE_DPI * PNG_SCALE)
-    else:
-        fig.savefig(path, format="png", dpi=BASE_DPI * PNG_SCALE)
+    # the salt fixes the SVG's element ids (a PNG has none, nor a date: the format follows path)
+    with rc_context({"svg.hashsalt": "repro-report"}):
+        fig.savefig(path, metadata={"Date": None}, dpi=BASE_DPI * PNG_SCALE)
     return path

@@ -12,10 +12,9 @@ import re
 import zlib
 from dataclasses import dataclass
 
-# One colour per method in every report. Methods without a parameter have a fixed colour;
-# a family of parameterised runs (fixed tau, one Top-k variant at several ratios, one
-# combiner at several batches) shares a colour map and is shaded by the parameter on a
-# fixed per-family range, so a run has the same shade whichever other runs a figure shows.
+# Methods without a parameter have a fixed colour; a family of parameterised runs (fixed
+# tau, one Top-k variant at several ratios, one combiner at several batches) shares a colour
+# map and is shaded by the parameter on a fixed per-family range.
 # Shades run from the map's 45 % point (light enough to tell apart, dark enough to see on
 # white) to its end; the fixed-tau family takes a multi-hue map (yellow-green-blue), whose
 # shades of tau 5, 20 and 100 differ by more than 20 CIELAB units, where plain blues did not.
@@ -91,5 +90,4 @@ def line_style(label: str) -> str:
     family = _family(label)
     if family is not None and family.dashed:
         return "--"
-    parts = label.split("_")
-    return next((OPTIMIZER_STYLES[p] for p in parts if p in OPTIMIZER_STYLES), "-")
+    return next((OPTIMIZER_STYLES[p] for p in label.split("_") if p in OPTIMIZER_STYLES), "-")

@@ -16,13 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
-from repro.report.canvas import (
-    RASTER_POINTS,
-    draw_reference,
-    finish,
-    mark_crossing,
-    open_canvas,
-)
+from repro.report.canvas import RASTER_POINTS, draw_reference, finish, mark_crossing, open_canvas
 from repro.report.colours import colour_for, line_style
 from repro.report.plots import (
     Namer,
@@ -46,14 +40,13 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
     labels = spec.selected(list(runs))
     groups = panel_groups(spec, labels)
     tasks = tasks_of(run for label in labels for run in runs[label].values())
-    canvas = open_canvas(spec, [title for title, _ in groups], x_metric(spec.x), tasks)
+    fig = open_canvas(spec, [title for title, _ in groups], x_metric(spec.x), tasks)
     refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
     everywhere = shown_everywhere(spec, runs)
-    logged = sum(len(run.history) for lab in labels for run in runs[lab].values())
-    raster = logged > RASTER_POINTS
+    raster = sum(len(run.history) for lab in labels for run in runs[lab].values()) > RASTER_POINTS
     categories: list[str] = []
     drawn = 0
-    for ax, (_, members) in zip(canvas.axes, groups, strict=True):
+    for ax, (_, members) in zip(fig.axes, groups, strict=True):
         means: dict[str, tuple[SeedBand, Line2D]] = {}
         for label in everywhere + members:
             if spec.kind == "steps":
@@ -66,13 +59,13 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
                 means[label] = mean
         for ref in refs:
             draw_reference(ax, ref)
-            if "cross" in ref and "x" not in ref:
+            if "cross" in ref:  # FigureSpec allows it on a horizontal line only
                 _mark_crossings(ax, ref, means)
     if not drawn:
         raise NotMeasurable(f"no selected run logged '{spec.y}' against '{x_metric(spec.x)}'")
     if categories:
-        canvas.axes[0].set_yticks(range(len(categories)), categories)
-    return finish(canvas, spec)
+        fig.axes[0].set_yticks(range(len(categories)), categories)
+    return finish(fig, spec)
 
 
 def _mark_crossings(ax: Axes, ref: dict, means: dict[str, tuple[SeedBand, Line2D]]) -> None:
@@ -88,15 +81,14 @@ def _mark_crossings(ax: Axes, ref: dict, means: dict[str, tuple[SeedBand, Line2D
 
 def _seed_curves(spec: FigureSpec, label: str, by_seed: dict[int, Run]) -> list[tuple]:
     """(seed, xs, smoothed ys, finished) of every seed that logged the figure's metric."""
-    out = []
-    for seed, run in by_seed.items():
-        xs, ys = points(run, spec.y, spec.x)
-        if not ys:
-            continue
-        if any(isinstance(y, str) for y in ys):
-            raise NotMeasurable(f"'{spec.y}' of '{label}' is categorical: draw it as kind steps")
-        out.append((seed, xs, trailing_mean([float(y) for y in ys], spec.smooth), finished(run)))
-    return out
+    logged = [(seed, run, *points(run, spec.y, spec.x)) for seed, run in by_seed.items()]
+    if any(isinstance(y, str) for *_, ys in logged for y in ys):
+        raise NotMeasurable(f"'{spec.y}' of '{label}' is categorical: draw it as kind steps")
+    return [
+        (seed, xs, trailing_mean([float(y) for y in ys], spec.smooth), finished(run))
+        for seed, run, xs, ys in logged
+        if ys
+    ]
 
 
 def _draw_curves(

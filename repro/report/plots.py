@@ -2,22 +2,20 @@
 
 A `FigureSpec` (`repro.claims.figure_specs`) says what to draw; `draw_figure` reads the runs
 (label -> seed -> run) and writes the file, SVG (or PNG at twice the screen resolution when
-the path ends in .png). Kinds: `curves` (a metric against step or a clock: every seed as a
-faint line, the mean over seeds with the band the seeds span, `seed_bands`), `steps` (a
-piecewise-constant metric such as tau, or a categorical one such as the chosen collective,
-one step line per seed), `points` (one number per run, computed by a calculator, against a
-config value such as the effective batch; one series per setting) and `drops` (accuracy drop
-below a reference run against c x steps or the ratio c); both of the last in `point_plots`.
-`panels` splits a figure into small multiples with one y axis (one per method family, where
-one axis would hold more lines than a reader can follow), `baseline` repeats one run in
-every panel. Colours and line styles come from `colours` (keyed by run label), so a method
-looks the same in every report; the layout, legends and reference lines from `canvas`.
+the path ends in .png). Kinds: `curves` and `steps`, a metric along training (`curve_plots`);
+`points` and `drops`, one number per run against a run setting (`point_plots`). Here is what
+they share: axis words, captions, references resolved against runs, and panels, which split
+a figure into small multiples with one y axis (one per method family, where one axis would
+hold more lines than a reader can follow), `baseline` repeating one run in every panel.
+Colours and line styles come from `colours` (keyed by run label), so a method looks the same
+in every report; the layout, legends and reference lines from `canvas`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,10 +108,8 @@ def resolve_reference(ref: dict, spec: FigureSpec, runs: Seeded) -> dict | None:
     return out
 
 
-def panel_groups(
-    spec: FigureSpec, labels: Sequence[str], key: Callable[[str], str] = str
-) -> list[tuple[str, list[str]]]:
-    """(title, labels) of each panel that holds runs: those whose key matches the panel's
+def panel_groups(spec: FigureSpec, labels: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """(title, labels) of each panel that holds runs: those whose label matches the panel's
     regex (each label in the first panel it matches), the baseline left out (it is drawn in
     every panel), leftovers in a last panel "other runs". Without panels (or without a run
     in any): one untitled panel with every label."""
@@ -122,7 +118,7 @@ def panel_groups(
     left = [label for label in labels if label != spec.baseline]
     groups = []
     for panel in spec.panels:
-        members = [label for label in left if re.fullmatch(panel["runs"], key(label))]
+        members = [label for label in left if re.fullmatch(panel["runs"], label)]
         left = [label for label in left if label not in members]
         if members:
             groups.append((panel["title"], members))
@@ -139,7 +135,7 @@ def shown_everywhere(spec: FigureSpec, runs: Seeded) -> list[str]:
 
 def drop_labels(spec: FigureSpec, labels: Sequence[str], family: str) -> list[str]:
     """The labels of a `drops` figure's series `family`: its prefix, the reference aside."""
-    reference = spec.measure.get("reference")
+    reference = spec.measure["reference"]  # FigureSpec requires it of `drops`
     return [label for label in labels if label.startswith(family) and label != reference]
 
 
@@ -148,7 +144,7 @@ def drawn_seeds(spec: FigureSpec, runs: Seeded) -> dict[str, list[int]]:
     has (a drop needs both)."""
     selected = spec.selected(list(runs))
     if spec.kind == "drops":
-        reference = runs.get(spec.measure.get("reference"), {})
+        reference = runs.get(spec.measure["reference"], {})
         return {
             label: sorted(set(runs[label]) & set(reference))
             for family in spec.series
@@ -208,13 +204,9 @@ def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:
 def seed_ranges(seeds: list[int] | tuple[int, ...]) -> str:
     """Sorted seeds with each run of three or more consecutive ones as a range: 0-4, 7, 8."""
     out: list[str] = []
-    i = 0
-    while i < len(seeds):
-        j = i
-        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
-            j += 1
-        out += [f"{seeds[i]}-{seeds[j]}"] if j - i >= 2 else [str(s) for s in seeds[i : j + 1]]
-        i = j + 1
+    for _, pairs in groupby(enumerate(seeds), lambda pair: pair[1] - pair[0]):
+        run = [seed for _, seed in pairs]
+        out += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else map(str, run)
     return ", ".join(out)
 
 

@@ -59,9 +59,9 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
         at_each_x = [v for _, values in panels for by_x in values.values() for v in by_x.values()]
         if all(math.isinf(v) for v in sum(at_each_x, [])):
             raise NotMeasurable(f"no selected run gave a finite '{spec.measure['calculator']}'")
-    canvas = open_canvas(spec, [title for title, _ in panels], spec.x)
+    fig = open_canvas(spec, [title for title, _ in panels], spec.x)
     refs = [r for r in (resolve_reference(g, spec, runs) for g in spec.reference) if r]
-    for ax, (_, values) in zip(canvas.axes, panels, strict=True):
+    for ax, (_, values) in zip(fig.axes, panels, strict=True):
         for key, by_x in values.items():
             _draw_series(ax, spec, by_x, colour_for(key), spec.series_labels.get(key, key))
             for entry in spec.published:
@@ -72,7 +72,7 @@ def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:
         for ref in refs:
             draw_reference(ax, ref)
     settings = sorted({x for _, values in panels for by_x in values.values() for x in by_x})
-    return finish(canvas, spec, settings)
+    return finish(fig, spec, settings)
 
 
 def _draw_series(
@@ -155,7 +155,7 @@ def sends_per_parameter(run: Run) -> float | None:
 def drops_by_family(spec: FigureSpec, runs: Seeded) -> Values:
     """family -> x -> each seed's drop in points below the reference run of its seed, for
     every selected fixed-ratio run that has one (x: `spec.x`, c x steps or a config value)."""
-    reference = (spec.measure or {}).get("reference")
+    reference = spec.measure["reference"]
     if reference not in runs:
         raise NotMeasurable(f"no reference run '{reference}' to measure drops against")
     out: Values = {}

@@ -170,6 +170,22 @@ def test_panels_hold_one_family_each_with_the_baseline_and_share_the_y_axis():
     assert all(axes[0].get_shared_y_axes().joined(axes[0], ax) for ax in axes[1:])
 
 
+@pytest.mark.parametrize(
+    "count, labelled",
+    [
+        (5, [False, False, True, True, True]),  # two rows of three, the last one short
+        (7, [False] * 4 + [True] * 3),  # three rows, the middle one ends two columns
+        (8, [False] * 5 + [True] * 3),
+    ],
+)
+def test_only_the_lowest_panel_of_each_column_labels_its_x_axis(count, labelled):
+    runs = seeded(make_run(f"p{i}") for i in range(count))
+    panels = [{"title": f"P{i}", "runs": f"p{i}"} for i in range(count)]
+    fig = render(spec(panels=panels), runs, str)
+    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in fig.axes] == labelled
+    assert [bool(ax.get_xlabel()) for ax in fig.axes] == labelled
+
+
 @pytest.mark.parametrize("panels", [[], PANELS])
 def test_the_legend_lies_outside_every_axes(panels):
     fig = render(spec(panels=panels, reference=[{"y": 1.0, "label": "paper"}]), topk_like(), str)
