@@ -179,8 +179,8 @@ def environment_notes(runs: Seeded) -> list[Para]:
         )
         return [Para(text, css="missing")]
     differ = [
-        title.split(" (")[0]
-        for key, title in ENVIRONMENT_ROWS.items()
+        key
+        for key in ENVIRONMENT_ROWS
         if len({recorded(key)(run) for _, _, run in every_run(runs)} - {NOT_RECORDED}) > 1
     ]
     text = (
