@@ -121,22 +121,15 @@ def _experiment(paper: str, scale: str, config_dir: Path) -> dict | None:
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("experiment") or {}
 
 
-def run_set_labels(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> list[str] | None:
-    """The labels `repro reproduce PAPER scale=SCALE` runs; None when there is no such set."""
-    experiment = _experiment(paper, scale, config_dir)
-    return None if experiment is None else list(experiment.get("runs") or {})
-
-
-def set_seeds(paper: str, scale: str, config_dir: Path = CONFIG_DIR) -> int:
-    """How many seeds `repro reproduce PAPER scale=SCALE` makes unless told (1 without a set)."""
-    return int((_experiment(paper, scale, config_dir) or {}).get("seeds") or 1)
-
-
-def _past_set(paper: str, scale: str, seeds: list[int], config_dir: Path = CONFIG_DIR) -> int:
-    """The `seeds=N` a command needs to make runs at `seeds`: their count up to the last, when
-    that lies past the set's own seeds; 0 (the set's own) otherwise."""
+def _set_command(
+    paper: str, scale: str, runs_root: str, seeds: list[int], config_dir: Path = CONFIG_DIR
+) -> str:
+    """The set's `repro reproduce` command that makes runs at `seeds`: with `seeds=N` (their
+    count up to the last) when that lies past the seeds the set makes unless told (1 without
+    a set)."""
     upto = max(seeds, default=-1) + 1
-    return upto if upto > set_seeds(paper, scale, config_dir) else 0
+    own = int((_experiment(paper, scale, config_dir) or {}).get("seeds") or 1)
+    return reproduce_command(paper, scale, runs_root, upto if upto > own else 0)
 
 
 def _listed(needs: Needs, runs: list[tuple[str, int | None]]) -> str:
@@ -164,20 +157,21 @@ def missing_notes(
 ) -> list[Para]:
     """The runs the report lacks and the one command that makes them under `runs_root`,
     where the report reads: the set's command, which makes a missing label at the set's
-    seeds and adds seeds where its claims need them, with `seeds=N` where a missing `label
-    seed=N` lies past the set's own seeds; apart, in small print, the labels this scale's run
-    set does not make (what reads them is for another scale). Empty when nothing is
-    missing."""
-    in_set = run_set_labels(paper, scale, config_dir)
+    seeds and adds seeds where its claims need them (`_set_command`); apart, in small print,
+    the labels this scale's run set does not make (what reads them is for another scale).
+    Empty when nothing is missing."""
+    experiment = _experiment(paper, scale, config_dir)
+    in_set = None if experiment is None else experiment.get("runs") or {}
     ours = [run for run in needs if in_set is None or run[0] in in_set]
     other = [run for run in needs if run not in ours]
     notes = []
     if ours:
         seeds = [seed for _, seed in ours if seed is not None]
-        more = _past_set(paper, scale, seeds, config_dir)
-        command = reproduce_command(paper, scale, runs_root, more)
+        command = _set_command(paper, scale, runs_root, seeds, config_dir)
         text = (f"Runs missing: {_listed(needs, ours)}. Make them with ", Code(command), ".")
-        untracked = _untracked(Path(runs_root) / f"{paper}_{scale}", {label for label, _ in ours})
+        labels = {label for label, _ in ours}
+        group_dir = Path(runs_root) / f"{paper}_{scale}"
+        untracked = [d for d in untracked_run_dirs(group_dir) if d.name.rsplit("-", 1)[0] in labels]
         if untracked:
             text += (
                 f" Made with tracking=disabled, {', '.join(map(str, untracked))} logged no "
@@ -196,16 +190,10 @@ def missing_notes(
     return notes
 
 
-def _untracked(group_dir: Path, labels: set[str]) -> list[Path]:
-    """The run directories of `labels` under the set's folder made without a tracker."""
-    return [d for d in untracked_run_dirs(group_dir) if d.name.rsplit("-", 1)[0] in labels]
-
-
 def unfinished_notes(
     paper: str,
     scale: str,
     runs: Seeded,
-    config_dir: Path = CONFIG_DIR,
     runs_root: str = "runs",
 ) -> list[Para]:
     """The runs read that have not run to their end (`repro.track.runs.unfinished`), and the
@@ -219,13 +207,11 @@ def unfinished_notes(
         for label, by_seed in cut.items()
         for seed, why in sorted(by_seed.items())
     ]
-    more = _past_set(
-        paper, scale, [seed for by_seed in cut.values() for seed in by_seed], config_dir
-    )
+    seeds = [seed for by_seed in cut.values() for seed in by_seed]
     text = (
         f"Runs not finished: {', '.join(named)}. A run cut short is not a measurement: the "
         "claims that read them are not assessed. ",
-        Code(reproduce_command(paper, scale, runs_root, more)),
+        Code(_set_command(paper, scale, runs_root, seeds)),
         " finishes them, each from its last checkpoint.",
     )
     return [Para(text, css="missing")]

@@ -46,8 +46,7 @@ def compute(run: Run) -> str:
 
 def workload(run: Run) -> str:
     name = cfg(run, "workload.name")
-    extra = [str(cfg(run, f"workload.{k}")) for k in ("dataset", "model")]
-    extra = [e for e in extra if e != "None"]
+    extra = [str(v) for k in ("dataset", "model") if (v := cfg(run, f"workload.{k}")) is not None]
     return f"{name} ({', '.join(extra)})" if extra else str(name)
 
 
@@ -180,14 +179,12 @@ def environment_notes(runs: Seeded) -> list[Para]:
         )
         return [Para(text, css="missing")]
     differ = [
-        title.split(" (")[0]
-        for key, title in ENVIRONMENT_ROWS.items()
+        key
+        for key in ENVIRONMENT_ROWS
         if len({recorded(key)(run) for _, _, run in every_run(runs)} - {NOT_RECORDED}) > 1
     ]
-    if not differ:
-        return []
     text = (
         f"The runs were made with different {' and '.join(differ)} (Setup): their numbers can "
         "differ in the last digits from the first step on, and training amplifies that."
     )
-    return [Para(text, css="missing")]
+    return [Para(text, css="missing")] if differ else []

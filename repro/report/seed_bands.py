@@ -42,17 +42,6 @@ class SeedBand:
         return reach(self.grid, self.mean, target, mode)
 
 
-def common_grid(curves: Sequence[Curve]) -> list[float]:
-    """The union of the curves' x values inside the range every curve covers (empty when
-    they do not overlap)."""
-    drawn = [xs for xs, _ in curves if len(xs)]
-    if not drawn:
-        return []
-    start = max(min(xs) for xs in drawn)
-    end = min(max(xs) for xs in drawn)
-    return sorted({float(x) for xs in drawn for x in xs if start <= x <= end})
-
-
 def interpolate(xs: Sequence[float], ys: Sequence[float], grid: Sequence[float]) -> list[float]:
     """The curve through (xs, ys) read at each grid x, linear between the bracketing points;
     grid values must lie within [min(xs), max(xs)]."""
@@ -72,12 +61,18 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], grid: Sequence[float])
 
 
 def seed_band(curves: Sequence[Curve]) -> SeedBand | None:
-    """The seeds' mean and range on their common grid; None when the seeds share no x range
-    (or none logged anything)."""
-    grid = common_grid(curves)
+    """The seeds' mean and range on their common grid: the union of their x values inside
+    the range every seed covers; None when the seeds share no x range (or none logged
+    anything)."""
+    drawn = [(xs, ys) for xs, ys in curves if len(xs)]
+    if not drawn:
+        return None
+    start = max(min(xs) for xs, _ in drawn)
+    end = min(max(xs) for xs, _ in drawn)
+    grid = sorted({float(x) for xs, _ in drawn for x in xs if start <= x <= end})
     if not grid:
         return None
-    columns = [interpolate(xs, ys, grid) for xs, ys in curves if len(xs)]
+    columns = [interpolate(xs, ys, grid) for xs, ys in drawn]
     rows = list(zip(*columns, strict=True))
     return SeedBand(
         grid=grid,

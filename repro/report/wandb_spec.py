@@ -2,20 +2,17 @@
 
 The Report says what the local report says, over the reproduction's run group
 (`<paper>_<scale>`) on the server, in the order a reader asks: the page's summary table
-(`repro.report.summary`: each claim, the paper's number, ours as the mean over seeds with
-its 95% interval, the verdict in plain words),
-why claims did not reproduce, the curves, the choices and deviations from the paper, how
-the learning rates were tuned, the setup, and the checks of our implementation against the
-paper's formulas.
+(`repro.report.summary`), why claims did not reproduce, the curves, the choices and
+deviations from the paper, how the learning rates were tuned, the setup, and the checks of
+our implementation against the paper's formulas.
 
 Curves: one panel grid per curve or step figure of the claims file (the headline figure
-first), over that figure's runs only (named by id: the runs the local report read), grouped
-by run label (`experiment.label`), so wandb draws each method's mean over its seeds with a
-band from the lowest to the highest seed, in the local reports' colour for that method
-(`colours.colour_for`). wandb's line plots have no reference lines, so a figure's reference
-lines (a target, the paper's number) are stated in a text panel beside its plot, with the
-value the local figure draws them at. Then each plotted metric against both the modeled
-clock and steps. Figures of one number per run
+first), over that figure's runs only, grouped by run label (`experiment.label`), so wandb
+draws each method's mean over its seeds with a band from the lowest to the highest seed, in
+the local reports' colour for that method (`colours.colour_for`). wandb's line plots have no
+reference lines, so a figure's reference lines (a target, the paper's number) are stated in
+a text panel beside its plot, with the value the local figure draws them at. Then each
+plotted metric against both the modeled clock and steps. Figures of one number per run
 (`points`, `drops`) have no wandb panel; the Report names them.
 
 The spec is what `repro report PAPER --publish` saves beside the local report
@@ -57,15 +54,6 @@ CURVES_TEXT = (
     "Each line is one run of the set: the mean over its seeds, with a band from the lowest "
     "to the highest seed (runs grouped by experiment.label). Clocks: "
 )
-
-
-def checks_table(results: list[ClaimResult]) -> Table:
-    """The model checks with their criterion and every seed's value."""
-    rows = [
-        [r.claim.id, r.claim.criterion(), r.ours_text(r.claim.unit), r.per_seed_text()]
-        for r in model_checks(results)
-    ]
-    return Table(CHECKS_TITLE, ["claim", "criterion", "ours (mean)", "per seed"], rows)
 
 
 def _markdown(table: Table) -> dict:
@@ -115,7 +103,7 @@ def figure_grids(figures: Sequence[FigureSpec], runs: Seeded, group: str) -> lis
     out, seen = [], set()
     for f in curves:
         x = x_metric(f.x)
-        labels = [label for label in f.selected(list(runs)) if label in runs]
+        labels = f.selected(list(runs))
         if not labels:
             continue
         line = _line(f.title, x, f.y, logx=f.logx, logy=f.logy, xlabel=f.xlabel, ylabel=f.ylabel)
@@ -134,16 +122,6 @@ def figure_grids(figures: Sequence[FigureSpec], runs: Seeded, group: str) -> lis
     if lines:
         out.append(_grid("Every curve against both clocks", group, runs, list(runs), lines))
     return out
-
-
-def _tuning(paper: str, scale: str, runs: Seeded) -> list[dict]:
-    table = run_set_tuning(paper, scale, runs)
-    if table is None:
-        return [{"kind": "p", "text": HAND_SET}]
-    return [
-        _markdown(Table(table.title, table.headers, table.rows)),
-        {"kind": "p", "text": table.summary},
-    ]
 
 
 def build_spec(
@@ -185,10 +163,20 @@ def build_spec(
     choices = choices_table(claims.choices, scale)
     if choices is not None:
         blocks.append(_markdown(choices))
-    blocks += _tuning(claims.paper, scale, runs)
+    tuning = run_set_tuning(claims.paper, scale, runs)
+    if tuning is None:
+        blocks.append({"kind": "p", "text": HAND_SET})
+    else:
+        blocks.append(_markdown(Table(tuning.title, tuning.headers, tuning.rows)))
+        blocks.append({"kind": "p", "text": tuning.summary})
     blocks.append(_markdown(setup_table(runs, scale)))
-    if model_checks(results):
-        blocks.append(_markdown(checks_table(results)))
+    if checks := model_checks(results):
+        rows = [
+            [r.claim.id, r.claim.criterion(), r.ours_text(r.claim.unit), r.per_seed_text()]
+            for r in checks
+        ]
+        headers = ["claim", "criterion", "ours (mean)", "per seed"]
+        blocks.append(_markdown(Table(CHECKS_TITLE, headers, rows)))
     return {
         "format": SPEC_FORMAT,
         "paper": claims.paper,
