@@ -2,9 +2,9 @@
 
 `curves`: each seed a faint line, the method's mean over seeds a thick line in its colour and
 style, the band from the lowest to the highest seed shaded (`seed_bands` says how seeds that
-log at different x are put on one grid). A run without an exit record (still running, or
-killed) is drawn dashed and kept out of the mean, so a seed that stopped short does not cut
-the mean off at its last point. A horizontal reference with `cross` gets a marker where
+log at different x are put on one grid). A run that has not run to its end (still running,
+killed or stopped) is drawn dashed and kept out of the mean, so a seed that stopped short
+does not cut the mean off at its last point. A horizontal reference with `cross` gets a marker where
 each mean first reaches it, the reading AdaComm's headline takes from the loss curves.
 `steps`: a piecewise-constant metric (tau, the compression ratio) or a categorical one (the
 chosen collective) as one step line per seed, since a mean of a choice means nothing.

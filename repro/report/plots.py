@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
+from repro.track.runs import STOPPED
 from repro.track.series import Run, Seeded, cfg, every_run, points, trailing_mean, x_metric
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def seeds_sentence(spec: FigureSpec, runs: Seeded, name: Namer) -> str:
         "the seeds' logged x values (each seed linearly interpolated between its points) as "
         "far as every seed has logged."
     ) + (
-        f" Unfinished (no exit record), drawn dashed and left out of the mean: "
+        f" Unfinished (stopped, or no exit record), drawn dashed and left out of the mean: "
         f"{', '.join(unfinished)}."
         if unfinished
         else ""
@@ -215,9 +216,9 @@ def _and(names: list[str]) -> str:
 
 
 def finished(run: Run) -> bool:
-    """Whether the run wrote its exit record; one still running (or killed) has not, and its
-    curve stops short of its horizon."""
-    return run.exit_code is not None
+    """Whether the run ran to its end: one still running, killed (no exit record) or stopped
+    by Ctrl-C or kill stops short of its horizon, and no claim reads it (`unfinished`)."""
+    return run.exit_code not in (None, STOPPED)
 
 
 def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:

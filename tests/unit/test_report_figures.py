@@ -18,6 +18,7 @@ from repro.claims.figure_specs import FigureSpec
 from repro.errors import UserError
 from repro.report.colours import colour_for
 from repro.report.plots import draw_figure, render, seed_ranges, seeds_sentence
+from repro.track.runs import STOPPED
 from tests.unit.report_data import make_run, seeded
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "reports" / "claims"
@@ -224,7 +225,10 @@ def test_dense_seed_lines_are_rasterized_and_the_svg_stays_small(tmp_path):
     assert path.stat().st_size < 1_000_000
 
 
-def test_an_unfinished_run_is_drawn_dashed_and_left_out_of_the_mean():
+@pytest.mark.parametrize("exit_code", [None, STOPPED])
+def test_an_unfinished_run_is_drawn_dashed_and_left_out_of_the_mean(exit_code):
+    """Killed (no exit record) or stopped by Ctrl-C: the claims read neither as a measurement,
+    and a curve cut short would pull the mean of the others' tail."""
     runs = loss_runs()
     runs["adacomm"][1] = make_run(
         "adacomm",
@@ -232,7 +236,7 @@ def test_an_unfinished_run_is_drawn_dashed_and_left_out_of_the_mean():
         sec_per_step=0.3,
         steps=[10, 20, 30],
         seed=1,
-        exit_code=None,
+        exit_code=exit_code,
     )
     fig = render(spec(), runs, str)
     xs, ys = logged(runs["adacomm"][0])
