@@ -231,6 +231,12 @@ def tune(argv: list[str]) -> int:
     from repro.sweep.spec import load_spec
 
     spec = load_spec(path)
+    if not spec.arms:  # the export the next check asks for belongs to a search with arms
+        raise UserError(
+            f"{spec.source} is a plain sweep, with no arms: run it with repro sweep, or pass "
+            "--spec a tuning search with arms and export (as "
+            f"sweeps/tune/{args.paper}_{scale}.yaml)"
+        )
     if spec.export is None:
         raise UserError(f"{spec.source}: repro tune writes the tuned file `export` says; add one")
     if spec.experiment != f"{args.paper}_{scale}":

@@ -315,6 +315,8 @@ REFUSED = [
     # more workers on this machine than four to a core: refused before the journal is made
     (["sweep", "sweeps/tiny.yaml", "--workers", "100000"], "is more than 4 per core; lower"),
     (["tune", "adacomm", "scale=tiny", "--workers", "100000"], "is more than 4 per core; lower"),
+    # a plain sweep given to tune: pointed at repro sweep, not told to add an export it refuses
+    (["tune", "adacomm", "scale=tiny", "--spec", "sweeps/tiny.yaml"], "plain sweep, with no arms"),
     # a misspelt action before a spec is named as the action, not taken for the spec
     (["sweep", "shwo", "sweeps/tiny.yaml"], "unknown action 'shwo'; choose one of run, show"),
     (["sweep", "shwo", "--port", "8080", "sweeps/tiny.yaml"], "unknown action 'shwo'; choose"),
