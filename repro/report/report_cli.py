@@ -13,9 +13,7 @@ repro report all [--runs ROOT] [--out DIR]
 repro report compare RUN_OR_GROUP ... [--metric M] [--x X] [--out DIR]
     overlays one metric of any runs (run ids, run directories or group names)
 repro report check [DIR] [--screenshots SHOTS]
-    opens every HTML page under DIR in headless Chromium at a 1,280 px window: no page wider
-    than the window, images load, local links lead somewhere, no console errors; one line
-    per page, and a screenshot of each beside it (or under SHOTS)
+    checks every HTML page under DIR in headless Chromium (`repro.checks.browser`)
 """
 
 from __future__ import annotations
