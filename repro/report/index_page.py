@@ -50,12 +50,10 @@ def _claim_rows(sections: Sequence[Section], checks: bool = False) -> list[list]
     rows: list[list] = []
     for s in sections:
         link = Link(s.paper, s.where)
-        if s.refused:
-            if not checks:
-                rows.append(
-                    [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
-                )
-            continue
+        if s.refused and not checks:  # a refused section has no results
+            rows.append(
+                [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
+            )
         for r in model_checks(s.results) if checks else outcomes(s.results):
             claim = [s.paper, r.claim.id, r.claim.statement]
             ours = [r.ours_text(r.claim.unit), r.per_seed_text(), r.verdict_text()]
