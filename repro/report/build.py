@@ -122,13 +122,10 @@ def select_runs(runs: Sequence[Run], paper: str, scale: str | None, where: str) 
             notes.append(
                 f"several runs labelled '{label}' with seed {seed}: kept run {keep.run_id}{why}"
             )
-    ordered_runs = {label: dict(sorted(by_seed.items())) for label, by_seed in chosen.items()}
-    return Selection(
-        groups[group],
-        dict(sorted(ordered_runs.items(), key=lambda kv: natural_key(kv[0]))),
-        notes,
-        off,
-    )
+    by_label = {
+        label: dict(sorted(chosen[label].items())) for label in sorted(chosen, key=natural_key)
+    }
+    return Selection(groups[group], by_label, notes, off)
 
 
 def ordered(claims: ClaimsFile, runs: Seeded) -> dict[str, Mapping[int, Run]]:
@@ -218,27 +215,18 @@ def build_report(
     choice that other runs later change). Returns the path of report.html (report.md and
     the figures' SVGs lie beside it).
     """
-    claims = load_claims(paper, claims_dir or default_claims_dir())
+    folder = claims_dir or default_claims_dir()
+    claims = load_claims(paper, folder)
     runs_root = Path(runs_root)
+    root = str(runs_root)
     found = find_runs(runs_root, None) if runs_root.is_dir() else []
-    chosen_scale, runs, notes, off = select_runs(found, paper, scale, str(runs_root))
-    check_caps_for_scale(
-        claims, chosen_scale, (claims_dir or default_claims_dir()) / f"{paper}.yaml"
-    )
+    chosen_scale, runs, notes, off = select_runs(found, paper, scale, root)
+    check_caps_for_scale(claims, chosen_scale, folder / f"{paper}.yaml")
     given = str(claims_dir) if claims_dir else None
     where = str(into) if into else None
-    command = command or report_command(
-        paper, chosen_scale, str(runs_root), str(reports), where, given
-    )
+    command = command or report_command(paper, chosen_scale, root, str(reports), where, given)
     out_dir = into or Path(reports) / report_subdir(paper, chosen_scale)
     render_parts(
-        claims,
-        runs,
-        chosen_scale,
-        out_dir,
-        command=command,
-        notes=notes,
-        off=off,
-        runs_root=str(runs_root),
+        claims, runs, chosen_scale, out_dir, command=command, notes=notes, off=off, runs_root=root
     )
     return out_dir / "report.html"

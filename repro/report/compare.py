@@ -15,6 +15,7 @@ settings (a `--multirun`) get a marker each and are named by those settings.
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ COLUMNS = ["run", "label", "group", "run id", "points"]
 
 @dataclass(frozen=True)
 class Curve:
-    """One run's curve as drawn: its legend name and last logged point."""
+    """One run's curve as drawn: its legend name and its points."""
 
     name: str
     run: Run
@@ -218,8 +219,6 @@ def page(
 
 
 def main(argv: list[str]) -> int:
-    import shlex
-
     p = CommandParser(prog="repro report compare", description=__doc__.splitlines()[0])
     p.add_argument("runs_or_groups", nargs="+", metavar="RUN_OR_GROUP")
     p.add_argument("--runs", default="runs", help="root run ids and groups are looked up in")

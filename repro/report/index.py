@@ -20,9 +20,8 @@ from repro.claims.result import ClaimResult
 from repro.claims.seed_caps import check_caps_for_scale
 from repro.errors import UserError
 from repro.pages.writer import FigureOut
-from repro.report.build import default_claims_dir, render_parts, report_subdir, select_runs
+from repro.report.build import render_parts, report_subdir, select_runs
 from repro.report.missing_runs import report_command, reproduce_command
-from repro.track.runs import find_runs
 from repro.track.series import Run, every_run, seeds_of
 
 
@@ -86,12 +85,11 @@ def collect_runs(
 ) -> Index:
     """Write every paper's report for the runs `found` (read from `runs_root`) under `out`
     (each in its `report_subdir`) and return what the index shows."""
-    sections: list[Section] = []
     not_run: list[NotRun] = []
     groups = {run.group for run in found}
     # every claims file (and the record of its terms) is checked before any page is written,
     # so that a mistake in one stops the command with no other paper's pages half-written
-    papers = []
+    to_write = []
     for paper in known_papers(claims_dir):
         claims = load_claims(paper, claims_dir)
         # the largest scale, the nearest the paper's, first; a tiny set is a quick look
@@ -101,20 +99,9 @@ def collect_runs(
             held = {run.path.parent for run in found if run.group == f"{paper}_{scale}"}
             for folder in held:
                 moved(claims.claims, folder)  # a damaged record of its terms: one line
-        papers.append((claims, scales))
-    for claims, scales in papers:
         if not scales:
-            how = reproduce_command(claims.paper, "small", runs_root)
-            not_run.append(NotRun(claims.paper, claims.title, how))
-        for scale in scales:
-            sections.append(_section(claims, scale, found, runs_root, out))
+            how = reproduce_command(paper, "small", runs_root)
+            not_run.append(NotRun(paper, claims.title, how))
+        to_write += [(claims, scale) for scale in scales]
+    sections = [_section(claims, scale, found, runs_root, out) for claims, scale in to_write]
     return Index(sections, not_run, runs_root, command)
-
-
-def collect(
-    runs_root: Path, out: Path, *, claims_dir: Path | None = None, command: str = ""
-) -> Index:
-    """`collect_runs` over the runs read back from disk under `runs_root` (none when the
-    directory does not exist yet: every paper is then listed as not run)."""
-    found = find_runs(runs_root) if runs_root.is_dir() else []
-    return collect_runs(found, str(runs_root), out, claims_dir or default_claims_dir(), command)

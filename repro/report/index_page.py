@@ -28,7 +28,7 @@ from repro.pages import writer
 from repro.pages.writer import Code, FigureOut, Heading, Items, LineBreak, Link, Page, Para, Table
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
-from repro.report.summary import checks_summary, with_unit
+from repro.report.summary import claims_counts, with_unit
 from repro.track.provenance import cpu_model, version
 
 VERDICT_COL = 6
@@ -50,12 +50,10 @@ def _claim_rows(sections: Sequence[Section], checks: bool = False) -> list[list]
     rows: list[list] = []
     for s in sections:
         link = Link(s.paper, s.where)
-        if s.refused:
-            if not checks:
-                rows.append(
-                    [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
-                )
-            continue
+        if s.refused and not checks:  # a refused section has no results
+            rows.append(
+                [link, "—", f"refused: {s.refused}", "—", "—", "—", "refused", s.scale, "—"]
+            )
         for r in model_checks(s.results) if checks else outcomes(s.results):
             claim = [s.paper, r.claim.id, r.claim.statement]
             ours = [r.ours_text(r.claim.unit), r.per_seed_text(), r.verdict_text()]
@@ -77,9 +75,7 @@ def paper_lines(index: Index) -> list[tuple]:
         if s.refused:
             lines.append((f"{s.paper}, scale {s.scale}: not reported: {s.refused}",))
             continue
-        counted = f"{len(outcomes(s.results))} outcome claims: {summary(s.results)}"
-        if model_checks(s.results):
-            counted += f"; model checks: {checks_summary(s.results)}"
+        counted = f"{len(outcomes(s.results))} outcome claims: {claims_counts(s.results)}"
         lines.append((Link(s.paper, s.where), f", scale {s.scale}: {counted} ({s.title})"))
     for p in index.not_run:
         lines.append((f"{p.paper}: not run; run it with ", Code(p.command), f" ({p.title})"))

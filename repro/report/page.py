@@ -1,16 +1,12 @@
 """The content of one paper's report page, in the order a reader needs it.
 
-The page opens with what reproduced: one short table of every claim, the paper's number,
-ours (mean over seeds, 95% interval) and the verdict in plain words (`repro.report.summary`),
-the rule that turns intervals into verdicts, the runs the page lacks with the command that
-makes them (`repro.report.missing_runs`), and the figure that shows the headline claim.
-Then how the numbers were made: the setup (scale, data set, model, workers, each arm's
-learning rate and stopping rule, network and compute models, seeds, clocks), the stated
-choices and deviations, the tuning; then the detailed claims table (criterion with its band
-and reason, each seed's value, how it was computed, and links to the runs it read), the
-analysis of claims that did not reproduce, the model checks (our implementation against
-the paper's formulas, not counted), the published tables beside ours, the other figures,
-and one row per run and seed with its run id linked to its directory.
+The page opens with what reproduced: the summary table (`repro.report.summary`), the rule
+that turns intervals into verdicts, the runs the page lacks with the command that makes them
+(`repro.report.missing_runs`), and the figure that shows the headline claim. Then how the
+numbers were made (the setup, the stated choices and deviations, the tuning); then the
+detailed claims table with the runs each claim read, the analysis of claims that did not
+reproduce, the model checks (not counted), the published tables beside ours, the other
+figures, and one row per run and seed.
 
 A run id links to the run's directory (its config.yaml, summary.json, checkpoints and wandb
 log), by a path relative to the page, so a page and the runs tree it was built from can be
@@ -32,7 +28,7 @@ from repro.claims.claims_file import ClaimsFile
 from repro.claims.findings import findings_table
 from repro.claims.published import render_table
 from repro.claims.result import ClaimResult
-from repro.claims.verdicts import VERDICTS_TEXT, OffSet, model_checks, outcomes, summary
+from repro.claims.verdicts import VERDICTS_TEXT, OffSet, model_checks, outcomes
 from repro.pages.writer import (
     Block,
     Cell,
@@ -45,12 +41,7 @@ from repro.pages.writer import (
     counted,
     fmt,
 )
-from repro.report.missing_runs import (
-    missing_notes,
-    needed_missing,
-    off_set_notes,
-    unfinished_notes,
-)
+from repro.report.missing_runs import missing_notes, needed_missing, off_set_notes, unfinished_notes
 from repro.report.run_setup import (
     ENVIRONMENT_ROWS,
     by_arm,
@@ -64,7 +55,7 @@ from repro.report.run_setup import (
     stopping_text,
     workload,
 )
-from repro.report.summary import anchor, checks_summary, claim_reads, summary_table, with_unit
+from repro.report.summary import anchor, claim_reads, claims_counts, summary_table, with_unit
 from repro.sweep.tuned import TuningTable, tuning_table
 from repro.track.runs import STOPPED
 from repro.track.series import Run, Seeded, cfg, every_run, last_logged, seeds_of
@@ -75,12 +66,12 @@ WANDB_URL = "wandb_url"
 
 def run_href(run: Run, page_dir: Path) -> str:
     """The run's directory relative to the page's, ending in '/'."""
-    path = Path(getattr(run, "path", "")).absolute()
-    return Path(os.path.relpath(path, Path(page_dir).absolute())).as_posix() + "/"
+    path = os.path.relpath(run.path.absolute(), Path(page_dir).absolute())
+    return Path(path).as_posix() + "/"
 
 
 def wandb_url(run: Run) -> str | None:
-    url = run.summary.get(WANDB_URL) if isinstance(run.summary, dict) else None
+    url = run.summary.get(WANDB_URL)
     return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
 
 
@@ -159,16 +150,14 @@ def setup_table(runs: Seeded, scale: str) -> Table:
 def claims_table(
     results: list[ClaimResult],
     scale: str,
+    reads: Callable[[ClaimResult], Cell],
     title: str = "Claims",
-    reads: Callable[[ClaimResult], Cell] | None = None,
 ) -> Table:
-    """Every claim with its criterion, each seed's value and how it was computed. With
-    `reads` (the page's table, below the summary that states each claim): no statement
-    column, a last column of the runs each claim read, and rows the summary links to."""
+    """Every claim below the summary that states it: its criterion, each seed's value, how it
+    was computed and the runs it read (`reads`), in rows the summary links to."""
     ours = "ours (mean over seeds, 95% CI)" if title == "Claims" else "ours (mean over seeds)"
     columns: list[tuple[str, Callable[[ClaimResult], Cell]]] = [
         ("claim", lambda r: r.claim.id),
-        ("statement", lambda r: r.claim.statement),
         ("source", lambda r: r.claim.source),
         ("published", lambda r: with_unit(r.claim.published, r.claim.unit)),
         ("criterion", lambda r: r.claim.criterion()),
@@ -177,12 +166,11 @@ def claims_table(
         ("verdict", lambda r: r.verdict_text()),
         ("scale", lambda r: scale),
         ("how", lambda r: r.note),
+        ("runs read", reads),
     ]
-    if reads:
-        columns = [c for c in columns if c[0] != "statement"] + [("runs read", reads)]
     rows = [[get(r) for _, get in columns] for r in results]
     headers = [header for header, _ in columns]
-    ids = [anchor(r.claim.id) for r in results] if reads else []
+    ids = [anchor(r.claim.id) for r in results]
     return Table(title, headers, rows, headers.index("verdict"), ids)
 
 
@@ -223,13 +211,6 @@ def seed_counts(runs: Seeded) -> str:
     return ", ".join([first, *(f"{c} for {n}" for c, n in rest)])
 
 
-def _lead(claims: ClaimsFile, runs: Seeded, scale: str, results: list[ClaimResult]) -> list[Para]:
-    counts = f"Scale: {scale}. Seeds: {seed_counts(runs)}. Claims: {summary(results)}"
-    if model_checks(results):
-        counts += f"; model checks: {checks_summary(results)}"
-    return [Para(claims.citation, "lead"), Para(counts + ".", "lead")]
-
-
 def assemble(
     claims: ClaimsFile,
     runs: Seeded,
@@ -256,9 +237,11 @@ def assemble(
     def reads(result: ClaimResult) -> Cell:
         return reads_cell(*claim_reads(result, runs), runs, page_dir)
 
+    counts = f"Scale: {scale}. Seeds: {seed_counts(runs)}. Claims: {claims_counts(results)}."
     headline = [f for f in figures if f.headline]
     blocks: list[Block] = [
-        *_lead(claims, runs, scale, results),
+        Para(claims.citation, "lead"),
+        Para(counts, "lead"),
         summary_table(results, scale),
         Para(f"How verdicts are given: {VERDICTS_TEXT}.", "rule"),
         *missing,
@@ -267,9 +250,9 @@ def assemble(
         setup_table(runs, scale),
         *filter(None, [choices_table(claims.choices, scale)]),
         *([Table(tuning.title, tuning.headers, tuning.rows)] if tuning else []),
-        claims_table(outcomes(results), scale, reads=reads),
+        claims_table(outcomes(results), scale, reads),
         *([why] if why.rows else []),
-        *([claims_table(checks, scale, CHECKS_TITLE, reads)] if checks else []),
+        *([claims_table(checks, scale, reads, CHECKS_TITLE)] if checks else []),
         *[render_table(spec, runs, claims.display_name) for spec in claims.tables],
     ]
     rest = [f for f in figures if not f.headline]

@@ -13,9 +13,7 @@ repro report all [--runs ROOT] [--out DIR]
 repro report compare RUN_OR_GROUP ... [--metric M] [--x X] [--out DIR]
     overlays one metric of any runs (run ids, run directories or group names)
 repro report check [DIR] [--screenshots SHOTS]
-    opens every HTML page under DIR in headless Chromium at a 1,280 px window: no page wider
-    than the window, images load, local links lead somewhere, no console errors; one line
-    per page, and a screenshot of each beside it (or under SHOTS)
+    checks every HTML page under DIR in headless Chromium (`repro.checks.browser`)
 """
 
 from __future__ import annotations
@@ -50,7 +48,8 @@ def _paper_parser() -> argparse.ArgumentParser:
 
 def _paper(argv: list[str]) -> int:
     args = _paper_parser().parse_args(argv)
-    claims_dir = Path(args.claims) if args.claims else default_claims_dir()
+    given = Path(args.claims) if args.claims else None
+    claims_dir = given or default_claims_dir()
     if args.paper not in known_papers(claims_dir):
         known = ", ".join(known_papers(claims_dir))
         raise UserError(f"repro report: unknown paper '{args.paper}'; known papers: {known}")
@@ -58,12 +57,7 @@ def _paper(argv: list[str]) -> int:
     if into:  # the folder named on purpose is the setting a refusal names
         check_creatable(into, "--dir")
     html = build_report(
-        args.paper,
-        Path(args.runs),
-        Path(args.out),
-        into=into,
-        scale=args.scale,
-        claims_dir=Path(args.claims) if args.claims else None,
+        args.paper, Path(args.runs), Path(args.out), into=into, scale=args.scale, claims_dir=given
     )
     print(f"wrote {html.with_name('report.md')} and {html}")
     if args.publish:
@@ -86,13 +80,15 @@ def _all(argv: list[str]) -> int:
             f"repro report all: --runs {args.runs} is not a directory; give the folder the "
             "runs were written to (runs_root, default runs)"
         )
-    from repro.report.index import collect
+    from repro.report.index import collect_runs
     from repro.report.index_page import environment_rows, to_html, to_markdown
+    from repro.track.runs import find_runs
 
-    out = Path(args.out)
+    out, root = Path(args.out), Path(args.runs or "runs")
     claims_dir = Path(args.claims) if args.claims else default_claims_dir()
     command = shlex.join(["repro", "report", "all", *argv])
-    index = collect(Path(args.runs or "runs"), out, claims_dir=claims_dir, command=command)
+    found = find_runs(root) if root.is_dir() else []
+    index = collect_runs(found, str(root), out, claims_dir, command)
     env = environment_rows(Path(__file__).resolve().parents[2])
     with staged_folder(out, "--out") as stage:
         (stage / "index.md").write_text(to_markdown(index, env), encoding="utf-8")

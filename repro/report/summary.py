@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from repro.claims.reads import labels_read
 from repro.claims.result import CHECK_WORDS, ClaimResult
-from repro.claims.verdicts import claim_seeds, model_checks, outcomes
+from repro.claims.verdicts import claim_seeds, model_checks, outcomes, summary
 from repro.pages.writer import Link, Table, counted, fmt
 from repro.track.series import Seeded, any_seed
 
-SUMMARY_TITLE = "Summary"
 SUMMARY_HEADERS = ["claim", "paper", "ours (mean over seeds, 95% CI)", "verdict"]
 
 
@@ -74,6 +73,12 @@ def checks_summary(results: list[ClaimResult]) -> str:
     return ", ".join(f"{n} {plural.get(w, w) if n != 1 else w}" for w, n in counts.items())
 
 
+def claims_counts(results: list[ClaimResult]) -> str:
+    """The outcome claims counted by verdict, then the model checks where there are any."""
+    counts = summary(results)
+    return f"{counts}; model checks: {checks_summary(results)}" if model_checks(results) else counts
+
+
 def summary_table(results: list[ClaimResult], scale: str | None = None) -> Table:
     """The page's first table (see module doc)."""
     rows = []
@@ -84,7 +89,7 @@ def summary_table(results: list[ClaimResult], scale: str | None = None) -> Table
         published = with_unit(r.claim.published, r.claim.unit)
         rows.append([claim, published, r.ours_text(r.claim.unit), plain_verdict(r, scale)])
         ids.append(f"summary-{r.claim.id}")
-    return Table(SUMMARY_TITLE, SUMMARY_HEADERS, rows, 3, ids, css="summary")
+    return Table("Summary", SUMMARY_HEADERS, rows, 3, ids, css="summary")
 
 
 def claim_reads(result: ClaimResult, runs: Seeded) -> tuple[list[str], list[int]]:
