@@ -7,17 +7,13 @@ the reports' page writer (`repro.pages.writer`), so it shares their stylesheet a
 colours, and refers only to the figures the per-paper reports wrote (paths relative to the
 index, so the reports directory can be moved or served as a whole).
 
-The environment the index states is the machine that built it: versions, hardware and the
-repository's commit (`environment_rows`). A reproduction's numbers depend on the software
-and, for the wall clock, on the machine; the runs' own settings (seeds, workers, network
-model) come from the runs' configs.
+The environment the index states is the machine that built it (`repro.track.provenance`'s
+`environment_rows`); the runs' own settings (seeds, workers, network model) come from the
+runs' configs.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +25,6 @@ from repro.pages.writer import Code, FigureOut, Heading, Items, LineBreak, Link,
 from repro.report.index import Index, Section
 from repro.report.page import CHECKS_TITLE
 from repro.report.summary import claims_counts, with_unit
-from repro.track.provenance import cpu_model, version
 
 VERDICT_COL = 6
 CLAIM_HEADERS = [
@@ -139,57 +134,3 @@ def to_markdown(index: Index, environment: list[list[str]]) -> str:
 
 def to_html(index: Index, environment: list[list[str]]) -> str:
     return writer.to_html(index_page(index, environment))
-
-
-PACKAGES = (
-    "repro",
-    "torch",
-    "numpy",
-    "matplotlib",
-    "wandb",
-    "wandb-workspaces",
-    "hydra-core",
-    "optuna",
-    "scipy",
-)
-
-
-def gpus() -> str:
-    """The CUDA devices torch sees, or "none"."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "none (CUDA not available to torch)"
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return ", ".join(names)
-
-
-def git_commit(repo: Path) -> str:
-    """HEAD of the git checkout at `repo`, with "(uncommitted changes)" when the tree differs."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30
-        ).stdout.strip()
-
-    try:
-        head = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (git not available)"
-    if not head:
-        return f"unknown ({repo} is not a git checkout)"
-    return head + (" (uncommitted changes)" if dirty else "")
-
-
-def environment_rows(repo: Path) -> list[list[str]]:
-    """[name, value] rows: Python, package versions, OS, CPU, GPU and the repo's commit."""
-    rows = [["python", platform.python_version()]]
-    rows += [[package, version(package)] for package in PACKAGES]
-    rows += [
-        ["operating system", platform.platform()],
-        ["CPU", f"{os.cpu_count()} logical cores, {cpu_model()}"],
-        ["GPU", gpus()],
-        ["git commit", git_commit(repo)],
-    ]
-    return rows

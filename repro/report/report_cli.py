@@ -81,7 +81,8 @@ def _all(argv: list[str]) -> int:
             "runs were written to (runs_root, default runs)"
         )
     from repro.report.index import collect_runs
-    from repro.report.index_page import environment_rows, to_html, to_markdown
+    from repro.report.index_page import to_html, to_markdown
+    from repro.track.provenance import environment_rows
     from repro.track.runs import find_runs
 
     out, root = Path(args.out), Path(args.runs or "runs")

@@ -7,13 +7,16 @@ training amplifies the last bit). So each run records these three in its tracker
 (`environment`), each as one line, and a report's setup table names them, by arm where they
 differ: a reader can then tell a change of method from a change of install or machine.
 The data's line is a digest of the arrays the run trained and was tested on, so two runs
-that read the same bits show the same digest whatever produced them.
+that read the same bits show the same digest whatever produced them. The reports' index
+states the same of the machine that builds it (`environment_rows`), with its commit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
+import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,3 +78,58 @@ def environment(device: torch.device, arrays: Arrays) -> dict[str, str]:
     """The record one run segment keeps (module doc); `repro.track.runs` merges a resumed
     run's segments."""
     return {"software": software(), "machine": machine(device), "data": data_digest(arrays)}
+
+
+BUILD_PACKAGES = (
+    "repro",
+    "torch",
+    "numpy",
+    "matplotlib",
+    "wandb",
+    "wandb-workspaces",
+    "hydra-core",
+    "optuna",
+    "scipy",
+)
+
+
+def gpus() -> str:
+    """The CUDA devices torch sees, or "none"."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "none (CUDA not available to torch)"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return ", ".join(names)
+
+
+def git_commit(repo: Path) -> str:
+    """HEAD of the git checkout at `repo`, with "(uncommitted changes)" when the tree differs."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git not available)"
+    if not head:
+        return f"unknown ({repo} is not a git checkout)"
+    return head + (" (uncommitted changes)" if dirty else "")
+
+
+def environment_rows(repo: Path) -> list[list[str]]:
+    """[name, value] rows of the machine building the reports (the index states them): Python,
+    package versions, OS, CPU, GPU and the repo's commit."""
+    rows = [["python", platform.python_version()]]
+    rows += [[package, version(package)] for package in BUILD_PACKAGES]
+    rows += [
+        ["operating system", platform.platform()],
+        ["CPU", f"{os.cpu_count()} logical cores, {cpu_model()}"],
+        ["GPU", gpus()],
+        ["git commit", git_commit(repo)],
+    ]
+    return rows

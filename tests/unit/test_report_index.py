@@ -13,9 +13,10 @@ from repro.claims.fixed_terms import TERMS_FILE
 from repro.errors import UserError
 from repro.report.colours import colour_for, line_style
 from repro.report.index import collect_runs
-from repro.report.index_page import environment_rows, to_html, to_markdown
+from repro.report.index_page import to_html, to_markdown
 from repro.report.plots import AXIS_LABELS, resolve_reference
 from repro.report.report_cli import main as report_main
+from repro.track.provenance import environment_rows
 from tests.unit.report_data import adacomm_set, as_set_runs, make_run, seeded
 
 REPO = Path(__file__).resolve().parents[2]
