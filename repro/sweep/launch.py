@@ -114,8 +114,7 @@ def prepare_study(spec: SweepSpec, storage: Any) -> Any:
             "give the sweep another name or out directory"
         )
     study = open_study(spec, storage)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    with warnings.catch_warnings(action="ignore", category=optuna.exceptions.ExperimentalWarning):
         study.set_metric_names(spec.metric_names)
     return study
 

@@ -122,8 +122,10 @@ def plot_hypervolume(spec: SweepSpec, study: Any, trials: list[Any], folder: Pat
     ref = to_min(reference_point([t.values for t in trials], spec.directions), spec.directions)
     title = f"{spec.name}: hypervolume history"
     svg = io.StringIO()
-    with matplotlib.rc_context(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    with (
+        matplotlib.rc_context(),
+        warnings.catch_warnings(action="ignore", category=optuna.exceptions.ExperimentalWarning),
+    ):
         ax = optuna_plots.plot_hypervolume_history(study, ref)
         line = ax.lines[0]
         table = "reference point: " + ", ".join(f"{r:.4g}" for r in ref) + "\n"

@@ -151,8 +151,7 @@ def retry_callback() -> RetryHeartbeatStaleTrialCallback:
     attribute). The heartbeat calls it for trials it fails; `fail_orphaned_trials` for its own."""
     import optuna
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    with warnings.catch_warnings(action="ignore", category=optuna.exceptions.ExperimentalWarning):
         return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
 
 
@@ -181,8 +180,7 @@ def open_storage(spec: StudyPlace) -> BaseStorage:
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    with warnings.catch_warnings(action="ignore", category=optuna.exceptions.ExperimentalWarning):
         try:
             return optuna.storages.RDBStorage(
                 url,

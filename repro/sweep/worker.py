@@ -153,9 +153,9 @@ def _adaptive_points(
     while True:
         stops.check()
         with take(spec.study_dir / "ask.lock") as lock:
-            with warnings.catch_warnings():  # a no-op on a journal, which has no heartbeat
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(study)
+            experimental = optuna.exceptions.ExperimentalWarning
+            with warnings.catch_warnings(action="ignore", category=experimental):
+                optuna.storages.fail_stale_trials(study)  # a no-op on a journal: no heartbeat
             if fail_orphaned_trials(study, storage, locks, heartbeat_grace_s):
                 log.warning("sweep %s: failed trials of dead workers, queued again", spec.name)
             done, running = tally(study)
