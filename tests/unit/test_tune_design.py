@@ -4,6 +4,7 @@ of cell midpoints, in two a Latin hypercube, the same for every arm of one space
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import pytest
 
@@ -36,3 +37,16 @@ def test_value_mapping_at_the_ends_and_for_choices():
     assert value_at(ParamSpec("x", "float", low=0.0, high=1.0, step=0.25), 0.3) == 0.25
     assert value_at(ParamSpec("n", "int", low=2, high=8, step=2), 0.9) == 8
     assert value_at(ParamSpec("c", "categorical", choices=("a", "b", "c")), 0.5) == "b"
+
+
+def test_a_wide_int_entry_is_read_at_its_cell_without_listing_its_grid():
+    steps = ParamSpec("trainer.steps", "int", low=0, high=10**6)
+    tracemalloc.start()
+    try:
+        values = [value_at(steps, u) for u in (0.0, 0.5, 0.9999999)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # 1,000,001 cells: u = 0.5 falls in cell 500,000, the last u in the last cell
+    assert values == [0, 500_000, 10**6] and all(isinstance(v, int) for v in values)
+    assert peak < 100_000  # bytes; a list of the grid takes about 36 MB
