@@ -19,8 +19,9 @@ and only then is the study created (or loaded, to continue it). A study that alr
 `n_trials` runs nothing and queues no job.
 
 A search with arms (`run_tune`, from `repro tune PAPER` or `repro sweep SPEC`), one study per
-arm, is checked the same way before its journal exists: its run set when it exports (every
-label in an arm or untuned), and every arm with trials left composed at both ends of its space.
+arm, is checked first, on a new search before its journal exists: its run set when it exports
+(every label in an arm or untuned), and every arm with trials left composed at both ends of its
+space, with `--workers` against the cores here.
 Its workers always run here, as many as it has usable cores and trials left when every trial
 runs simulated (one process and one thread each, as the simulated runs of a run set), else
 one. Once every arm has its trials, the chosen values are written atomically to

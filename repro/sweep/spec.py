@@ -357,7 +357,8 @@ class SweepSpec:
 def spec_from_dict(raw: Any, source: str = "") -> SweepSpec:
     """Build and validate a spec from parsed YAML; `source` names the file in messages. A
     search with arms is named by its experiment (its journal and tuned file are the run set's)
-    and lives under runs/tune; `sampler` may be a bare name, or null for `SamplerSpec`'s default."""
+    and lives under runs/tune unless `out` says; `sampler` may be a bare name, or null for the
+    default that `SamplerSpec` describes (chosen here: it depends on the arms and objectives)."""
     if isinstance(raw, dict):
         arms = bool(raw.get("arms"))
         name = raw.get("experiment") if arms else (Path(source).stem if source else "")
