@@ -7,7 +7,12 @@ plain SGD the averaged model equals the model after an averaged-gradient step).
 Momentum buffers stay local by default, as in the AdaComm author's later code;
 `momentum=average` averages them with the model, and `block_momentum > 0` applies a global
 (block) momentum to the averaged model change at each averaging (Chen & Huo 2016): with
-x_g the last global model, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - u.
+x_g the last global parameters, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - u.
+Block momentum moves the parameters alone, as the author's global momentum does
+(Overlap_Local_SGD's `LocalSGD.average`): BatchNorm's running statistics and averaged
+momentum buffers are plain averages, since extrapolating a shrinking running variance
+drives it below zero (NaN at evaluation) and an extrapolated buffer is no longer the
+workers' momentum.
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ class ModelAverager:
 
     def __init__(self, model, optimizer, comm: Collectives, cfg: LocalSGDConfig):
         self.comm, self.optimizer, self.cfg = comm, optimizer, cfg
-        self.tensors = model.float_tensors()
+        self.tensors = model.float_tensors()  # the parameters first, then float buffers
         self.params = model.parameters()
+        self.param_numel = sum(p[0].numel() for p in self.params)
         self.global_model: torch.Tensor | None = None
         self.velocity: torch.Tensor | None = None
 
@@ -79,7 +85,8 @@ class ModelAverager:
         model_numel = flat.shape[1] - 1
         record = self.comm.allreduce(flat, average=True)
         if self.cfg.block_momentum > 0:
-            flat[:, :model_numel] = self._block_momentum(flat[:, :model_numel])
+            width = self.param_numel
+            flat[:, :width] = self._block_momentum(flat[:, :width])
         copy_into(tensors, flat)
         return record, float(flat[0, model_numel])
 
