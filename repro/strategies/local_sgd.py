@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
+    from repro.optim.config import OptimConfig
 
 MOMENTUM_MODES = ("local", "average")
 
@@ -49,6 +50,17 @@ class LocalSGDConfig(MethodConfig):
             )
         if not 0 <= self.block_momentum < 1:
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
+
+    def validate_optim(self, optim: OptimConfig) -> None:
+        """`momentum=average` averages SGD's momentum buffers, or Adam's and LAMB's first
+        moments (their second moments and step counts stay each worker's own); SGD without
+        momentum keeps none, and the runs would be plain local SGD under another name."""
+        if self.momentum == "average" and optim.name == "sgd" and optim.momentum == 0:
+            raise UserError(
+                "method.momentum=average averages the optimizer's momentum buffers, and "
+                "optim.momentum=0 keeps none; set optim.momentum > 0 (e.g. 0.9) or drop "
+                "method.momentum"
+            )
 
 
 class ModelAverager:
