@@ -12,7 +12,10 @@ Block momentum moves the parameters alone, as the author's global momentum does
 (Overlap_Local_SGD's `LocalSGD.average`): BatchNorm's running statistics and averaged
 momentum buffers are plain averages, since extrapolating a shrinking running variance
 drives it below zero (NaN at evaluation) and an extrapolated buffer is no longer the
-workers' momentum.
+workers' momentum. The velocity u is in parameter units (Chen & Huo's, block learning rate
+1); the author's code keeps it divided by the learning rate, so a rate decay at a milestone
+shrinks the carried velocity at once there and only by beta per averaging here (at a
+constant rate the two are the same).
 """
 
 from __future__ import annotations
