@@ -80,6 +80,11 @@ class ModelAverager:
         self.param_numel = sum(p[0].numel() for p in self.params)
         self.global_model: torch.Tensor | None = None
         self.velocity: torch.Tensor | None = None
+        if cfg.block_momentum > 0:
+            # the common start is the first global model, and the first block's change the
+            # first velocity (Chen & Huo's Delta(0) = 0), as in the author's global momentum
+            self.global_model = flatten(self.params)
+            self.velocity = self.global_model.new_zeros(self.global_model.shape)
 
     def _momentum_buffers(self) -> list[torch.Tensor]:
         if self.cfg.momentum != "average":
@@ -106,12 +111,6 @@ class ModelAverager:
         return record, float(flat[0, model_numel])
 
     def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:
-        import torch  # in the methods that run: discovery imports this module (`base`)
-
-        if self.global_model is None:
-            self.global_model = averaged.clone()
-            self.velocity = torch.zeros_like(averaged)
-            return averaged
         self.velocity.mul_(self.cfg.block_momentum).add_(self.global_model - averaged)
         self.global_model.sub_(self.velocity)
         return self.global_model.clone()
