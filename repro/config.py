@@ -153,6 +153,7 @@ class Config:
         self.method.check_name()
         self.method.check_declared()
         self.method.validate_network(self.network.bytes_scale)
+        self.method.validate_optim(self.optim)
         self.method.validate_world_size(self.trainer.world_size)
         if self.trainer.engine == "auto":
             self.trainer.engine = "simulated" if simulated_by_default(self) else "processes"

@@ -41,6 +41,13 @@ class OptimConfig:
             raise UserError(f"optim.momentum={self.momentum} must be in [0, 1)")
         if self.weight_decay < 0:
             raise UserError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+        if self.nesterov and not (self.name == "sgd" and self.momentum > 0):
+            # torch.optim.SGD refuses it too; a plain step would run under the Nesterov label
+            raise UserError(
+                f"optim.nesterov=true needs SGD's momentum (optim.name={self.name}, "
+                f"optim.momentum={self.momentum}); set optim.name=sgd and optim.momentum > 0, "
+                "or drop optim.nesterov"
+            )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise UserError(
                 f"optim.betas={self.betas} must be two values in [0, 1), e.g. [0.9,0.999]"
@@ -101,7 +108,7 @@ def build_optimizer(cfg: OptimConfig, params) -> StackedOptimizer:
             params,
             lr=cfg.lr,
             momentum=cfg.momentum,
-            nesterov=cfg.nesterov and cfg.momentum > 0,
+            nesterov=cfg.nesterov,
             weight_decay=cfg.weight_decay,
         )
     if cfg.name == "adam":

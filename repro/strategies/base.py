@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
     from repro.compress.memory import GradientTargets
+    from repro.optim.config import OptimConfig
     from repro.optim.stacked import StackedOptimizer
 
 
@@ -105,6 +106,11 @@ class MethodConfig:
     def validate_network(self, bytes_scale: float) -> None:
         """Refuse, at config time, settings at odds with the modeled network's
         (`network.bytes_scale`); any is fine by default."""
+
+    def validate_optim(self, optim: OptimConfig) -> None:
+        """Refuse, at config time, a method setting that the optimizer leaves nothing to act
+        on (e.g. averaging momentum buffers that SGD without momentum never keeps); any is
+        fine by default."""
 
     def validate_model(self, shapes: dict[str, tuple[int, ...]]) -> None:
         """Refuse, before the run directory is written, a model the method cannot serve

@@ -7,7 +7,15 @@ plain SGD the averaged model equals the model after an averaged-gradient step).
 Momentum buffers stay local by default, as in the AdaComm author's later code;
 `momentum=average` averages them with the model, and `block_momentum > 0` applies a global
 (block) momentum to the averaged model change at each averaging (Chen & Huo 2016): with
-x_g the last global model, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - u.
+x_g the last global parameters, d = x_g - mean_i(x_i), u <- beta u + d, x_g <- x_g - u.
+Block momentum moves the parameters alone, as the author's global momentum does
+(Overlap_Local_SGD's `LocalSGD.average`): BatchNorm's running statistics and averaged
+momentum buffers are plain averages, since extrapolating a shrinking running variance
+drives it below zero (NaN at evaluation) and an extrapolated buffer is no longer the
+workers' momentum. The velocity u is in parameter units (Chen & Huo's, block learning rate
+1); the author's code keeps it divided by the learning rate, so a rate decay at a milestone
+shrinks the carried velocity at once there and only by beta per averaging here (at a
+constant rate the two are the same).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ if TYPE_CHECKING:
 
     from repro.comm.collectives import Collectives
     from repro.comm.record import CommRecord
+    from repro.optim.config import OptimConfig
 
 MOMENTUM_MODES = ("local", "average")
 
@@ -45,6 +54,17 @@ class LocalSGDConfig(MethodConfig):
         if not 0 <= self.block_momentum < 1:
             raise UserError(f"method.block_momentum={self.block_momentum} must be in [0, 1)")
 
+    def validate_optim(self, optim: OptimConfig) -> None:
+        """`momentum=average` averages SGD's momentum buffers, or Adam's and LAMB's first
+        moments (their second moments and step counts stay each worker's own); SGD without
+        momentum keeps none, and the runs would be plain local SGD under another name."""
+        if self.momentum == "average" and optim.name == "sgd" and optim.momentum == 0:
+            raise UserError(
+                "method.momentum=average averages the optimizer's momentum buffers, and "
+                "optim.momentum=0 keeps none; set optim.momentum > 0 (e.g. 0.9) or drop "
+                "method.momentum"
+            )
+
 
 class ModelAverager:
     """Averages parameters, float buffers (and optionally momentum) in one allreduce.
@@ -55,10 +75,16 @@ class ModelAverager:
 
     def __init__(self, model, optimizer, comm: Collectives, cfg: LocalSGDConfig):
         self.comm, self.optimizer, self.cfg = comm, optimizer, cfg
-        self.tensors = model.float_tensors()
+        self.tensors = model.float_tensors()  # the parameters first, then float buffers
         self.params = model.parameters()
+        self.param_numel = sum(p[0].numel() for p in self.params)
         self.global_model: torch.Tensor | None = None
         self.velocity: torch.Tensor | None = None
+        if cfg.block_momentum > 0:
+            # the common start is the first global model, and the first block's change the
+            # first velocity (Chen & Huo's Delta(0) = 0), as in the author's global momentum
+            self.global_model = flatten(self.params)
+            self.velocity = self.global_model.new_zeros(self.global_model.shape)
 
     def _momentum_buffers(self) -> list[torch.Tensor]:
         if self.cfg.momentum != "average":
@@ -79,17 +105,12 @@ class ModelAverager:
         model_numel = flat.shape[1] - 1
         record = self.comm.allreduce(flat, average=True)
         if self.cfg.block_momentum > 0:
-            flat[:, :model_numel] = self._block_momentum(flat[:, :model_numel])
+            width = self.param_numel
+            flat[:, :width] = self._block_momentum(flat[:, :width])
         copy_into(tensors, flat)
         return record, float(flat[0, model_numel])
 
     def _block_momentum(self, averaged: torch.Tensor) -> torch.Tensor:
-        import torch  # in the methods that run: discovery imports this module (`base`)
-
-        if self.global_model is None:
-            self.global_model = averaged.clone()
-            self.velocity = torch.zeros_like(averaged)
-            return averaged
         self.velocity.mul_(self.cfg.block_momentum).add_(self.global_model - averaged)
         self.global_model.sub_(self.velocity)
         return self.global_model.clone()

@@ -78,6 +78,13 @@ CONFIG_ERRORS = [
     (["optim.eps=0"], "optim.eps=0 must be > 0 for optim.name=adam"),
     (["optim.name=lamb", "optim.eps=0"], "optim.eps=0 must be > 0 for optim.name=lamb"),
     (["optim.momentum=nan"], "optim.momentum=nan must be a finite number"),
+    # settings nothing honours, which ran as plain Adam / plain local SGD under their names
+    (["optim.nesterov=true"], "optim.nesterov=true needs SGD's momentum (optim.name=adam"),
+    (
+        ["method=local_sgd", "method.momentum=average", "optim.name=sgd"],
+        "method.momentum=average averages the optimizer's momentum buffers, and "
+        "optim.momentum=0 keeps none",
+    ),
     (["network.bandwidth_gbps=inf"], "network.bandwidth_gbps=inf must be a finite number"),
     (["cluster=slurm", "cluster.cpus_per_task=0"], "cluster.cpus_per_task=0 must be at least 1"),
     (["optim.milestones=[-0.5]"], "optim.milestones=[-0.5] must be epochs above 0"),
