@@ -119,7 +119,19 @@ class ModelAverager:
         return {"global_model": self.global_model, "velocity": self.velocity}
 
     def load_state_dict(self, state: dict) -> None:
-        self.global_model, self.velocity = state["global_model"], state["velocity"]
+        held = state["global_model"]
+        if (
+            self.global_model is not None
+            and getattr(held, "shape", None) != self.global_model.shape
+        ):
+            # an earlier version kept no global model until the first averaging, and one with
+            # the float buffers after it: resumed here, the two rules would mix in one run
+            raise UserError(
+                "this checkpoint's block momentum was written by an earlier version of repro "
+                "(which started it at the first averaging and moved BatchNorm statistics too); "
+                "start the run afresh in a new run_dir"
+            )
+        self.global_model, self.velocity = held, state["velocity"]
 
 
 @register(LocalSGDConfig)

@@ -11,6 +11,7 @@ import torch
 from repro.comm.axis_collectives import AxisCollectives
 from repro.comm.launch import init_process_group, spawn
 from repro.comm.process_collectives import ProcessCollectives
+from repro.errors import UserError
 from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.local_sgd import LocalSGDConfig, LocalSGDStrategy
@@ -174,3 +175,21 @@ def test_block_momentum_moves_the_parameters_alone():
         x_g = x_g - u
         assert torch.allclose(w.flat()[0], x_g, atol=1e-6)
     assert stats[1].min() > 0
+
+
+@pytest.mark.parametrize("held", ["none", "with_buffers"])
+def test_a_block_momentum_checkpoint_of_the_earlier_rule_is_refused_in_one_line(held):
+    """Checkpoints written before block momentum started from the common model held none
+    before the first averaging, and the float buffers' columns after it; resuming one mixed
+    two rules in a run (or stopped on a None or a shape in a traceback)."""
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
+    w = _Workers(AxisCollectives(WORLD), LocalSGDConfig(tau=2, block_momentum=0.5), model)
+    state = w.strategy.state_dict()
+    own = state["averager"]["global_model"]
+    wider = torch.zeros(own.shape[0], own.shape[1] + 6)
+    state["averager"] = {"global_model": None, "velocity": None}
+    if held == "with_buffers":
+        state["averager"] = {"global_model": wider, "velocity": wider.clone()}
+    with pytest.raises(UserError, match="earlier version of repro"):
+        w.strategy.load_state_dict(state)
+    w.strategy.load_state_dict(w.strategy.state_dict())  # its own state resumes
