@@ -5,7 +5,8 @@ directly; here they become runs. A run that was killed or is still running reads
 last complete record.
 
 One training run can own several segments (`offline-run-*` directories) with the same run
-id: a restart after a kill writes a new one that re-logs the steps after the last
+id: a restart after a kill writes a new one that logs every point of the run again, from
+the first (the checkpoint keeps them, `repro.train.run_log`), then the steps after the
 checkpoint. Segments are merged in start order; a later segment's rows replace the rows of
 the same or later steps from earlier ones. Only the segments of one run directory are
 merged: a run directory copied under a second name (a backup, a copy taken while the run was
