@@ -12,8 +12,9 @@ Tracker that does nothing and writes nothing.
 
 Resume: the trainer stores `Tracker.run_id` in its checkpoint and passes it back after a
 restart; the new Tracker continues the same run id (`resume="allow"`). Offline, that writes a
-second `offline-run-*` segment whose points restart after the last checkpoint; the reader
-lets the later segment replace the overlapping steps.
+second `offline-run-*` segment that holds every point again, from the first (the trainer
+replays the points its checkpoint kept); the reader lets the later segment replace the
+overlapping steps.
 
 A full or read-only disk: wandb's service drops records on a full disk without telling this
 process, and its logger prints a traceback per record it cannot write. So the Tracker checks

@@ -4,7 +4,9 @@ The first process logs (the only one under the simulated engine). The wandb run 
 at the start of every segment of a run (resuming the same run id after a restart), and
 every point logged so far is kept here and checkpointed: the tracker writes its file about
 once a second, so the points of a run killed early may never have reached disk, and a
-resumed segment starts by logging all of them again.
+resumed segment starts by logging all of them again. Only the first process keeps them: the
+others log nothing, and a copy in every worker's checkpoint would grow with the run's length
+in each of them (32 workers: 31 copies per checkpoint) for no reader.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class RunLog:
             self.tracker.log(p, step=p["step"])
 
     def log(self, point: dict) -> None:
-        self.last_point = point
-        self.points.append(point)
+        self.last_point = point  # every process reads it: has the run reached its target?
+        if self.first_process:
+            self.points.append(point)
         if self.tracker is not None:
             self.tracker.log(point, step=point["step"])
 

@@ -387,8 +387,8 @@ def test_runs_ls_names_a_run_stopped_before_it_logged_and_reads_a_finishing_run_
     log.write_bytes(log.read_bytes()[: log.stat().st_size * 2 // 3])  # cut before its exit
     read = runs._read_segment
 
-    def finishing(file):
-        seg = read(file)  # read before its exit record; then the run finishes
+    def finishing(file, history=True):
+        seg = read(file, history)  # read before its exit record; then the run finishes
         shutil.copy(base / "run" / "summary.json", done / "summary.json")
         return seg
 
