@@ -116,22 +116,21 @@ class ModelAverager:
         return self.global_model.clone()
 
     def state_dict(self) -> dict:
-        return {"global_model": self.global_model, "velocity": self.velocity}
+        # `from_start`: the velocity holds the first block's change, which an earlier
+        # version's checkpoint of the same shape left out
+        return {"global_model": self.global_model, "velocity": self.velocity, "from_start": True}
 
     def load_state_dict(self, state: dict) -> None:
-        held = state["global_model"]
-        if (
-            self.global_model is not None
-            and getattr(held, "shape", None) != self.global_model.shape
-        ):
-            # an earlier version kept no global model until the first averaging, and one with
-            # the float buffers after it: resumed here, the two rules would mix in one run
+        if self.global_model is not None and not state.get("from_start"):
+            # an earlier version kept no global model until the first averaging (and its
+            # first velocity zero), one with the float buffers after it: resumed here, the
+            # two rules would mix in one run, whatever the model's shape says
             raise UserError(
                 "this checkpoint's block momentum was written by an earlier version of repro "
                 "(which started it at the first averaging and moved BatchNorm statistics too); "
                 "start the run afresh in a new run_dir"
             )
-        self.global_model, self.velocity = held, state["velocity"]
+        self.global_model, self.velocity = state["global_model"], state["velocity"]
 
 
 @register(LocalSGDConfig)

@@ -177,19 +177,30 @@ def test_block_momentum_moves_the_parameters_alone():
     assert stats[1].min() > 0
 
 
-@pytest.mark.parametrize("held", ["none", "with_buffers"])
+@pytest.mark.parametrize("held", ["none", "with_buffers", "parameters_alone"])
 def test_a_block_momentum_checkpoint_of_the_earlier_rule_is_refused_in_one_line(held):
     """Checkpoints written before block momentum started from the common model held none
-    before the first averaging, and the float buffers' columns after it; resuming one mixed
-    two rules in a run (or stopped on a None or a shape in a traceback)."""
+    before the first averaging, and after it the float buffers' columns too, or (a model
+    without float buffers, such as the MNIST-1D CNN) the parameters alone with the first
+    block left out of the velocity; resuming one mixed two rules in a run (or stopped on a
+    None or a shape in a traceback)."""
+    bn = held == "with_buffers"
     model = torch.nn.Sequential(torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
-    w = _Workers(AxisCollectives(WORLD), LocalSGDConfig(tau=2, block_momentum=0.5), model)
+    cfg = LocalSGDConfig(tau=1, block_momentum=0.5)
+    w = _Workers(AxisCollectives(WORLD), cfg, model if bn else None)
     state = w.strategy.state_dict()
-    own = state["averager"]["global_model"]
+    own = state["averager"]["global_model"].clone()
+    w.local_step()
+    averaged = w.flat().mean(0, keepdim=True).expand_as(own)  # the earlier first averaging
     wider = torch.zeros(own.shape[0], own.shape[1] + 6)
-    state["averager"] = {"global_model": None, "velocity": None}
-    if held == "with_buffers":
-        state["averager"] = {"global_model": wider, "velocity": wider.clone()}
+    global_model, velocity = {
+        "none": (None, None),
+        "with_buffers": (wider, wider.clone()),
+        "parameters_alone": (averaged.clone(), torch.zeros_like(own)),  # the same shape
+    }[held]
+    earlier = {"global_model": global_model, "velocity": velocity}
     with pytest.raises(UserError, match="earlier version of repro"):
-        w.strategy.load_state_dict(state)
-    w.strategy.load_state_dict(w.strategy.state_dict())  # its own state resumes
+        w.strategy.load_state_dict({**state, "averager": earlier})
+    w.strategy.load_state_dict(state)  # its own state resumes
+    w.strategy.after_step(w.info)
+    assert torch.allclose(w.strategy.averager.velocity, own - averaged, atol=1e-7)  # x_0 - mean
