@@ -17,10 +17,12 @@ import _thread
 import argparse
 import contextlib
 import difflib
+import gc
 import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -177,6 +179,13 @@ def say_stopped(stop: KeyboardInterrupt, what: str) -> int:
     word, signum = "interrupted", signal.SIGINT
     if isinstance(stop, Terminated):
         word, signum = "terminated", signal.SIGTERM
+    # the frames the stop unwound may hold a coroutine it cut off before it ran (wandb's
+    # client awaits in the command's thread): freed after the line, it printed Python's
+    # "never awaited" warning below it, so they go first
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        stop.__traceback__ = None
+        gc.collect()
     print(f"{word}: {what}", file=sys.stderr, flush=True)
     return 128 + signum
 
