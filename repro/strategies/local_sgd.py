@@ -105,8 +105,7 @@ class ModelAverager:
         model_numel = flat.shape[1] - 1
         record = self.comm.allreduce(flat, average=True)
         if self.cfg.block_momentum > 0:
-            width = self.param_numel
-            flat[:, :width] = self._block_momentum(flat[:, :width])
+            flat[:, : self.param_numel] = self._block_momentum(flat[:, : self.param_numel])
         copy_into(tensors, flat)
         return record, float(flat[0, model_numel])
 
