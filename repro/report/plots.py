@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.claims.figure_specs import FigureSpec
-from repro.track.runs import STOPPED
+from repro.track.runs import cut_short
 from repro.track.series import Run, Seeded, cfg, every_run, points, trailing_mean, x_metric
 
 if TYPE_CHECKING:
@@ -217,8 +217,8 @@ def _and(names: list[str]) -> str:
 
 def finished(run: Run) -> bool:
     """Whether the run ran to its end: one still running, killed (no exit record) or stopped
-    by Ctrl-C or kill stops short of its horizon, and no claim reads it (`unfinished`)."""
-    return run.exit_code not in (None, STOPPED)
+    by Ctrl-C or kill stops short of its horizon, and no claim reads it (`cut_short`)."""
+    return cut_short(run.exit_code) is None
 
 
 def render(spec: FigureSpec, runs: Seeded, name: Namer) -> Figure:

@@ -32,18 +32,23 @@ STOPPED = 130
 failed: 128 + SIGINT, as a shell reports it. The same command resumes such a run."""
 
 
+def cut_short(exit_code: int | None) -> str | None:
+    """Why a run with `exit_code` has not run to its end (no exit record: killed, or still
+    running; or stopped), None when it has. A failure, divergence included, is an end: its
+    history is what the run made."""
+    if exit_code is None:
+        return "no exit record: killed, or still running"
+    return "stopped before its end" if exit_code == STOPPED else None
+
+
 def unfinished(runs: Mapping[str, Mapping[int, RunData]]) -> dict[str, dict[int, str]]:
-    """Label -> seed -> why, for the runs (label -> seed -> run) that have not run to their
-    end: no exit record (killed, or still running) or stopped. A failure, divergence
-    included, is an end: its history is what the run made. A run cut short is not a
-    measurement, so no claim is judged on it."""
+    """Label -> seed -> why (`cut_short`), for the runs (label -> seed -> run) that have not
+    run to their end. A run cut short is not a measurement, so no claim is judged on it."""
     found: dict[str, dict[int, str]] = {}
     for label, by_seed in runs.items():
         for seed, run in by_seed.items():
-            if run.exit_code is None:
-                found.setdefault(label, {})[seed] = "no exit record: killed, or still running"
-            elif run.exit_code == STOPPED:
-                found.setdefault(label, {})[seed] = "stopped before its end"
+            if why := cut_short(run.exit_code):
+                found.setdefault(label, {})[seed] = why
     return found
 
 
