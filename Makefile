@@ -45,8 +45,11 @@ $(VENV): pyproject.toml
 	rm -f .venv/.torch-*
 	touch $@
 
+# Three test processes on two cores: about a third of the suite waits (modeled compute slept
+# by worker processes, SLURM and PostgreSQL round trips, processes starting), and a third
+# process keeps both cores busy through it; idle ones take queued tests from busy ones.
 test: $(VENV)
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 3 --dist worksteal tests
 
 test-fast: $(VENV)
 	$(PY) -m pytest -q tests/unit
