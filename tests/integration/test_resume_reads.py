@@ -35,14 +35,24 @@ def _identity(seg: runs._Segment) -> tuple:
     return seg.run_id, seg.name, seg.project, seg.group, seg.start, seg.exit_code
 
 
-def test_which_wandb_run_a_run_logs_to_is_read_without_its_points(logged):
+def test_which_wandb_run_a_run_logs_to_is_read_without_its_points(logged, monkeypatch):
     run_dir, log = logged
     whole = runs._read_segment(log)
     head = runs._read_segment(log, history=False)
     assert len(whole.rows) == POINTS and whole.exit_code == 0
     assert head.rows == {} and head.summary == {}
     assert _identity(head) == _identity(whole)
+
+    read = []
+    plain = runs._read_segment
+
+    def reading(file: Path, *args, **kwargs):
+        read.append(plain(file, *args, **kwargs))
+        return read[-1]
+
+    monkeypatch.setattr(runs, "_read_segment", reading)
     assert runs.logged_to(run_dir) == (whole.run_id, "repro", whole.group)
+    assert read and all(seg.rows == {} for seg in read)  # the run record, not the points
 
 
 def test_a_cut_short_or_damaged_log_reads_as_before_without_its_points(logged, tmp_path):
