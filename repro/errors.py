@@ -241,11 +241,12 @@ def interrupts_held() -> Iterator[None]:
     in once they have their own answer to it, and a Ctrl-C to this process meanwhile
     arrives on leaving: enter this where a stop is handled.
 
-    A Ctrl-C reaches the whole process group. One landing while a spawned worker still
-    imports torch would raise KeyboardInterrupt in multiprocessing's bootstrap: "Process
-    SpawnProcess-1:" and a traceback above the command's one-line stop, and a side-by-side
-    worker lost so leaves its pool waiting; one landing while the forkserver loads
-    `worker_preload` (seconds) printed its traceback the same way. The block is this
+    A Ctrl-C reaches the whole process group. One landing while the worker server loads
+    `worker_preload` (seconds; `repro.comm.forked`) printed a KeyboardInterrupt traceback
+    from its imports above the command's one-line stop, and one landing in a worker just
+    forked, before it set its answer, raised in multiprocessing's bootstrap ("Process
+    ForkServerPoolWorker-1:" and a traceback), a side-by-side worker lost so leaving its
+    pool waiting. The block is this
     thread's alone, and Python runs a signal's handler on the main thread whichever thread
     the kernel gave it to, so the handler is also set aside while inside (on the main
     thread): a Ctrl-C raised inside `Process.start`, while it waits for the forkserver, left

@@ -2,9 +2,10 @@
 
 The `cluster` config group decides, here and nowhere else:
 
-* `cluster=local`: a set's simulated runs side by side, a spawned process per usable core,
+* `cluster=local`: a set's simulated runs side by side, a worker process per usable core,
   then the rest in turn here (`run_training` spawns a run's worker processes); K long-lived
-  workers as K spawned processes (one: here); the command returns when the work is done.
+  workers as K worker processes (one: here); the command returns when the work is done.
+  Each is forked from the one server that loaded torch (`repro.comm.forked`).
 * `cluster=submitit_local`, `cluster=slurm`: jobs through submitit (`repro.cluster.submit`):
   one job for one run, one job array per job shape for several runs (a run set, a
   `--multirun`), one job array for K workers; the command returns at once, and `repro jobs`
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import multiprocessing
 import os
 import signal
 import sys
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.cluster.jobs import JOBS_FILE, JobRecord
+from repro.comm import forked
 from repro.comm.capacity import usable_cores
 from repro.config import Config
 from repro.errors import StorageError, Terminated, UserError, interrupts_held
@@ -247,14 +248,12 @@ def _side_run_at(job: tuple[int, Config]):
     return (job[0], *_side_run(job[1]))
 
 
-def _side_worker_start() -> None:
+def _side_worker_start(environ: dict[str, str], launcher: int) -> None:
     """A side-by-side worker leaves interrupts to the set's process, which stops every worker
     at once (a Ctrl-C reaches the whole process group), and dies with it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # also drops one held since the spawn
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # also drops one held since its fork
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    from repro.comm.launch import die_with_parent
-
-    die_with_parent()
+    forked.become_caller(environ, launcher)
 
 
 def longest_first(runs: Sequence[tuple[str, Config]]) -> list[tuple[str, Config]]:
@@ -270,7 +269,7 @@ def longest_first(runs: Sequence[tuple[str, Config]]) -> list[tuple[str, Config]
 
 
 def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
-    """Simulated runs in `slots` spawned processes, `longest_first`; outcomes as they
+    """Simulated runs in `slots` worker processes, `longest_first`; outcomes as they
     finish. Their own progress bars would overwrite each other, so the set's bar counts
     runs instead."""
     from tqdm import tqdm
@@ -281,11 +280,12 @@ def _run_side_by_side(runs: list[tuple[str, Config]], slots: int):
         cfg.trainer.progress = False  # not part of a run's identity
         quiet.append((label, cfg))
     tqdm.write(f"running {len(runs)} simulated runs, {slots} at a time, the longest first")
-    ctx = multiprocessing.get_context("spawn")
     pool = None
     try:
         with interrupts_held():
-            pool = ctx.Pool(slots, initializer=_side_worker_start)
+            pool = forked.context().Pool(
+                slots, initializer=_side_worker_start, initargs=forked.caller()
+            )
         outcomes = pool.imap_unordered(_side_run_at, list(enumerate(cfg for _, cfg in quiet)))
         for i, summary, diverged in outcomes:
             yield quiet[i][0], summary, diverged
@@ -332,9 +332,9 @@ class Workers:
         if len(workers) == 1:
             workers[0]()
             return []
-        ctx = multiprocessing.get_context("spawn")
+        ctx, caller = forked.context(), forked.caller()
         procs = [
-            ctx.Process(target=_worker_main, args=(fn, self.label, i))
+            ctx.Process(target=_worker_main, args=(fn, self.label, i, *caller))
             for i, fn in enumerate(workers)
         ]
         try:
@@ -366,12 +366,12 @@ class Workers:
         return []
 
 
-def _worker_main(fn: Callable[[], object], label: str, index: int) -> None:
+def _worker_main(
+    fn: Callable[[], object], label: str, index: int, environ: dict[str, str], launcher: int
+) -> None:
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one held arrives here
-        from repro.comm.launch import die_with_parent
-
-        die_with_parent()
+        forked.become_caller(environ, launcher)
         fn()
     except UserError as err:
         print(f"error: {label} worker {index}: {err}", file=sys.stderr, flush=True)

@@ -17,10 +17,8 @@ timeout (`init_process_group(timeout_s=...)`) ends the survivors.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
-import select
 import signal
 import socket
 import threading
@@ -32,14 +30,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from repro.comm import forked
 from repro.comm.devices import backend_for, cuda_problem
 from repro.comm.worker_watch import WorkerWatch
 from repro.errors import UserError, interrupts_held
 
-_PR_SET_PDEATHSIG = 1
 # How long a worker may go without a heartbeat, and a collective may wait for a peer, before
 # the run is ended. The trainer passes `trainer.collective_timeout_s` (same default).
 DEFAULT_TIMEOUT_S = 60.0
@@ -49,11 +46,6 @@ SETTLE_S = 1.0
 # How long the workers of a stopped run may take to stop (their tracker's last records).
 STOP_WAIT_S = 10.0
 _STOP_ARRIVED = threading.Event()
-# Workers are forked from one server process that loaded `repro.train.worker_preload` once
-# (multiprocessing's forkserver): torch, the trainer and the compiled CPU loops, which a
-# worker would otherwise load itself, seconds of CPU each. Each worker takes the caller's
-# environment as it is at `spawn` (the server keeps the one it began with).
-_PRELOAD = ["repro.train.worker_preload"]
 
 
 def free_port() -> int:
@@ -97,44 +89,6 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def die_with_parent() -> None:
-    # A SIGKILLed launcher must not leave workers blocked in a collective forever.
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def die_with_launcher(launcher: int) -> None:
-    """End this worker when the process that called `spawn` ends, however it ends. A forked
-    worker's parent is the fork server, which outlives the launcher for as long as its
-    workers live, so the worker watches the launcher itself: through a pidfd where the
-    system has them (no pid reuse can fool it), else by asking once a second."""
-    threading.Thread(target=_end_with, args=(launcher,), daemon=True, name="launcher").start()
-
-
-def _end_with(launcher: int) -> None:
-    try:
-        select.select([os.pidfd_open(launcher)], [], [])  # readable once it has ended
-    except ProcessLookupError:
-        pass  # it has ended already
-    except (AttributeError, OSError):
-        while _exists(launcher):
-            time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def _heartbeat(beats, rank: int, interval_s: float) -> None:
     # A daemon thread: it runs while the worker waits in a collective (torch releases the
     # GIL there) and stops exactly when the whole process stops (SIGSTOP) or dies.
@@ -146,9 +100,7 @@ def _heartbeat(beats, rank: int, interval_s: float) -> None:
 def _worker(rank, world, port, fn, args, results, beats, beat_s, environ, launcher):
     signal.signal(signal.SIGINT, _stop_once)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # born held (`spawn`)
-    die_with_launcher(launcher)
-    os.environ.clear()
-    os.environ.update(environ)
+    forked.become_caller(environ, launcher)
     threading.Thread(
         target=_heartbeat, args=(beats, rank, beat_s), daemon=True, name="heartbeat"
     ).start()
@@ -264,14 +216,13 @@ def spawn(
     """
     if not collective_timeout_s > 0:
         raise ValueError(f"collective_timeout_s={collective_timeout_s} must be > 0")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    ctx = forked.context()
     results = ctx.Queue()
     beats = ctx.RawArray("d", world_size)  # monotonic time of each worker's last beat; 0: none
     # Ten beats per timeout: a live worker's heartbeat is never more than a tenth old.
     beat_s = min(1.0, collective_timeout_s / 10)
     port = free_port()
-    caller = (dict(os.environ), os.getpid())
+    caller = forked.caller()
     procs = [
         ctx.Process(
             target=_worker,

@@ -1,7 +1,8 @@
-"""What the worker server loads once, before it forks any worker (`repro.comm.launch.spawn`).
+"""What the worker server loads once, before it forks any worker (`repro.comm.forked`).
 
-`spawn` starts its workers from multiprocessing's forkserver, which imports this module and
-then forks each worker from itself, so every worker starts with all of it in memory:
+A run's worker processes, a run set's side-by-side workers and a sweep's local workers are
+forked from multiprocessing's forkserver, which imports this module first, so every worker
+starts with all of it in memory:
 
 * torch, torch.distributed and the trainer: a freshly spawned worker imports them again,
   about 1.7 s of CPU each, where a forked one starts in milliseconds;

@@ -306,52 +306,6 @@ def _ps() -> list[list[str]]:
     ]
 
 
-def _spawned(session: int) -> list[int]:
-    """The workers that the command leading `session` spawned (multiprocessing's spawn)."""
-    return [int(pid) for pid, sess, args in _ps() if sess == str(session) and "spawn_main" in args]
-
-
-def _worker_loading_torch(marker: str) -> Callable[[], bool]:
-    """Ready once a worker spawned by the command (the process whose arguments hold `marker`)
-    has begun loading torch: mid-start, in the second or so its imports take."""
-
-    def ready() -> bool:
-        commands = [int(p) for p, _, args in _ps() if marker in args and "spawn_main" not in args]
-        for worker in (w for command in commands for w in _spawned(command)):
-            try:
-                if "libtorch" in Path(f"/proc/{worker}/maps").read_text():
-                    return True
-            except OSError:  # it ended meanwhile
-                continue
-        return False
-
-    return ready
-
-
-def _to_workers(session: int, signum: int) -> None:
-    for worker in _spawned(session):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, signum)
-
-
-def test_ctrl_c_while_a_sweep_starts_its_workers_says_so_in_one_line(tmp_path):
-    """Ctrl-C reaches workers still importing torch: they hold it until they can answer it,
-    so none prints multiprocessing's "Process SpawnProcess-1:" and a traceback."""
-    _, spec_path, args = _sweep(tmp_path)
-    rc, out, err = _interrupt(args, tmp_path, _worker_loading_torch(str(tmp_path)))
-    _one_line(rc, out, err, f"sweep {spec_path} stopped")
-
-
-def test_a_run_sets_workers_leave_sigint_to_it_from_their_start(tmp_path):
-    """A run set's side-by-side workers leave interrupts to the set's process, which stops
-    them all, from the moment they start: SIGINT sent to them alone while they import torch
-    neither stops them nor prints "Process SpawnPoolWorker-1:" and a traceback."""
-    args = [*reproduce_tiny_args("adacomm", tmp_path), "--no-report"]
-    how = (_to_workers, signal.SIGINT)
-    rc, out, err = _interrupt(args, tmp_path, _worker_loading_torch(str(tmp_path)), how)
-    assert rc == 0 and "Process Spawn" not in out + err and "Traceback" not in out + err, out + err
-
-
 def _parent(pid: str) -> str | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
@@ -359,17 +313,51 @@ def _parent(pid: str) -> str | None:
         return None
 
 
+def _servers(marker: str) -> list[str]:
+    """The worker servers (multiprocessing's forkserver) that the command, the process whose
+    arguments hold `marker`, started."""
+    rows = _ps()
+    commands = {p for p, _, args in rows if marker in args and "forkserver" not in args}
+    return [p for p, _, args in rows if "forkserver" in args and _parent(p) in commands]
+
+
 def _forkserver_loading(marker: str) -> Callable[[], bool]:
     """Ready once the command (the process whose arguments hold `marker`) has started its
     worker server: it then loads torch and the compiled loops for seconds before the first
     worker forks."""
+    return lambda: bool(_servers(marker))
 
-    def ready() -> bool:
-        rows = _ps()
-        commands = {p for p, _, args in rows if marker in args and "forkserver" not in args}
-        return any(_parent(p) in commands for p, _, args in rows if "forkserver" in args)
 
-    return ready
+def _forked(marker: str) -> list[int]:
+    """The workers forked for the command whose arguments hold `marker`."""
+    servers = set(_servers(marker))
+    return [int(p) for p, _, _ in _ps() if _parent(p) in servers]
+
+
+def test_ctrl_c_while_a_sweep_starts_its_workers_says_so_in_one_line(tmp_path):
+    """Ctrl-C while a sweep's worker server loads torch, before any worker is forked: it
+    printed a KeyboardInterrupt traceback from its imports, or a worker forked after the
+    command had gone printed one about its queue."""
+    _, spec_path, args = _sweep(tmp_path)
+    rc, out, err = _interrupt(args, tmp_path, _forkserver_loading(str(tmp_path)))
+    _one_line(rc, out, err, f"sweep {spec_path} stopped")
+
+
+def test_a_run_sets_workers_leave_sigint_to_it_from_their_start(tmp_path):
+    """A run set's side-by-side workers leave interrupts to the set's process, which stops
+    them all, from the moment they are forked: SIGINT sent to them alone as they start
+    neither stops them nor prints "Process ForkServerPoolWorker-1:" and a traceback."""
+    args = [*reproduce_tiny_args("adacomm", tmp_path), "--no-report"]
+    marker = str(tmp_path)
+
+    def to_workers(_session: int, signum: int) -> None:
+        for worker in _forked(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signum)
+
+    how = (to_workers, signal.SIGINT)
+    rc, out, err = _interrupt(args, tmp_path, lambda: bool(_forked(marker)), how)
+    assert rc == 0 and "Process " not in out + err and "Traceback" not in out + err, out + err
 
 
 def test_ctrl_c_while_the_worker_server_loads_says_so_in_one_line(tmp_path):
