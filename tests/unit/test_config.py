@@ -1,10 +1,12 @@
 """Every config group composes; wrong keys and values fail at compose time, naming the field."""
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from repro.config import (
@@ -16,8 +18,10 @@ from repro.config import (
     config_hash,
     registered,
 )
+from repro.config_keys import compose_at
 from repro.errors import UserError
 from repro.hydra_overrides import GRAMMAR_URL
+from repro.schemas.tracking import TrackingConfig
 
 
 def _choices(group):
@@ -81,6 +85,45 @@ def test_a_key_an_experiment_file_sets_for_another_method_names_the_file(tmp_pat
         "and is not a setting of experiment: "
     )
     assert "`# @package _global_`" in lines["experiment=nested"]
+
+
+def test_a_kept_composition_is_a_copy_and_is_read_again_once_a_file_changes(tmp_path):
+    """Compositions are kept in the process: each caller gets its own copy, and an edited
+    config file (a notebook changing a preset, a tuning search writing configs/tuned/) is
+    read at the next composition, in place or replaced."""
+    registered()
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, configs)
+    root = configs / "config.yaml"
+    for _ in range(3):
+        cfg = compose_at(configs, ["trainer.world_size=2"])
+        assert cfg.trainer.steps == 1000
+        cfg.trainer.steps = 7
+    root.write_text(root.read_text().replace("steps: 1000", "steps: 1234"))
+    assert compose_at(configs, ["trainer.world_size=2"]).trainer.steps == 1234
+    replaced = tmp_path / "config.yaml"
+    replaced.write_text(root.read_text().replace("steps: 1234", "steps: 4321"))
+    os.replace(replaced, root)
+    assert compose_at(configs, ["trainer.world_size=2"]).trainer.steps == 4321
+
+
+def test_a_kept_composition_is_composed_again_once_a_schema_changes():
+    """A schema stored again (a notebook cell redefining a method's config) is read."""
+
+    @dataclasses.dataclass
+    class Grouped(TrackingConfig):
+        group: str = "mine"
+
+    registered()
+    assert compose_at(CONFIG_DIR, []).tracking.group == ""
+    store = ConfigStore.instance()
+    original = store.repo["tracking"]["tracking_schema.yaml"]
+    try:
+        store.store(group="tracking", name="tracking_schema", node=Grouped)
+        assert compose_at(CONFIG_DIR, []).tracking.group == "mine"
+    finally:
+        store.repo["tracking"]["tracking_schema.yaml"] = original
+    assert compose_at(CONFIG_DIR, []).tracking.group == ""
 
 
 def test_default_is_mnist1d_sync():
