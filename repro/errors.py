@@ -246,13 +246,13 @@ def interrupts_held() -> Iterator[None]:
     from its imports above the command's one-line stop, and one landing in a worker just
     forked, before it set its answer, raised in multiprocessing's bootstrap ("Process
     ForkServerPoolWorker-1:" and a traceback), a side-by-side worker lost so leaving its
-    pool waiting. The block is this
-    thread's alone, and Python runs a signal's handler on the main thread whichever thread
-    the kernel gave it to, so the handler is also set aside while inside (on the main
-    thread): a Ctrl-C raised inside `Process.start`, while it waits for the forkserver, left
-    a worker to be forked after this process had gone, failing on its queue's semaphore
-    with a traceback of its own. SIGTERM (`kill`, a scheduler's stop) is not held: it ends
-    the command at once, as `sigterm_stops` means it to."""
+    pool waiting. The block is this thread's alone, and Python runs a signal's handler on
+    the main thread whichever thread the kernel gave it to, so the handler is also set
+    aside while inside (on the main thread): a Ctrl-C raised inside `Process.start`, while
+    it waits for the forkserver, left a worker to be forked after this process had gone,
+    failing on its queue's semaphore with a traceback of its own. SIGTERM (`kill`, a
+    scheduler's stop) is not held: it ends the command at once, as `sigterm_stops` means
+    it to."""
     from multiprocessing import resource_tracker
 
     # multiprocessing's resource tracker unblocks SIGINT here as it first starts (with the
