@@ -13,7 +13,6 @@ before anything runs or is written.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -301,10 +300,10 @@ def _check_set_label(overrides: list[str]) -> None:
         )
 
 
-@functools.lru_cache(maxsize=16)
 def _set_runs(chosen: str) -> tuple[dict[str, tuple[str, ...]], str, str, bool]:
     """Each label's overrides in the run set `chosen` (an `experiment=X` override), with the
-    set's paper, scale and whether it is tuned."""
+    set's paper, scale and whether it is tuned; its composition is kept
+    (`config_keys.compose_at`) while its files are unchanged, so an edited set is read."""
     experiment = OmegaConf.select(_compose_dict([chosen]), "experiment", default=None) or {}
     runs = {k: tuple(str(o) for o in v or ()) for k, v in (experiment.get("runs") or {}).items()}
     paper, scale = str(experiment.get("paper", "")), str(experiment.get("scale", ""))

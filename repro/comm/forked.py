@@ -47,10 +47,10 @@ def become_caller(environ: dict[str, str], launcher: int) -> None:
     with that process."""
     os.environ.clear()
     os.environ.update(environ)
-    die_with_launcher(launcher)
+    _die_with_launcher(launcher)
 
 
-def die_with_launcher(launcher: int) -> None:
+def _die_with_launcher(launcher: int) -> None:
     """End this worker when the process that started it ends, however it ends: a SIGKILLed
     command must not leave workers blocked in a collective, or training on, forever. A
     forked worker's parent is the fork server, which outlives the command for as long as its
