@@ -1,7 +1,8 @@
 """numba's compiled CPU loops, cached on disk and compiled again where that cache is damaged.
 
-Top-k's radix select (`repro.compress.select_kernels`) and Adasum's fused passes
-(`repro.comm.adasum_kernels`) are numba loops whose machine code numba keeps beside their
+Top-k's radix select and its writes at the selected positions
+(`repro.compress.select_kernels`, `repro.compress.position_kernels`) and Adasum's fused
+passes (`repro.comm.adasum_kernels`) are numba loops whose machine code numba keeps beside their
 source (`__pycache__/<module>.<function>-<line>.py311.nbi` and `.nbc`), so a run loads them
 in milliseconds instead of compiling them for seconds. That cache is derived data, yet
 numba reads it without a guard: a file cut short (a copy interrupted, a disk that filled

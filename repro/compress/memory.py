@@ -120,12 +120,15 @@ class ErrorFeedback:
 
     def update(self, compensated: torch.Tensor, result: ExchangeResult) -> None:
         """The residual after an exchange: G less the dense part that went out
-        (`result.taken`), or G with the positions sent zeroed (`keep`)."""
-        if result.taken is None:
+        (`result.taken`), G with the positions sent zeroed (`keep`), or G as the exchange
+        left it, those positions zeroed already (`result.zeroed`)."""
+        if result.zeroed:
+            self._store(compensated)
+        elif result.taken is None:
             self.keep(compensated, result.sent)
-            return
-        compensated.sub_(result.taken)
-        self._store(compensated)
+        else:
+            compensated.sub_(result.taken)
+            self._store(compensated)
 
     def keep(self, compensated: torch.Tensor, sent: torch.Tensor | None) -> None:
         """The residual after each row's entries at `sent` went out: `compensated` from

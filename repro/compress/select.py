@@ -24,9 +24,9 @@ downstream depends on the order of the selected entries.
 
 The compiled loops are numba's, compiled on first use and cached beside this file, as
 Adasum's fused loops are (`repro.comm.adasum_kernels`; a damaged cache is compiled again,
-`repro.compiled_loops`). The selected positions are also
-where error feedback zeroes G once they went out (`zero_selected`) and where AG-Topk adds
-every worker's values (`add_selected`), by compiled loops too.
+`repro.compiled_loops`). The selected positions are also where error feedback zeroes G
+once they went out (`zero_selected`) and where AG-Topk adds every worker's values
+(`add_selected`), by compiled loops too (`repro.compress.position_kernels`).
 """
 
 from __future__ import annotations
@@ -77,27 +77,32 @@ def topk_entries(
     return x.gather(1, indices), indices
 
 
-def zero_selected(x: torch.Tensor, indices: torch.Tensor) -> None:
+def zero_selected(
+    x: torch.Tensor, indices: torch.Tensor, taken: torch.Tensor | None = None
+) -> None:
     """Zero each row of x (rows, n) at its `indices` (rows, k), in place: error feedback's
     residual once the selected entries went out (`repro.compress.memory`). One index row
     expanded over the rows (stride 0: AR-Topk's leader positions) zeroes the same positions
-    in every row.
+    in every row. `taken` (rows, k): each entry is first copied there, x[r, indices[r, j]]
+    to taken[r, j] (AR-Topk's message, taken and zeroed in one visit of G).
 
     On the CPU a compiled loop writes the zeros: for 8 rows of 27,119 positions (AG-Topk at
     c = 0.1 on `cnn1d_wide`) in a buffer still in cache, torch's `scatter_` took 0.65 ms and
     the loop 0.12 ms, and such a training step took 0.65 ms less. Elsewhere torch's
-    `scatter_`, or `index_fill_` for one row. Both write the same zeros, and both refuse a
+    `gather` and `scatter_`. Both write the same values and zeros, and both refuse a
     position outside the rows.
     """
     shared = indices.shape[0] > 1 and indices.stride(0) == 0
     rows = indices[:1] if shared else indices
     kernels = _compiled(x, writes=True)
     if kernels is not None:
-        kernels.zero_rows_at(x.detach().numpy(), rows.long().contiguous().numpy())
-    elif shared:
-        x.index_fill_(1, rows[0], 0.0)
-    else:
-        x.scatter_(1, rows, 0.0)
+        into = x.new_empty(0, 0) if taken is None else taken
+        kernels.zero_rows_at(x.detach().numpy(), rows.long().contiguous().numpy(), into.numpy())
+        return
+    every = rows.long().expand(x.shape[0], -1)
+    if taken is not None:
+        taken.copy_(x.gather(1, every))
+    x.scatter_(1, every, 0.0)
 
 
 def add_selected(total: torch.Tensor, indices: torch.Tensor, values: torch.Tensor) -> None:
@@ -121,9 +126,10 @@ def _compiled(x: torch.Tensor, writes: bool) -> ModuleType | None:
     runs. None: torch's own ops serve it (CUDA, half precision, a strided view)."""
     if x.device.type != "cpu" or x.dtype not in _INT_VIEWS or (writes and not x.is_contiguous()):
         return None
-    from repro.compress import select_kernels
+    # both at once: their loads are one moment of a run (`select_kernels._load_all`)
+    from repro.compress import position_kernels, select_kernels
 
-    return select_kernels
+    return position_kernels if writes else select_kernels
 
 
 def _by_torch(x: torch.Tensor, ks: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:

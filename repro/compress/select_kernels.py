@@ -52,9 +52,8 @@ zeros between uses): a short segment, a layer's 25 biases, had paid for clearing
 scanning every one of the 2,048 buckets and 1,024 digits (layer-wise, 8 rows: the nine
 short tensors in 0.04 ms instead of 0.24 at c = 0.001, 0.14 instead of 0.29 at c = 0.01).
 
-Beside them, the loops that zero a selection's positions in place (the residual error
-feedback keeps, `repro.compress.select.zero_selected`) and that add every worker's values
-at its positions (AG-Topk's sum, `repro.compress.select.add_selected`).
+The loops that write at the selected positions (error feedback's zeros, AG-Topk's sums)
+are `repro.compress.position_kernels`.
 """
 
 from __future__ import annotations
@@ -329,43 +328,6 @@ def _select(bits, starts, ks, out, kept):
                 at += ks[s]
 
 
-@njit()
-def _zero_at(rows, positions):
-    shared = positions.shape[0] == 1
-    width = rows.shape[1]
-    for r in range(rows.shape[0]):
-        row = rows[r]
-        at = positions[0 if shared else r]
-        for j in range(at.shape[0]):
-            if not 0 <= at[j] < width:
-                raise IndexError("a position lies outside the rows")
-            row[at[j]] = 0
-
-
-@njit()
-def _add_at(total, positions, values):
-    n = total.shape[0]
-    for r in range(positions.shape[0]):
-        for j in range(positions.shape[1]):
-            if not 0 <= positions[r, j] < n:
-                raise IndexError("a position lies outside the vector")
-            total[positions[r, j]] += values[r, j]
-
-
-def add_rows_at(total: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
-    """total[positions[r, j]] += values[r, j] for every row r, then every j, in that order
-    (the order of `index_add_` over the flattened rows, so the sums have its bits). A
-    position outside `total` raises IndexError, as `index_add_` refuses it, rather than
-    writing past the end (a damaged message)."""
-    _add_at(total, positions, values)
-
-
-def zero_rows_at(rows: np.ndarray, positions: np.ndarray) -> None:
-    """Zero row r of `rows` (n, width) at positions[r] (n, k), or every row at positions[0]
-    when `positions` has one row. A position outside [0, width) raises IndexError."""
-    _zero_at(rows, positions)
-
-
 def select_rows(
     bits: np.ndarray, starts: np.ndarray, ks: list[int], out: np.ndarray, kept: np.ndarray
 ) -> None:
@@ -381,18 +343,15 @@ def _load_all() -> None:
 
     Done once, when the first selection imports this module, so that numba's and LLVM's
     start-up (about a second of CPU) happens at one moment of a run, before its first
-    checkpoint, rather than again at the first exchange that zeroes or sums: a stop signal
-    that lands inside LLVM's callbacks is reported by ctypes as an ignored exception with a
-    traceback (seen when a sweep worker's second trial, an allgather, loaded the sum's loop
-    as Ctrl-C arrived).
+    checkpoint, rather than again at the first exchange: a stop signal that lands inside
+    LLVM's callbacks is reported by ctypes as an ignored exception with a traceback (seen
+    when a sweep worker's second trial, an allgather, loaded the sum's loop as Ctrl-C
+    arrived). `repro.compress.select` imports the loops that write at the positions with
+    these.
     """
     rows = np.ones((2, 8), dtype=np.float32)
-    positions = np.zeros((2, 1), dtype=np.int64)
     out, kept = np.empty((2, 1), dtype=np.int64), np.empty((2, 1), dtype=np.int32)
     select_rows(rows.view(np.int32), np.array([0, 8], dtype=np.int64), [1], out, kept)
-    zero_rows_at(rows, positions)
-    message = np.zeros((2, 4), dtype=np.float32)  # values and indices side by side
-    add_rows_at(np.zeros(8, dtype=np.float32), message.view(np.int32)[:, 2:3], message[:, :1])
 
 
 _load_all()

@@ -6,7 +6,8 @@ starts with all of it in memory:
 
 * torch, torch.distributed and the trainer: a freshly spawned worker imports them again,
   about 1.7 s of CPU each, where a forked one starts in milliseconds;
-* numba's compiled CPU loops of Top-k's selection (`repro.compress.select_kernels`) and of
+* numba's compiled CPU loops of Top-k's selection and of its writes at the selected
+  positions (`repro.compress.select_kernels`, `repro.compress.position_kernels`) and of
   Adasum's statistics and weighted sums (`repro.comm.adasum_kernels`), loaded from their
   cache on disk (compiled first where there is none). A worker without them pays about
   1.3 s of CPU for them (numba's import, then LLVM's start and the cached code) inside its

@@ -20,7 +20,7 @@ import torch
 
 from repro.comm import adasum_kernels
 from repro.comm.launch import free_port, spawn
-from repro.compress import select_kernels
+from repro.compress import position_kernels, select_kernels
 from repro.workload.data import mnist1d, node_lock
 from tests.helpers import repro_cli
 
@@ -56,6 +56,7 @@ def test_node_tasks_share_one_data_copy_under_one_lock(tmp_path):
 
 LOOPS = (
     select_kernels._select,
+    position_kernels._add_at,
     adasum_kernels._stats,
     adasum_kernels._scaled_add,
     adasum_kernels._tree,

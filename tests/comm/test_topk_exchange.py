@@ -94,6 +94,7 @@ def test_ar_topk_star_equals_mean_on_leader_indices(world, engine):
         assert torch.equal(sent, indices)
         g = compensated_of(rank)
         residual = residual_after(g, sent.view(1, -1))
+        assert torch.equal(out["left"]["ar_star"], residual[0])  # what error feedback keeps
         sent_part = decompress(g.gather(1, sent.view(1, -1)), sent.view(1, -1), NUMEL)
         assert torch.equal(residual + sent_part, g)
         assert ops == [("broadcast", K * 4, None), ("allreduce", (K + 2) * 4, "tree")]
@@ -108,10 +109,12 @@ def test_ar_topk_var_picks_the_largest_norm(world, engine):
     assert all(out["var_leader"] == leader for out in results)
     assert all(out["var_record"] == ("allgather", 4) for out in results)
     expected, indices = ar_reference(n, leader, LAYERS)
-    for out in results:
+    for rank, out in enumerate(results):
+        g = compensated_of(rank)
         average, sent, _, ops = out["ar_var"]
         torch.testing.assert_close(average, expected, rtol=1e-6, atol=1e-7)
         assert torch.equal(sent, indices)
+        assert torch.equal(out["left"]["ar_var"], residual_after(g, sent.view(1, -1))[0])
         assert ops[1][2] == "ring"
 
 

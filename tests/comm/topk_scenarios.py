@@ -165,12 +165,14 @@ def scenarios(comm) -> list[dict]:
     """Every exchange and strategy scenario on the held workers; one dict per held worker."""
     world = comm.world_size
     g = torch.cat([compensated_of(r) for r in comm.ranks])
+    # AR-Topk leaves its G the residual: each takes a copy, kept to be checked
+    left = {name: g.clone() for name in ("ar_star", "ar_var")}
     ag = ag_topk_exchange(comm, g, K)
     ag_layers = ag_topk_exchange(comm, g, K, LAYERS)
     star = star_leader(world + 2, world)
-    ar_star = ar_topk_exchange(comm, g, K, star, "tree")
+    ar_star = ar_topk_exchange(comm, left["ar_star"], K, star, "tree")
     leader, var_record = var_leader(comm, g.pow(2).sum(1))
-    ar_var = ar_topk_exchange(comm, g, K, leader, "ring", LAYERS)
+    ar_var = ar_topk_exchange(comm, left["ar_var"], K, leader, "ring", LAYERS)
     dense = dense_exchange(comm, g, "ring")
 
     def pack(result, row):
@@ -207,6 +209,7 @@ def scenarios(comm) -> list[dict]:
             "dense": pack(dense, row),
             "strategy": {name: runs[row] for name, runs in strategy_runs.items()},
             "moo": moo[row],
+            "left": {name: x[row] for name, x in left.items()},
         }
         for row in range(len(comm.ranks))
     ]

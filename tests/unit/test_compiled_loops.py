@@ -44,7 +44,7 @@ def test_a_damaged_cache_of_compiled_loops_is_compiled_again_with_one_note(tmp_p
         for path in tmp_path.rglob(f"{name}*.nbc"):  # cut short, as by a copy interrupted
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
             damaged.append(path)
-    for path in tmp_path.rglob("select_kernels._add_at-*.nbi"):  # a stray file of the name
+    for path in tmp_path.rglob("position_kernels._add_at-*.nbi"):  # a stray file of the name
         path.write_bytes(b"not numba's index")
         damaged.append(path)
     assert len(damaged) == 3

@@ -43,27 +43,42 @@ def test_the_leaders_positions_reach_every_row_of_its_group_alone(parts):
         assert (record.op, record.nbytes) == ("broadcast", 5 * 4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("k", [3, 400, 2_000])
-def test_leader_message_row_by_row_has_the_bits_of_all_rows_at_once(monkeypatch, k):
-    """AR-Topk's message read row by row (dense positions) or all rows at once (sparse
-    ones): the same values, norms, average and gain, and each row the bits of that row
-    alone, as a worker process forms it."""
+def test_leader_message_takes_g_at_the_positions_and_leaves_the_residual(k, dtype):
+    """AR-Topk's message (values, ||g_c||^2, ||G||^2) against torch's gather and norms,
+    each row the bits of that row alone, as a worker process forms it; G left the
+    residual, zero at the positions and untouched elsewhere, by the compiled loop and by
+    torch's ops (a strided G) alike; the exchange's average and gain from that message."""
     gen = torch.Generator().manual_seed(3)
-    g = torch.randn(6, 5_000, generator=gen) * torch.rand(6, 1, generator=gen) * 10
+    g = (torch.randn(6, 5_000, generator=gen) * torch.rand(6, 1, generator=gen) * 10).to(dtype)
     chosen = torch.randperm(5_000, generator=gen)[:k].sort().values
-    outs = {}
-    for way, row_by_row_from in (("all at once", 0), ("row by row", 10**9)):
-        monkeypatch.setattr(exchange, "_ROW_BY_ROW_FROM", row_by_row_from)
-        message = exchange._leader_message(g, chosen)
-        alone = torch.cat([exchange._leader_message(g[r : r + 1], chosen) for r in range(6)])
-        assert torch.equal(message, alone), way
-        result = leader_exchange(AxisCollectives(6), _Leader(k, chosen), g, leader=2)
-        outs[way] = message, result.average, result.gain
-    (m1, a1, g1), (m2, a2, g2) = outs.values()
-    assert torch.equal(m1, m2) and torch.equal(a1, a2) and g1 == g2
-    assert torch.equal(m1[:, :k], g[:, chosen])
-    torch.testing.assert_close(m1[:, k], g[:, chosen].pow(2).sum(1), rtol=1e-5, atol=0)
-    torch.testing.assert_close(m1[:, k + 1], g.pow(2).sum(1), rtol=1e-5, atol=0)
+    residual = g.clone()
+    residual[:, chosen] = 0
+    got = g.clone()
+    message = exchange._leader_message(got, chosen)
+    assert torch.equal(got, residual)
+    alone = [g[r : r + 1].clone() for r in range(6)]
+    assert torch.equal(message, torch.cat([exchange._leader_message(a, chosen) for a in alone]))
+    wide = torch.zeros(6, 10_000, dtype=dtype)
+    wide[:, ::2] = g
+    strided = exchange._leader_message(wide[:, ::2], chosen)  # norms read in another order
+    assert torch.equal(strided[:, :k], message[:, :k])
+    torch.testing.assert_close(strided, message, rtol=1e-5, atol=0)
+    assert torch.equal(wide[:, ::2], residual) and not wide[:, 1::2].any()
+    assert torch.equal(message[:, :k], g[:, chosen])
+    torch.testing.assert_close(message[:, k], g[:, chosen].pow(2).sum(1), rtol=1e-5, atol=0)
+    torch.testing.assert_close(message[:, k + 1], g.pow(2).sum(1), rtol=1e-5, atol=0)
+    given = g.clone()
+    result = leader_exchange(AxisCollectives(6), _Leader(k, chosen), given, leader=2)
+    assert result.zeroed and torch.equal(given, residual)
+    # the allreduce sums in its own order
+    expected = torch.zeros(5_000, dtype=dtype)
+    expected[chosen] = message[:, :k].sum(0) / 6
+    torch.testing.assert_close(result.average, expected.expand(6, -1), rtol=1e-5, atol=1e-6)
+    assert not result.average[:, residual[0] != 0].any()
+    gain = message[:, k].sum().item() / message[:, k + 1].sum().item()
+    assert result.gain == pytest.approx(gain, rel=1e-6)
 
 
 class _Leader:

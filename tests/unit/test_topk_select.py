@@ -263,6 +263,12 @@ def test_zeroing_the_selection_writes_what_scatter_writes(dtype, shared):
     wide[:, ::2] = x
     zero_selected(wide[:, ::2], idx)
     assert torch.equal(wide[:, ::2], expected) and int((wide[:, 1::2] != 0).sum()) == 0
+    # taking the values out as they are zeroed (AR-Topk's message: a view beside its norms)
+    for given in (x.clone(), torch.zeros(8, 20_000, dtype=dtype)[:, ::2].copy_(x)):
+        message = torch.full((8, 999), 7.0, dtype=dtype)
+        zero_selected(given, idx, taken=message[:, :997])
+        assert torch.equal(given, expected) and torch.equal(message[:, :997], x.gather(1, idx))
+        assert (message[:, 997:] == 7).all()
     with pytest.raises(IndexError):  # refused, as torch refuses it, not written past the end
         zero_selected(got, torch.full_like(idx, 10_000))
 
