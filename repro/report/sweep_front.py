@@ -76,6 +76,21 @@ def _knee_words(front: SweepFrontSpec, data: Front) -> str:
     )
 
 
+def _page_note(front: SweepFrontSpec, source: Any) -> str:
+    """The interactive page's note. It draws the front alone, so where the title sets it
+    beside the paper's values, the note says where those are drawn: a reader of the page
+    found no paper's ratio on it."""
+    beside = [front.band_label] if front.band else []
+    if front.chosen_run:
+        beside.append(f"the values of {front.param} the {front.chosen_run} run chose")
+    if not beside:
+        return f"Study: {source.where}."
+    return (
+        f"Study: {source.where}. This page draws the front alone; the report's figure "
+        f"({front.id}.svg) sets it beside {' and '.join(beside)}."
+    )
+
+
 def _chosen_ends(ax: Any, front: SweepFrontSpec, runs: Seeded) -> int:
     """The chosen run's end in objective space (its last logged values, as a trial's
     objectives), one cross per seed; how many were drawn."""
@@ -163,7 +178,7 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     fig.suptitle(front.title)
     path = save(fig, out_dir / f"{front.id}.svg")
     write_csv(data, out_dir / f"{front.id}.csv")
-    write_front_page(data, out_dir / f"{front.id}.html", front.title, f"Study: {source.where}.")
+    write_front_page(data, out_dir / f"{front.id}.html", front.title, _page_note(front, source))
     caption = (
         f"{front.caption} Points: the Pareto search {source.where}; filled: its front, "
         f"coloured by {data.colour_by}; open: dominated trials; {_knee_words(front, data)}."

@@ -3,6 +3,7 @@ set's own search (where `repro reproduce` puts it), the full sweep once it has f
 the line a page shows when neither has run."""
 
 import csv
+import html
 import os
 import shutil
 from dataclasses import replace
@@ -117,6 +118,9 @@ def test_the_sets_own_search_is_drawn_beside_the_moo_choices(tmp_path):
     assert [(r["trial"], r["knee"]) for r in rows] == [("2", ""), ("1", "yes"), ("0", "")]
     page = (tmp_path / "cr_pareto_front.html").read_text()
     assert page.count('class="pt"') == 4 and "method.collective = ar_tree" in page
+    # the page's title promises the paper's ratios, which only the report's figure draws
+    text = html.unescape(page.replace("<wbr>", ""))
+    assert "the report's figure (cr_pareto_front.svg) sets it beside CRs the paper's" in text
 
 
 def test_the_newest_study_of_the_sets_search_is_read(tmp_path):
