@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -69,6 +70,36 @@ def _settings(mode: str):
     )
 
 
+def _import_wandb():
+    """wandb, with its import-time temporary folders removed as this process ends, where
+    this process is the one that imported it.
+
+    Importing wandb makes two empty folders in the temporary directory (for media and
+    artifacts), which it removes at interpreter exit. A run set's and a sweep's workers are
+    forked processes that end by `os._exit`, past that, so each left both behind: 84 in /tmp
+    after one `make reproduce-all`. multiprocessing runs its own finalizers as such a worker
+    ends (and at a plain exit), so the removal is registered there, once per process that
+    imported wandb itself: a forked child that inherited wandb holds its parent's folders."""
+    first = "wandb" not in sys.modules
+    import wandb
+
+    if first:
+        from multiprocessing import util
+
+        util.Finalize(None, _remove_temp_folders, exitpriority=0)
+    return wandb
+
+
+def _remove_temp_folders() -> None:
+    import tempfile
+
+    media = getattr(sys.modules.get("wandb.sdk.data_types._private"), "MEDIA_TMP", None)
+    artifact = getattr(sys.modules.get("wandb.sdk.artifacts.artifact"), "Artifact", None)
+    for folder in (media, getattr(artifact, "_TMP_DIR", None)):
+        if isinstance(folder, tempfile.TemporaryDirectory):
+            folder.cleanup()
+
+
 @contextlib.contextmanager
 def _quiet_logging():
     # wandb's debug.log handler prints a traceback to stderr for every record it cannot
@@ -102,7 +133,7 @@ class Tracker:
         mode = cfg.resolved_mode()
         if mode == "disabled":
             return
-        import wandb
+        wandb = _import_wandb()
 
         run_dir = Path(run_dir)
         logs = run_dir / "wandb"

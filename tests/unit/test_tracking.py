@@ -7,7 +7,10 @@ included); the first run of the session pays the service start, later ones take 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -299,3 +302,42 @@ def test_a_copied_run_directory_is_a_run_of_its_own(logged, tmp_path, capsys):
     )
     assert runs_cli.main(["show", str(root / "exp" / run_dir.name), "--last", "1"]) == 0
     assert "finished" in capsys.readouterr().out
+
+
+_FORKED_RUN = """
+import multiprocessing, os, sys
+from repro.schemas.tracking import TrackingConfig
+
+def tracked(run_dir):
+    from repro.track.wandb_run import Tracker
+    tracker = Tracker(TrackingConfig(mode="offline"), run_dir, "forked", None, None, {})
+    tracker.log({"train/loss": 1.0}, step=1)
+    tracker.finish()
+    return sorted(os.listdir(os.environ["TMPDIR"]))
+
+with multiprocessing.get_context("fork").Pool(1) as pool:  # its worker ends by os._exit
+    during = pool.apply(tracked, (sys.argv[1],))
+    pool.close()
+    pool.join()
+print(" ".join(during))
+print(" ".join(sorted(os.listdir(os.environ["TMPDIR"]))))
+"""
+
+
+def test_a_forked_worker_that_tracked_leaves_no_wandb_folders_in_tmp(tmp_path):
+    # importing wandb makes two temporary folders that only a normal interpreter exit removed
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORKED_RUN, str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    during, after = proc.stdout.splitlines()
+    made = [n for n in during.split() if n.endswith(("wandb-media", "wandb-artifacts"))]
+    assert len(made) == 2  # the worker did make them
+    assert not set(made) & set(after.split()), after
