@@ -80,7 +80,10 @@ def _page_note(front: SweepFrontSpec, source: Any) -> str:
     """The interactive page's note. It draws the front alone, so where the title sets it
     beside the paper's values, the note says where those are drawn: a reader of the page
     found no paper's ratio on it."""
-    beside = [front.band_label] if front.band else []
+    beside = []
+    if front.band:
+        low, high = front.band
+        beside.append(front.band_label or f"the band {low:g}-{high:g} of {front.param}")
     if front.chosen_run:
         beside.append(f"the values of {front.param} the {front.chosen_run} run chose")
     if not beside:

@@ -8,6 +8,7 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -17,7 +18,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from repro.claims.claims_file import load_claims
 from repro.claims.figure_specs import SweepFrontSpec
 from repro.report.build import default_claims_dir
-from repro.report.sweep_front import chosen_shares, draw_sweep_front
+from repro.report.sweep_front import _page_note, chosen_shares, draw_sweep_front
 from repro.sweep.spec import identity_name, load_spec
 from repro.sweep.storage import open_storage
 from repro.track.runs import RunData
@@ -245,3 +246,17 @@ def test_bad_band_is_refused():
 
     with pytest.raises(UserError, match="band"):
         SweepFrontSpec(id="f", title="t", spec="s", x="a", y="b", param="p", band=[0.1, 0.01])
+
+
+def test_the_front_page_says_where_the_paper_side_is_drawn_whatever_the_spec_gives():
+    front = SweepFrontSpec(id="f", title="t", spec="s", x="a", y="b", param="method.cr")
+    source = SimpleNamespace(where="study X")
+    assert _page_note(front, source) == "Study: study X."  # nothing beside it: nothing said
+    banded = replace(front, band=[0.01, 0.1])
+    assert _page_note(banded, source).endswith(
+        "the report's figure (f.svg) sets it beside the band 0.01-0.1 of method.cr."
+    )
+    chosen = replace(banded, band_label="CRs of the paper", chosen_run="moo", chosen_metric="c")
+    assert _page_note(chosen, source).endswith(
+        "sets it beside CRs of the paper and the values of method.cr the moo run chose."
+    )
