@@ -76,7 +76,7 @@ def _knee_words(front: SweepFrontSpec, data: Front) -> str:
     )
 
 
-def _page_note(front: SweepFrontSpec, source: Any) -> str:
+def _page_note(front: SweepFrontSpec, where: str) -> str:
     """The interactive page's note. It draws the front alone, so where the title sets it
     beside the paper's values, the note says where those are drawn: a reader of the page
     found no paper's ratio on it."""
@@ -87,9 +87,9 @@ def _page_note(front: SweepFrontSpec, source: Any) -> str:
     if front.chosen_run:
         beside.append(f"the values of {front.param} the {front.chosen_run} run chose")
     if not beside:
-        return f"Study: {source.where}."
+        return f"Study: {where}."
     return (
-        f"Study: {source.where}. This page draws the front alone; the report's figure "
+        f"Study: {where}. This page draws the front alone; the report's figure "
         f"({front.id}.svg) sets it beside {' and '.join(beside)}."
     )
 
@@ -181,7 +181,9 @@ def draw_sweep_front(front: SweepFrontSpec, out_dir: Path, runs: Seeded) -> Figu
     fig.suptitle(front.title)
     path = save(fig, out_dir / f"{front.id}.svg")
     write_csv(data, out_dir / f"{front.id}.csv")
-    write_front_page(data, out_dir / f"{front.id}.html", front.title, _page_note(front, source))
+    write_front_page(
+        data, out_dir / f"{front.id}.html", front.title, _page_note(front, source.where)
+    )
     caption = (
         f"{front.caption} Points: the Pareto search {source.where}; filled: its front, "
         f"coloured by {data.colour_by}; open: dominated trials; {_knee_words(front, data)}."

@@ -8,7 +8,6 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -250,13 +249,12 @@ def test_bad_band_is_refused():
 
 def test_the_front_page_says_where_the_paper_side_is_drawn_whatever_the_spec_gives():
     front = SweepFrontSpec(id="f", title="t", spec="s", x="a", y="b", param="method.cr")
-    source = SimpleNamespace(where="study X")
-    assert _page_note(front, source) == "Study: study X."  # nothing beside it: nothing said
+    assert _page_note(front, "study X") == "Study: study X."  # nothing beside it: nothing said
     banded = replace(front, band=[0.01, 0.1])
-    assert _page_note(banded, source).endswith(
+    assert _page_note(banded, "study X").endswith(
         "the report's figure (f.svg) sets it beside the band 0.01-0.1 of method.cr."
     )
     chosen = replace(banded, band_label="CRs of the paper", chosen_run="moo", chosen_metric="c")
-    assert _page_note(chosen, source).endswith(
+    assert _page_note(chosen, "study X").endswith(
         "sets it beside CRs of the paper and the values of method.cr the moo run chose."
     )

@@ -17,6 +17,7 @@ from repro.netmodel.cost import Link
 from repro.strategies.base import StepInfo
 from repro.strategies.topk import TopKConfig, TopKStrategy
 from repro.train.replicas import Replicas
+from tests.helpers import residual_after
 
 
 def test_star_starts_at_rank_0_and_goes_round_robin():
@@ -53,8 +54,7 @@ def test_leader_message_takes_g_at_the_positions_and_leaves_the_residual(k, dtyp
     gen = torch.Generator().manual_seed(3)
     g = (torch.randn(6, 5_000, generator=gen) * torch.rand(6, 1, generator=gen) * 10).to(dtype)
     chosen = torch.randperm(5_000, generator=gen)[:k].sort().values
-    residual = g.clone()
-    residual[:, chosen] = 0
+    residual = residual_after(g, chosen.expand(6, -1))
     got = g.clone()
     message = exchange._leader_message(got, chosen)
     assert torch.equal(got, residual)
